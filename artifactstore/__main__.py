@@ -1,0 +1,3 @@
+from artifactstore.cli import main
+
+main()

@@ -1,0 +1,114 @@
+"""A daemon worker that keeps uploads and access bookkeeping off the user's thread.
+
+Work items are plain callables. `drain(timeout)` waits for everything queued so
+far, and never longer than `timeout`: at interpreter exit a slow object store
+delays the program by at most the flush bound, and what was not stored is
+reported instead of silently dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+log = logging.getLogger("artifactstore")
+
+T = TypeVar("T")
+
+
+class Worker:
+    def __init__(
+        self, name: str, *, tick_secs: float = 5.0, on_tick: Callable[[], None] | None = None
+    ) -> None:
+        self._queue: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue()
+        self._name = name
+        self._tick_secs = tick_secs
+        self._on_tick = on_tick
+        self._pending = 0
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.failures: list[str] = []
+
+    def _ensure_started(self) -> None:
+        with self._start_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+
+    def submit(self, label: str, fn: Callable[[], None]) -> None:
+        with self._cond:
+            self._pending += 1
+        self._ensure_started()
+        self._queue.put((label, fn))
+
+    def pending(self) -> int:
+        with self._cond:
+            return self._pending
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=self._tick_secs)
+            except queue.Empty:
+                self._tick()
+                continue
+            if item is None:
+                return
+            label, fn = item
+            try:
+                fn()
+            except Exception as exc:  # reported, never raised into the program
+                self.failures.append(label)
+                log.debug("artifactstore: background task %s failed: %s", label, exc)
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
+
+    def _tick(self) -> None:
+        if self._on_tick is not None:
+            try:
+                self._on_tick()
+            except Exception as exc:
+                log.debug("artifactstore: periodic flush failed: %s", exc)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until everything submitted so far ran; False if the bound ran out."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+
+def call_with_timeout(fn: Callable[[], T], timeout: float) -> T:
+    """Run fn in a daemon thread; raise TimeoutError if it has not returned in time.
+
+    A daemon thread, unlike a ThreadPoolExecutor's, cannot keep a hung network
+    call from letting the interpreter exit.
+    """
+    box: dict[str, object] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="artifactstore-call", daemon=True).start()
+    if not done.wait(timeout):
+        raise TimeoutError(f"no answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]

@@ -1,0 +1,67 @@
+"""The one narrow interface every object store backend implements.
+
+Objects are immutable bytes named by their sha256 digest. Backends know
+nothing about keys, entries or JAX; wrappers (read-only, tiers) compose around
+any backend, as in sccache's storage layer.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+_DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def check_digest(digest: str) -> str:
+    if not _DIGEST_RE.match(digest):
+        raise ValueError(f"not a sha256 hex digest: {digest!r}")
+    return digest
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    digest: str
+    size: int
+    mtime: float  # seconds since the epoch
+
+
+class BlobStore(abc.ABC):
+    """Content-addressed bytes within one namespace."""
+
+    read_only: bool = False
+
+    @abc.abstractmethod
+    def get(self, digest: str) -> bytes | None:
+        """The object's bytes, or None if absent. Never verifies: the caller does."""
+
+    @abc.abstractmethod
+    def put(self, digest: str, data: bytes) -> bool:
+        """Store atomically; True if written, False if the digest already existed."""
+
+    @abc.abstractmethod
+    def exists(self, digest: str) -> bool: ...
+
+    @abc.abstractmethod
+    def delete(self, digest: str) -> bool:
+        """Remove; True if something was removed."""
+
+    @abc.abstractmethod
+    def quarantine(self, digest: str) -> None:
+        """Move a bad object aside so it is never served again but can be inspected."""
+
+    @abc.abstractmethod
+    def iter_blobs(self) -> Iterator[BlobInfo]:
+        """Every stored object (streamed; never a full list in memory)."""
+
+    @abc.abstractmethod
+    def iter_quarantined(self) -> Iterator[BlobInfo]: ...
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Where the objects live, without secrets."""
+
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise StoreUnavailable if the backend cannot be reached."""

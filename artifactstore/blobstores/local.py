@@ -1,0 +1,100 @@
+"""Objects in a local (or network-mounted) directory.
+
+Writes go to a temporary file in the same directory, are fsynced and then
+renamed into place, so a reader never sees a half-written object and an object
+reported as stored survives a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
+
+
+class LocalBlobStore(BlobStore):
+    def __init__(self, root: str | Path, namespace: str) -> None:
+        self.root = Path(root)
+        self.base = self.root / namespace
+        self.objects = self.base / "objects"
+        self.quarantine_dir = self.base / "quarantine"
+
+    def _path(self, digest: str) -> Path:
+        check_digest(digest)
+        return self.objects / digest[:2] / digest
+
+    def get(self, digest: str) -> bytes | None:
+        try:
+            return self._path(digest).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def exists(self, digest: str) -> bool:
+        return self._path(digest).is_file()
+
+    def put(self, digest: str, data: bytes) -> bool:
+        path = self._path(digest)
+        if path.is_file():
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(path.parent)
+        return True
+
+    def delete(self, digest: str) -> bool:
+        try:
+            self._path(digest).unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def quarantine(self, digest: str) -> None:
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self._path(digest), self.quarantine_dir / digest)
+
+    def iter_blobs(self) -> Iterator[BlobInfo]:
+        yield from _scan(self.objects, nested=True)
+
+    def iter_quarantined(self) -> Iterator[BlobInfo]:
+        yield from _scan(self.quarantine_dir, nested=False)
+
+    def describe(self) -> str:
+        return str(self.base)
+
+
+def _scan(directory: Path, *, nested: bool) -> Iterator[BlobInfo]:
+    if not directory.is_dir():
+        return
+    dirs = sorted(p for p in directory.iterdir() if p.is_dir()) if nested else [directory]
+    for sub in dirs:
+        with os.scandir(sub) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or len(entry.name) != 64:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    st = entry.stat()
+                    yield BlobInfo(entry.name, st.st_size, st.st_mtime)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

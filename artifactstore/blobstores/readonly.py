@@ -1,0 +1,42 @@
+"""Read-only wrapper: the single place where reader mode is enforced for objects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from artifactstore.blobstores.base import BlobInfo, BlobStore
+from artifactstore.errors import ReadOnlyError
+
+
+class ReadOnlyBlobStore(BlobStore):
+    read_only = True
+
+    def __init__(self, inner: BlobStore) -> None:
+        self.inner = inner
+
+    def get(self, digest: str) -> bytes | None:
+        return self.inner.get(digest)
+
+    def exists(self, digest: str) -> bool:
+        return self.inner.exists(digest)
+
+    def put(self, digest: str, data: bytes) -> bool:
+        raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
+
+    def delete(self, digest: str) -> bool:
+        raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to delete")
+
+    def quarantine(self, digest: str) -> None:
+        raise ReadOnlyError("this store is read-only: cannot quarantine")
+
+    def iter_blobs(self) -> Iterator[BlobInfo]:
+        return self.inner.iter_blobs()
+
+    def iter_quarantined(self) -> Iterator[BlobInfo]:
+        return self.inner.iter_quarantined()
+
+    def describe(self) -> str:
+        return self.inner.describe() + " (read-only)"
+
+    def check(self) -> None:
+        self.inner.check()

@@ -1,0 +1,265 @@
+"""Settings from `configure()` arguments and `ARTSTORE_*` environment variables.
+
+Parsing lives here, apart from the backends, so that a malformed URL or option
+fails with one line before anything is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import platformdirs
+
+from artifactstore.errors import ConfigError
+
+ENV_PREFIX = "ARTSTORE_"
+DEFAULT_NAMESPACE = "default"
+# XLA:CPU compiles of trivial functions take ~10-50 ms, about what a store
+# round trip costs; below this a store lookup cannot pay for itself and would
+# fill the index with noise. JAX's own cache defaults to 1 s; we store more
+# because a team store amortises every entry over many processes.
+DEFAULT_MIN_COMPILE_SECS = 0.1
+DEFAULT_TIMEOUT_SECS = 10.0
+DEFAULT_FLUSH_SECS = 60.0
+
+_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class BlobLocation:
+    """Where objects live: a local directory or an S3 bucket and prefix."""
+
+    scheme: str  # "file" or "s3"
+    path: str  # directory for file; key prefix for s3 (no leading/trailing "/")
+    bucket: str = ""
+
+    def describe(self) -> str:
+        if self.scheme == "s3":
+            return f"s3://{self.bucket}/{self.path}".rstrip("/")
+        return self.path
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything needed to open a store; immutable once built."""
+
+    blobs: BlobLocation
+    index_url: str
+    namespace: str = DEFAULT_NAMESPACE
+    read_only: bool = False
+    min_compile_secs: float = DEFAULT_MIN_COMPILE_SECS
+    timeout_secs: float = DEFAULT_TIMEOUT_SECS
+    flush_secs: float = DEFAULT_FLUSH_SECS
+    s3_endpoint_url: str | None = None
+    cache_callbacks: bool = True
+    embedded: bool = field(default=False)
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+
+def default_cache_dir() -> Path:
+    """The user's cache directory (honours XDG_CACHE_HOME on Linux)."""
+    return Path(platformdirs.user_cache_dir("artifactstore", appauthor=False))
+
+
+def parse_blob_url(url: str) -> BlobLocation:
+    """`file:///abs/dir`, a plain path, or `s3://bucket/prefix`."""
+    text = url.strip()
+    if not text:
+        raise ConfigError("empty store URL: use a directory, file:///path or s3://bucket/prefix")
+    if "://" not in text:
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text) and not re.match(r"^[A-Za-z]:[\\/]", text):
+            raise ConfigError(
+                f"malformed store URL {text!r}: use a directory, file:///path or s3://bucket/prefix"
+            )
+        return BlobLocation("file", str(Path(text).expanduser().resolve()))
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ConfigError(
+                f"file URL {text!r} names host {parts.netloc!r}: use file:///absolute/path"
+            )
+        if not parts.path:
+            raise ConfigError(f"file URL {text!r} has no path: use file:///absolute/path")
+        return BlobLocation("file", str(Path(unquote(parts.path)).resolve()))
+    if scheme == "s3":
+        bucket = parts.netloc
+        if "@" in bucket:
+            raise ConfigError(
+                "S3 URLs must not carry credentials: use s3://bucket/prefix and "
+                "boto3's standard credential chain (AWS_PROFILE, AWS_ACCESS_KEY_ID, ...)"
+            )
+        if not _BUCKET_RE.match(bucket):
+            raise ConfigError(
+                f"invalid S3 bucket name {bucket!r} in store URL: use s3://bucket/prefix "
+                "with a 3-63 character lowercase bucket name"
+            )
+        if parts.query or parts.fragment:
+            raise ConfigError(f"S3 URL {text!r} has a query or fragment: use s3://bucket/prefix")
+        return BlobLocation("s3", parts.path.strip("/"), bucket=bucket)
+    raise ConfigError(
+        f"unsupported store URL scheme {scheme!r}: use a directory, file:///path or "
+        "s3://bucket/prefix"
+    )
+
+
+def parse_index_url(url: str) -> str:
+    """Accept SQLAlchemy URLs for SQLite and PostgreSQL, or a plain SQLite path."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    text = url.strip()
+    if "://" not in text:
+        if not text:
+            raise ConfigError("empty index URL: use sqlite:///path or postgresql+psycopg://...")
+        return "sqlite:///" + str(Path(text).expanduser().resolve())
+    try:
+        parsed = make_url(text)
+    except ArgumentError:
+        raise ConfigError(
+            "malformed index URL: use sqlite:///path/index.db or "
+            "postgresql+psycopg://user@host:5432/dbname"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ConfigError(
+            f"unsupported index database {backend!r}: use sqlite:///path or "
+            "postgresql+psycopg://user@host/db"
+        )
+    if backend == "postgresql" and parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def parse_bool(name: str, value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"invalid boolean {value!r} for {name}: use 1/0, true/false, yes/no")
+
+
+def parse_float(name: str, value: str | float, *, minimum: float = 0.0) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"invalid number {value!r} for {name}: use e.g. 0.5") from None
+    if number < minimum or number != number:
+        raise ConfigError(f"invalid value {value!r} for {name}: must be >= {minimum}")
+    return number
+
+
+def check_namespace(namespace: str) -> str:
+    if not _NAMESPACE_RE.match(namespace):
+        raise ConfigError(
+            f"invalid namespace {namespace!r}: use 1-63 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return namespace
+
+
+# configure() keyword -> (environment variable, parser)
+_OPTIONS: dict[str, str] = {
+    "url": "URL",
+    "index": "INDEX",
+    "namespace": "NAMESPACE",
+    "read_only": "READ_ONLY",
+    "min_compile_secs": "MIN_COMPILE_SECS",
+    "timeout_secs": "TIMEOUT",
+    "flush_secs": "FLUSH_TIMEOUT",
+    "s3_endpoint_url": "S3_ENDPOINT_URL",
+    "cache_callbacks": "CACHE_CALLBACKS",
+}
+KNOWN_ENV = {ENV_PREFIX + v for v in _OPTIONS.values()} | {ENV_PREFIX + "DISABLE"}
+
+
+def option_names() -> list[str]:
+    return list(_OPTIONS)
+
+
+def resolve(
+    overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None
+) -> Settings:
+    """Merge explicit options over `ARTSTORE_*` variables over the embedded default."""
+    env = os.environ if environ is None else environ
+    given = dict(overrides or {})
+    unknown = sorted(set(given) - set(_OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"unknown option {unknown[0]!r} for artifactstore.configure(): "
+            f"known options are {', '.join(_OPTIONS)}"
+        )
+    values: dict[str, Any] = {}
+    for option, env_name in _OPTIONS.items():
+        if given.get(option) is not None:
+            values[option] = given[option]
+        elif env.get(ENV_PREFIX + env_name, "") != "":
+            values[option] = env[ENV_PREFIX + env_name]
+
+    embedded = "url" not in values
+    if embedded:
+        root = default_cache_dir()
+        blobs = BlobLocation("file", str(root / "objects"))
+        default_index = "sqlite:///" + str(root / "index.db")
+    else:
+        blobs = parse_blob_url(str(values["url"]))
+        default_index = ""
+        if blobs.scheme == "file":
+            default_index = "sqlite:///" + str(Path(blobs.path) / "index.db")
+    if "index" in values:
+        index_url = parse_index_url(str(values["index"]))
+    elif default_index:
+        index_url = default_index
+    else:
+        raise ConfigError(
+            "an S3 store needs a shared index: set ARTSTORE_INDEX (or index=) to "
+            "postgresql+psycopg://user@host/db"
+        )
+    endpoint = values.get("s3_endpoint_url")
+    if endpoint is not None and not re.match(r"^https?://[^/\s]+", str(endpoint)):
+        raise ConfigError(
+            f"invalid S3 endpoint {endpoint!r}: use http(s)://host:port, e.g. http://127.0.0.1:9000"
+        )
+    return Settings(
+        blobs=blobs,
+        index_url=index_url,
+        namespace=check_namespace(str(values.get("namespace", DEFAULT_NAMESPACE))),
+        read_only=parse_bool(ENV_PREFIX + "READ_ONLY", values.get("read_only", False)),
+        min_compile_secs=parse_float(
+            ENV_PREFIX + "MIN_COMPILE_SECS", values.get("min_compile_secs", DEFAULT_MIN_COMPILE_SECS)
+        ),
+        timeout_secs=parse_float(
+            ENV_PREFIX + "TIMEOUT", values.get("timeout_secs", DEFAULT_TIMEOUT_SECS), minimum=0.01
+        ),
+        flush_secs=parse_float(
+            ENV_PREFIX + "FLUSH_TIMEOUT", values.get("flush_secs", DEFAULT_FLUSH_SECS)
+        ),
+        s3_endpoint_url=str(endpoint) if endpoint else None,
+        cache_callbacks=parse_bool(
+            ENV_PREFIX + "CACHE_CALLBACKS", values.get("cache_callbacks", True)
+        ),
+        embedded=embedded,
+    )
+
+
+def redact_url(url: str) -> str:
+    """An index URL fit for logs: the password replaced by ***."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<index URL>"

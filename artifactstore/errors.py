@@ -1,0 +1,44 @@
+"""Exceptions that carry a one-line, user-facing message.
+
+Every error the CLI or the JAX adapter reports to a person derives from
+`ArtstoreError`, so the top level can print `str(exc)` and exit without a
+traceback. Messages name the problem and the fix, and never contain secrets.
+"""
+
+from __future__ import annotations
+
+
+class ArtstoreError(Exception):
+    """An error whose message is fit to show a user as one line."""
+
+
+class ConfigError(ArtstoreError):
+    """Bad configuration: URL, option, size, namespace."""
+
+
+class StoreUnavailable(ArtstoreError):
+    """The object store or index cannot be reached or answered too slowly."""
+
+
+class SchemaMismatch(ArtstoreError):
+    """The index schema is older or newer than this version understands."""
+
+
+class ReadOnlyError(ArtstoreError):
+    """A write was attempted through a read-only store."""
+
+
+class CorruptObject(ArtstoreError):
+    """Stored bytes do not match their digest or envelope."""
+
+
+def one_line(exc: BaseException) -> str:
+    """First line of an exception, type-prefixed, with URL credentials masked."""
+    import re
+
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    first = re.sub(r"(://[^/:@\s]*:)[^@\s]*@", r"\1***@", first)
+    first = re.sub(r"(?i)(password|secret|token)=\S+", r"\1=***", first)
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return text[:300]

@@ -1,0 +1,123 @@
+"""SQLAlchemy 2.0 typed models of the index; the schema itself is made by Alembic.
+
+The same models serve SQLite (embedded default) and PostgreSQL (teams). Every
+table is partitioned by `namespace` so teams sharing one database never see
+each other's rows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+DIGEST = String(64)
+NAMESPACE = String(63)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores naive text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Entry(Base):
+    """One cache key and what it resolves to."""
+
+    __tablename__ = "entries"
+    __table_args__ = (
+        UniqueConstraint("namespace", "key", name="uq_entries_namespace_key"),
+        Index("ix_entries_namespace_last_access", "namespace", "last_access"),
+        Index("ix_entries_namespace_digest", "namespace", "digest"),
+        Index("ix_entries_namespace_jaxlib", "namespace", "jaxlib_version"),
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    namespace: Mapped[str] = mapped_column(NAMESPACE)
+    key: Mapped[str] = mapped_column(String(64))
+    digest: Mapped[str] = mapped_column(DIGEST)
+    size: Mapped[int] = mapped_column(BigInteger)
+    raw_size: Mapped[int] = mapped_column(BigInteger)
+    module_name: Mapped[str] = mapped_column(String(255))
+    platform: Mapped[str] = mapped_column(String(32))
+    platform_version: Mapped[str] = mapped_column(String(255))
+    device_kind: Mapped[str] = mapped_column(String(255))
+    device_count: Mapped[int] = mapped_column(Integer)
+    jax_version: Mapped[str] = mapped_column(String(32))
+    jaxlib_version: Mapped[str] = mapped_column(String(32))
+    cpu_arch: Mapped[str] = mapped_column(String(32))
+    fingerprint: Mapped[str] = mapped_column(DIGEST)
+    compile_secs: Mapped[float] = mapped_column(Float)
+    producer_host: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_access: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    hits: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class StoredObject(Base):
+    """An object known to be durable in the blob store (recorded after the PUT)."""
+
+    __tablename__ = "objects"
+
+    namespace: Mapped[str] = mapped_column(NAMESPACE, primary_key=True)
+    digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class FingerprintRow(Base):
+    """The full fingerprint behind a digest, stored once for all its entries."""
+
+    __tablename__ = "fingerprints"
+
+    digest: Mapped[str] = mapped_column(DIGEST, primary_key=True)
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Counter(Base):
+    """Per-namespace event counts that have no row of their own (misses, corrupt objects)."""
+
+    __tablename__ = "counters"
+
+    namespace: Mapped[str] = mapped_column(NAMESPACE, primary_key=True)
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)

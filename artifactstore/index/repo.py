@@ -1,0 +1,291 @@
+"""The queries the store and the CLI run against the index.
+
+Inserts are idempotent upserts (`ON CONFLICT DO NOTHING` on both SQLite and
+PostgreSQL), so many machines writing the same key at once leave one entry and
+raise nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from artifactstore.index.models import Counter, Entry, FingerprintRow, StoredObject, utcnow
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """What a writer knows about an entry before it exists."""
+
+    key: str
+    digest: str
+    size: int
+    raw_size: int
+    module_name: str
+    platform: str
+    platform_version: str
+    device_kind: str
+    device_count: int
+    jax_version: str
+    jaxlib_version: str
+    cpu_arch: str
+    fingerprint: str
+    compile_secs: float
+    producer_host: str
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """An entry as read back, detached from any session."""
+
+    namespace: str
+    key: str
+    digest: str
+    size: int
+    raw_size: int
+    module_name: str
+    platform: str
+    platform_version: str
+    device_kind: str
+    device_count: int
+    jax_version: str
+    jaxlib_version: str
+    cpu_arch: str
+    fingerprint: str
+    compile_secs: float
+    producer_host: str
+    created_at: datetime
+    last_access: datetime
+    hits: int
+
+    @classmethod
+    def from_row(cls, row: Entry) -> EntryInfo:
+        return cls(**{name: getattr(row, name) for name in cls.__dataclass_fields__})
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["created_at"] = self.created_at.isoformat()
+        data["last_access"] = self.last_access.isoformat()
+        return data
+
+
+@dataclass(frozen=True)
+class Filters:
+    platform: str | None = None
+    device_kind: str | None = None
+    jaxlib_version: str | None = None
+
+    def clauses(self) -> list[Any]:
+        out: list[Any] = []
+        if self.platform:
+            out.append(Entry.platform == self.platform)
+        if self.device_kind:
+            out.append(Entry.device_kind == self.device_kind)
+        if self.jaxlib_version:
+            out.append(Entry.jaxlib_version == self.jaxlib_version)
+        return out
+
+
+@dataclass(frozen=True)
+class IndexStats:
+    entries: int
+    bytes: int
+    hits: int
+    misses: int
+    corrupt: int
+    compile_secs_saved: float
+    objects: int
+    object_bytes: int
+
+
+def _insert(engine: Engine, model: Any) -> Any:
+    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+    return dialect.insert(model)
+
+
+class Index:
+    """Index rows of one namespace (or all, for `namespaces=None` listings)."""
+
+    def __init__(self, engine: Engine, namespace: str) -> None:
+        self.engine = engine
+        self.namespace = namespace
+
+    # -- hot path -----------------------------------------------------------
+    def lookup(self, key: str) -> EntryInfo | None:
+        with Session(self.engine) as session:
+            row = session.scalars(
+                select(Entry).where(Entry.namespace == self.namespace, Entry.key == key)
+            ).first()
+            return EntryInfo.from_row(row) if row is not None else None
+
+    # -- writes -------------------------------------------------------------
+    def record_object(self, digest: str, size: int) -> None:
+        stmt = (
+            _insert(self.engine, StoredObject)
+            .values(namespace=self.namespace, digest=digest, size=size, created_at=utcnow())
+            .on_conflict_do_nothing()
+        )
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+
+    def add_entry(self, entry: NewEntry, fingerprint_json: str) -> bool:
+        """Insert the entry (and its object and fingerprint rows); False if the key existed."""
+        now = utcnow()
+        values = {name: getattr(entry, name) for name in entry.__dataclass_fields__}
+        with self.engine.begin() as conn:
+            conn.execute(
+                _insert(self.engine, FingerprintRow)
+                .values(digest=entry.fingerprint, body=fingerprint_json, created_at=now)
+                .on_conflict_do_nothing()
+            )
+            conn.execute(
+                _insert(self.engine, StoredObject)
+                .values(
+                    namespace=self.namespace, digest=entry.digest, size=entry.size, created_at=now
+                )
+                .on_conflict_do_nothing()
+            )
+            result = conn.execute(
+                _insert(self.engine, Entry)
+                .values(
+                    namespace=self.namespace, created_at=now, last_access=now, hits=0, **values
+                )
+                .on_conflict_do_nothing(index_elements=["namespace", "key"])
+            )
+            return bool(result.rowcount)
+
+    def record_access(self, touches: dict[str, tuple[int, datetime]]) -> None:
+        """Apply batched hits: key -> (count, latest access time)."""
+        if not touches:
+            return
+        stmt = (
+            update(Entry)
+            .where(Entry.namespace == self.namespace, Entry.key == bindparam("k"))
+            .values(
+                hits=Entry.hits + bindparam("n"),
+                last_access=bindparam("t", type_=Entry.last_access.type),
+            )
+        )
+        params = [{"k": k, "n": n, "t": t} for k, (n, t) in touches.items()]
+        with self.engine.begin() as conn:
+            conn.execute(stmt.execution_options(synchronize_session=False), params)
+
+    def add_counters(self, counts: dict[str, int]) -> None:
+        counts = {k: v for k, v in counts.items() if v}
+        if not counts:
+            return
+        with self.engine.begin() as conn:
+            for name, value in counts.items():
+                ins = _insert(self.engine, Counter).values(
+                    namespace=self.namespace, name=name, value=value
+                )
+                conn.execute(
+                    ins.on_conflict_do_update(
+                        index_elements=["namespace", "name"],
+                        set_={"value": Counter.value + ins.excluded.value},
+                    )
+                )
+
+    def delete_entries(self, keys: Sequence[str]) -> int:
+        if not keys:
+            return 0
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                delete(Entry).where(Entry.namespace == self.namespace, Entry.key.in_(keys))
+            )
+            return int(result.rowcount)
+
+    def delete_all_entries(self) -> int:
+        with self.engine.begin() as conn:
+            result = conn.execute(delete(Entry).where(Entry.namespace == self.namespace))
+            return int(result.rowcount)
+
+    def forget_objects(self, digests: Iterable[str]) -> None:
+        digests = list(digests)
+        if not digests:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(StoredObject).where(
+                    StoredObject.namespace == self.namespace, StoredObject.digest.in_(digests)
+                )
+            )
+
+    # -- reads --------------------------------------------------------------
+    def iter_entries(self, filters: Filters | None = None, batch: int = 1000) -> Iterator[EntryInfo]:
+        """Entries, most recently used first, streamed in batches."""
+        clauses = [Entry.namespace == self.namespace, *(filters or Filters()).clauses()]
+        stmt = select(Entry).where(and_(*clauses)).order_by(Entry.last_access.desc(), Entry.id)
+        with Session(self.engine) as session:
+            for row in session.scalars(stmt.execution_options(yield_per=batch)):
+                yield EntryInfo.from_row(row)
+
+    def keys_for_digest(self, digest: str) -> list[str]:
+        with Session(self.engine) as session:
+            return list(
+                session.scalars(
+                    select(Entry.key).where(
+                        Entry.namespace == self.namespace, Entry.digest == digest
+                    )
+                )
+            )
+
+    def referenced_digests(self) -> Iterator[tuple[str, int]]:
+        stmt = (
+            select(Entry.digest, func.max(Entry.size))
+            .where(Entry.namespace == self.namespace)
+            .group_by(Entry.digest)
+        )
+        with self.engine.connect() as conn:
+            for digest, size in conn.execute(stmt.execution_options(yield_per=5000)):
+                yield str(digest), int(size)
+
+    def iter_objects(self) -> Iterator[tuple[str, int]]:
+        stmt = select(StoredObject.digest, StoredObject.size).where(
+            StoredObject.namespace == self.namespace
+        )
+        with self.engine.connect() as conn:
+            for digest, size in conn.execute(stmt.execution_options(yield_per=5000)):
+                yield str(digest), int(size)
+
+    def fingerprint_body(self, digest: str) -> str | None:
+        with Session(self.engine) as session:
+            row = session.get(FingerprintRow, digest)
+            return row.body if row is not None else None
+
+    def stats(self) -> IndexStats:
+        with Session(self.engine) as session:
+            entries, size, hits, saved = session.execute(
+                select(
+                    func.count(Entry.id),
+                    func.coalesce(func.sum(Entry.size), 0),
+                    func.coalesce(func.sum(Entry.hits), 0),
+                    func.coalesce(func.sum(Entry.hits * Entry.compile_secs), 0.0),
+                ).where(Entry.namespace == self.namespace)
+            ).one()
+            counters = dict(
+                session.execute(
+                    select(Counter.name, Counter.value).where(Counter.namespace == self.namespace)
+                ).all()
+            )
+            objects, object_bytes = session.execute(
+                select(func.count(), func.coalesce(func.sum(StoredObject.size), 0)).where(
+                    StoredObject.namespace == self.namespace
+                )
+            ).one()
+        return IndexStats(
+            entries=int(entries),
+            bytes=int(size),
+            hits=int(hits),
+            misses=int(counters.get("misses", 0)),
+            corrupt=int(counters.get("corrupt", 0)),
+            compile_secs_saved=float(saved),
+            objects=int(objects),
+            object_bytes=int(object_bytes),
+        )

@@ -1,0 +1,443 @@
+"""The JAX adapter: the only module that touches JAX's private compilation hooks.
+
+`configure()` replaces `jax._src.compiler.compile_or_get_cached` with a wrapper
+that looks the compile up in the store first and stores what it compiled, and
+adds the platform fingerprint to JAX's cache key through `cache_key.custom_hook`.
+If this JAX's internals do not look as expected, it warns once and leaves JAX
+untouched: the program runs, it just compiles.
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from artifactstore import config as _config
+from artifactstore import fingerprint as _fp
+from artifactstore.background import call_with_timeout
+from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.store import Store
+
+log = logging.getLogger("artifactstore")
+
+# Hashed into every key as JAX's "compression algorithm": it names our payload
+# format, so our keys never collide with JAX's own cache's.
+KEY_FORMAT = "artifactstore-v1"
+_EXPECTED_PARAMS = (
+    "backend",
+    "computation",
+    "devices",
+    "compile_options",
+    "host_callbacks",
+    "executable_devices",
+)
+
+_lock = threading.RLock()
+_state: _State | None = None
+_original: Any = None
+_previous_hook: Any = None
+_local = threading.local()
+_warned: set[str] = set()
+
+
+def _warn_once(topic: str, message: str, *args: object) -> None:
+    if topic not in _warned:
+        _warned.add(topic)
+        log.warning("artifactstore: " + message, *args)
+
+
+# -- compatibility ----------------------------------------------------------
+def _jax_internals() -> tuple[Any, Any, Any] | None:
+    """(compiler, cache_key, monitoring) if this JAX has the hooks we need."""
+    try:
+        from jax._src import cache_key, compiler, monitoring
+    except ImportError as exc:
+        _warn_once("compat", "this JAX has no compiler hooks (%s); store disabled", exc)
+        return None
+    fn = getattr(compiler, "compile_or_get_cached", None)
+    problems = []
+    if fn is None or not callable(getattr(compiler, "backend_compile_and_load", None)):
+        problems.append("compile_or_get_cached/backend_compile_and_load missing")
+    else:
+        target = getattr(fn, "__wrapped_original__", fn)
+        params = tuple(inspect.signature(target).parameters)
+        if params[: len(_EXPECTED_PARAMS)] != _EXPECTED_PARAMS:
+            problems.append(f"compile_or_get_cached{params}")
+    if not callable(getattr(cache_key, "get", None)) or not hasattr(cache_key, "custom_hook"):
+        problems.append("cache_key.get/custom_hook missing")
+    if not hasattr(cache_key, "IgnoreCallbacks"):
+        problems.append("cache_key.IgnoreCallbacks missing")
+    if problems:
+        import jax
+
+        _warn_once(
+            "compat",
+            "JAX %s internals do not match what this artifactstore supports (%s); "
+            "JAX left untouched, compiling as usual",
+            jax.__version__,
+            "; ".join(problems),
+        )
+        return None
+    return compiler, cache_key, monitoring
+
+
+# -- per-process state ------------------------------------------------------
+@dataclass
+class _Prepared:
+    key: str
+    module_name: str
+    fingerprint: _fp.Fingerprint
+    callbacks: int
+
+
+class _State:
+    """The configured store, opened lazily on the first compile."""
+
+    def __init__(self, settings: _config.Settings) -> None:
+        self.settings = settings
+        self._store: Store | None = None
+        self._failed = False
+        self._open_lock = threading.Lock()
+        self._fingerprints: dict[tuple[int, str, int], _fp.Fingerprint] = {}
+        self.loads = 0
+        self.compiles = 0
+
+    def store(self) -> Store | None:
+        if self._store is not None or self._failed:
+            return self._store
+        with self._open_lock:
+            if self._store is None and not self._failed:
+                try:
+                    self._store = call_with_timeout(
+                        lambda: Store.open(self.settings), self.settings.timeout_secs
+                    )
+                    log.debug("artifactstore: using %s", self._store.describe())
+                except Exception as exc:
+                    self.fail(exc)
+        return self._store
+
+    def fail(self, exc: BaseException) -> None:
+        self._failed = True
+        _warn_once(
+            "unavailable",
+            "store unavailable (%s); compiling without it in this process",
+            _describe_failure(exc),
+        )
+
+    @property
+    def active(self) -> bool:
+        return not self._failed
+
+    def fingerprint(self, backend: Any, devices: Any) -> _fp.Fingerprint:
+        import jax
+        import jaxlib
+
+        first = devices.flat[0] if hasattr(devices, "flat") else list(devices)[0]
+        count = int(backend.device_count())
+        ident = (id(backend), str(first.device_kind), count)
+        fp = self._fingerprints.get(ident)
+        if fp is None:
+            fp = _fp.compute(
+                platform_name=str(backend.platform),
+                platform_version=str(backend.platform_version),
+                device_kind=str(first.device_kind),
+                device_count=count,
+                jax_version=jax.__version__,
+                jaxlib_version=jaxlib.__version__,
+            )
+            self._fingerprints[ident] = fp
+        return fp
+
+
+def _describe_failure(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within the {_state.settings.timeout_secs if _state else '?'} s bound"
+    if isinstance(exc, ArtstoreError):
+        return str(exc)
+    return one_line(exc)
+
+
+# -- the key hook -----------------------------------------------------------
+def _key_hook() -> str:
+    """Added to every JAX cache key: our fingerprint when we compute the key,
+    the host CPU features otherwise (so JAX's own cache gains them too)."""
+    previous = _previous_hook() if _previous_hook is not None else ""
+    ours = getattr(_local, "fingerprint", None) or _fp.host_cpu_digest()
+    return f"{previous}|artifactstore:{ours}" if previous else f"artifactstore:{ours}"
+
+
+# -- the compile wrapper ----------------------------------------------------
+def _compile_or_get_cached(
+    backend: Any,
+    computation: Any,
+    devices: Any,
+    compile_options: Any,
+    host_callbacks: Any,
+    executable_devices: Any,
+    pgle_profiler: Any = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    state = _state
+    passthrough = (
+        state is None
+        or not state.active
+        or pgle_profiler is not None
+        or args
+        or kwargs
+        or bool(host_callbacks)  # stored only once artifactstore.callbacks lands
+        or _expects_pgle()
+    )
+    if passthrough:
+        return _original(
+            backend, computation, devices, compile_options, host_callbacks,
+            executable_devices, pgle_profiler, *args, **kwargs,
+        )  # fmt: skip
+    assert state is not None
+    from jax._src import compiler
+
+    try:
+        prepared = _prepare(state, backend, computation, devices, compile_options, host_callbacks)
+    except Exception as exc:
+        _warn_once("key", "could not compute a cache key (%s); compiling", one_line(exc))
+        prepared = None
+    store = state.store() if prepared is not None else None
+    if prepared is None or store is None:
+        return _original(
+            backend, computation, devices, compile_options, host_callbacks,
+            executable_devices, pgle_profiler,
+        )  # fmt: skip
+
+    _record_event("/jax/compilation_cache/compile_requests_use_cache")
+    started = time.monotonic()
+    hit = None
+    try:
+        hit = call_with_timeout(
+            lambda: store.get(prepared.key, prepared.fingerprint.digest),
+            state.settings.timeout_secs,
+        )
+    except Exception as exc:
+        state.fail(exc)
+    if hit is not None:
+        try:
+            executable = _deserialize(backend, hit.payload, executable_devices, compile_options,
+                                      host_callbacks)  # fmt: skip
+        except Exception as exc:
+            store.counters.add("load_errors")
+            _warn_once("load", "stored executable did not load (%s); compiling", one_line(exc))
+        else:
+            state.loads += 1
+            retrieval = time.monotonic() - started
+            _record_event("/jax/compilation_cache/cache_hits")
+            _record_duration(
+                "/jax/compilation_cache/compile_time_saved_sec",
+                hit.entry.compile_secs - retrieval,
+            )
+            _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
+            return executable
+
+    started = time.monotonic()
+    executable = compiler.backend_compile_and_load(
+        backend, computation, executable_devices, compile_options, host_callbacks
+    )
+    compile_secs = time.monotonic() - started
+    state.compiles += 1
+    _record_event("/jax/compilation_cache/cache_misses")
+    if compile_secs >= state.settings.min_compile_secs and not state.settings.read_only:
+        try:
+            payload = executable.serialize()
+            store.submit_put(
+                prepared.key,
+                payload,
+                fingerprint=prepared.fingerprint,
+                module_name=prepared.module_name,
+                compile_secs=compile_secs,
+            )
+        except Exception as exc:
+            _warn_once("serialize", "could not serialize %s (%s); not stored",
+                       prepared.module_name, one_line(exc))  # fmt: skip
+    return executable
+
+
+def _expects_pgle() -> bool:
+    try:
+        from jax._src import config as jax_config
+
+        return bool(jax_config.compilation_cache_expect_pgle.value)
+    except Exception:
+        return False
+
+
+def _prepare(
+    state: _State, backend: Any, computation: Any, devices: Any, compile_options: Any,
+    host_callbacks: Any,
+) -> _Prepared | None:  # fmt: skip
+    from jax._src import cache_key
+    from jax._src import config as jax_config
+    from jax._src.lib.mlir import ir
+
+    if not getattr(backend, "supports_executable_serialization", True):
+        return None
+    fingerprint = state.fingerprint(backend, devices)
+    ignore = cache_key.IgnoreCallbacks.NO
+    if getattr(jax_config, "remove_custom_partitioning_ptr_from_cache_key", None) is not None:
+        if jax_config.remove_custom_partitioning_ptr_from_cache_key.value:
+            ignore = cache_key.IgnoreCallbacks.CUSTOM_PARTITIONING
+    extra = ""
+    _local.fingerprint = fingerprint.digest + (f"|callbacks:{extra}" if extra else "")
+    try:
+        full = cache_key.get(computation, devices, compile_options, backend, KEY_FORMAT, ignore)
+    finally:
+        _local.fingerprint = None
+    module_name, _, digest = full.rpartition("-")
+    if not module_name:
+        module_name = ir.StringAttr(computation.operation.attributes["sym_name"]).value
+    return _Prepared(digest, module_name, fingerprint, len(host_callbacks or ()))
+
+
+def _deserialize(
+    backend: Any, payload: bytes, executable_devices: Any, compile_options: Any,
+    host_callbacks: Any,
+) -> Any:  # fmt: skip
+    if host_callbacks:
+        return backend.deserialize_executable(
+            payload, executable_devices, compile_options, host_callbacks=list(host_callbacks)
+        )
+    return backend.deserialize_executable(payload, executable_devices, compile_options)
+
+
+def _record_event(name: str) -> None:
+    try:
+        from jax._src import monitoring
+
+        monitoring.record_event(name)
+    except Exception:
+        pass
+
+
+def _record_duration(name: str, secs: float) -> None:
+    try:
+        from jax._src import monitoring
+
+        monitoring.record_event_duration_secs(name, max(secs, 0.0))
+    except Exception:
+        pass
+
+
+# -- public API -------------------------------------------------------------
+def configure(
+    url: str | None = None,
+    *,
+    index: str | None = None,
+    namespace: str | None = None,
+    read_only: bool | None = None,
+    **options: Any,
+) -> _config.Settings | None:
+    """Route every JAX compile in this process through the store.
+
+    Arguments override `ARTSTORE_*` environment variables, which override the
+    embedded default (a directory and SQLite index under the user's cache
+    directory). Returns the settings in force, or None if JAX could not be
+    hooked (the program then compiles as usual). Raises ConfigError at once for
+    a malformed URL or unknown option.
+    """
+    global _state
+    given = {"url": url, "index": index, "namespace": namespace, "read_only": read_only}
+    settings = _config.resolve({**given, **options})
+    internals = _jax_internals()
+    if internals is None:
+        return None
+    with _lock:
+        _install(internals)
+        old, _state = _state, _State(settings)
+    if old is not None:
+        _shutdown_state(old)
+    return settings
+
+
+def _install(internals: tuple[Any, Any, Any]) -> None:
+    global _original, _previous_hook
+    compiler, cache_key, _ = internals
+    if _original is None:
+        _original = compiler.compile_or_get_cached
+        _compile_or_get_cached.__wrapped_original__ = _original  # type: ignore[attr-defined]
+        compiler.compile_or_get_cached = _compile_or_get_cached
+        _previous_hook = cache_key.custom_hook
+        cache_key.custom_hook = _key_hook
+        atexit.register(_at_exit)
+
+
+def deactivate() -> None:
+    """Stop using the store and restore JAX's own functions."""
+    global _state, _original, _previous_hook
+    with _lock:
+        old, _state = _state, None
+        if _original is not None:
+            from jax._src import cache_key, compiler
+
+            compiler.compile_or_get_cached = _original
+            cache_key.custom_hook = _previous_hook
+            _original = None
+            _previous_hook = None
+    if old is not None:
+        _shutdown_state(old)
+
+
+def _shutdown_state(state: _State) -> None:
+    store = state._store
+    if store is not None:
+        store.flush()
+        store.close()
+
+
+def _at_exit() -> None:
+    state = _state
+    if state is not None and state._store is not None:
+        state._store.flush()
+
+
+def active_store() -> Store | None:
+    """The store this process uses (opening it if needed), or None."""
+    state = _state
+    return state.store() if state is not None else None
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Wait for queued uploads (bounded); True if all finished."""
+    store = _state._store if _state is not None else None
+    return store.flush(timeout) if store is not None else True
+
+
+def process_stats() -> dict[str, int]:
+    """This process's counters: hits, misses, stored, corrupt, loads, compiles, ..."""
+    state = _state
+    if state is None:
+        return {}
+    out = dict(state._store.counters.snapshot()) if state._store is not None else {}
+    out["loads"] = state.loads
+    out["compiles"] = state.compiles
+    out["active"] = int(state.active)
+    return out
+
+
+def host_fingerprint(backend_name: str | None = None) -> _fp.Fingerprint:
+    """This host's fingerprint for the default (or named) JAX backend."""
+    import jax
+    import jaxlib
+    from jax._src import xla_bridge
+
+    backend = xla_bridge.get_backend(backend_name)
+    devices = backend.devices()
+    return _fp.compute(
+        platform_name=str(backend.platform),
+        platform_version=str(backend.platform_version),
+        device_kind=str(devices[0].device_kind),
+        device_count=int(backend.device_count()),
+        jax_version=jax.__version__,
+        jaxlib_version=jaxlib.__version__,
+    )

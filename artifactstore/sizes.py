@@ -1,0 +1,73 @@
+"""Human-readable byte sizes and durations, both ways."""
+
+from __future__ import annotations
+
+import re
+
+from artifactstore.errors import ConfigError
+
+_UNITS: dict[str, int] = {
+    "": 1,
+    "B": 1,
+    "K": 1000,
+    "KB": 1000,
+    "M": 1000**2,
+    "MB": 1000**2,
+    "G": 1000**3,
+    "GB": 1000**3,
+    "T": 1000**4,
+    "TB": 1000**4,
+    "P": 1000**5,
+    "PB": 1000**5,
+    "KIB": 1024,
+    "MIB": 1024**2,
+    "GIB": 1024**3,
+    "TIB": 1024**4,
+    "PIB": 1024**5,
+}
+
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Parse `500G`, `1.5TiB`, `800MB`, `1024` into bytes (decimal and binary units)."""
+    match = _SIZE_RE.match(text)
+    unit = match.group(2).upper() if match else None
+    if match is None or unit not in _UNITS:
+        raise ConfigError(
+            f"invalid size {text!r}: use a non-negative number with an optional unit "
+            "(B, K/KB, M/MB, G/GB, T/TB, P/PB or KiB, MiB, GiB, TiB, PiB), e.g. 500G or 1.5TiB"
+        )
+    assert unit is not None
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def parse_duration(text: str) -> float:
+    """Parse `30d`, `12h`, `90m`, `45s`, `2w` into seconds."""
+    match = _DURATION_RE.match(text)
+    if match is None:
+        raise ConfigError(
+            f"invalid duration {text!r}: use a number and a unit s, m, h, d or w, e.g. 30d"
+        )
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def format_size(num: float) -> str:
+    """Binary units, three significant digits: `1.5 GiB`."""
+    value = float(num)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,280 @@
+"""The Store: get / put of executables by key over a blob store and an index.
+
+It works on bytes and metadata only (no JAX): the JAX adapter above it turns
+compiles into `get`/`put` calls. It owns the invariants: bytes are verified
+(digest, envelope, fingerprint) before anyone sees them, an index row is
+committed only after its object is durable, bad objects are quarantined, and
+read-only stores never write.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections import Counter as _Counts
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Engine
+
+from artifactstore import codec
+from artifactstore.background import Worker
+from artifactstore.blobstores import BlobStore, open_blobstore
+from artifactstore.config import Settings
+from artifactstore.errors import CorruptObject, one_line
+from artifactstore.fingerprint import Fingerprint
+from artifactstore.index import db
+from artifactstore.index.models import utcnow
+from artifactstore.index.repo import EntryInfo, Index, NewEntry
+
+log = logging.getLogger("artifactstore")
+
+
+@dataclass(frozen=True)
+class Hit:
+    payload: bytes
+    entry: EntryInfo
+
+
+@dataclass
+class Counters:
+    """What this process saw; `artstore stats` shows the persistent totals."""
+
+    counts: _Counts[str] = field(default_factory=_Counts)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, name: str, value: int = 1) -> None:
+        with self.lock:
+            self.counts[name] += value
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.counts)
+
+
+class Store:
+    def __init__(
+        self, settings: Settings, blobs: BlobStore, engine: Engine, *, worker: Worker | None = None
+    ) -> None:
+        self.settings = settings
+        self.namespace = settings.namespace
+        self.read_only = settings.read_only
+        self.blobs = blobs
+        self.engine = engine
+        self.index = Index(engine, settings.namespace)
+        self.counters = Counters()
+        self._touch_lock = threading.Lock()
+        self._touches: dict[str, tuple[int, datetime]] = {}
+        self._pending_counts: _Counts[str] = _Counts()
+        self._warned: set[str] = set()
+        self.worker = worker or Worker("artifactstore-writer", on_tick=self.flush_access)
+
+    # -- opening ------------------------------------------------------------
+    @classmethod
+    def open(cls, settings: Settings, *, migrate: bool | None = None) -> Store:
+        """Open blob store and index; the embedded default migrates itself."""
+        engine = db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs)
+        status = db.schema_status(engine)
+        auto = settings.embedded or engine.dialect.name == "sqlite" if migrate is None else migrate
+        if status.state is not db.SchemaState.CURRENT:
+            if auto and not settings.read_only and status.state is not db.SchemaState.AHEAD:
+                status = db.upgrade(engine)
+            status.require_current()
+        blobs = open_blobstore(settings)
+        blobs.check()
+        return cls(settings, blobs, engine)
+
+    def describe(self) -> str:
+        from artifactstore.config import redact_url
+
+        return f"{self.blobs.describe()} + {redact_url(self.settings.index_url)}"
+
+    def _warn_once(self, topic: str, message: str, *args: object) -> None:
+        if topic not in self._warned:
+            self._warned.add(topic)
+            log.warning("artifactstore: " + message, *args)
+
+    # -- read ---------------------------------------------------------------
+    def get(self, key: str, fingerprint_digest: str) -> Hit | None:
+        """Verified payload for `key` built for this fingerprint, or None (a miss)."""
+        entry = self.index.lookup(key)
+        if entry is None:
+            return self._miss("misses")
+        if entry.fingerprint != fingerprint_digest:
+            # Keys include the fingerprint, so this means a damaged or forged row.
+            self._warn_once(
+                "fingerprint",
+                "entry %s was built for another platform; ignoring it",
+                key[:12],
+            )
+            return self._miss("fingerprint_mismatch")
+        data = self.blobs.get(entry.digest)
+        if data is None:
+            self._drop_entry(entry)
+            return self._miss("missing_object")
+        try:
+            payload = codec.decode(
+                data, expected_digest=entry.digest, fingerprint_digest=fingerprint_digest
+            )
+        except codec.FingerprintMismatch as exc:
+            self._warn_once("fingerprint", "refusing foreign executable: %s", exc)
+            return self._miss("fingerprint_mismatch")
+        except CorruptObject as exc:
+            self._quarantine(entry, str(exc))
+            return self._miss("corrupt")
+        self._touch(key)
+        self.counters.add("hits")
+        return Hit(payload, entry)
+
+    def _miss(self, reason: str) -> None:
+        self.counters.add("misses")
+        if reason != "misses":
+            self.counters.add(reason)
+        with self._touch_lock:
+            self._pending_counts["misses"] += 1
+            if reason in ("corrupt",):
+                self._pending_counts[reason] += 1
+        return None
+
+    def _quarantine(self, entry: EntryInfo, why: str) -> None:
+        self._warn_once("corrupt", "corrupt object ignored and quarantined (%s)", why)
+        if self.read_only:
+            return
+        try:
+            self.blobs.quarantine(entry.digest)
+            self.index.forget_objects([entry.digest])
+            self._drop_entry(entry)
+        except Exception as exc:
+            log.debug("artifactstore: quarantine of %s failed: %s", entry.digest[:12], exc)
+
+    def _drop_entry(self, entry: EntryInfo) -> None:
+        """Remove an entry whose object is gone, so the next compile can store it again."""
+        if self.read_only:
+            return
+        from sqlalchemy import delete
+
+        from artifactstore.index.models import Entry
+
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(Entry).where(
+                    Entry.namespace == self.namespace,
+                    Entry.key == entry.key,
+                    Entry.digest == entry.digest,
+                )
+            )
+
+    def _touch(self, key: str) -> None:
+        if self.read_only:
+            return
+        with self._touch_lock:
+            count, _ = self._touches.get(key, (0, utcnow()))
+            self._touches[key] = (count + 1, utcnow())
+
+    def flush_access(self) -> None:
+        """Write batched hit counts, access times and counters to the index."""
+        with self._touch_lock:
+            touches, self._touches = self._touches, {}
+            counts, self._pending_counts = self._pending_counts, _Counts()
+        if self.read_only:
+            return
+        try:
+            self.index.record_access(touches)
+            self.index.add_counters(dict(counts))
+        except Exception:
+            with self._touch_lock:  # keep them for the next flush
+                for key, (n, t) in touches.items():
+                    old_n, _ = self._touches.get(key, (0, t))
+                    self._touches[key] = (old_n + n, t)
+                self._pending_counts.update(counts)
+            raise
+
+    # -- write --------------------------------------------------------------
+    def put(
+        self,
+        key: str,
+        payload: bytes,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+    ) -> bool:
+        """Store synchronously; True if this call created the entry."""
+        if self.read_only:
+            self.counters.add("skipped_read_only")
+            return False
+        encoded = codec.encode(payload, fingerprint.digest)
+        if self.blobs.put(encoded.digest, encoded.data):
+            self.counters.add("bytes_uploaded", len(encoded.data))
+        entry = NewEntry(
+            key=key,
+            digest=encoded.digest,
+            size=len(encoded.data),
+            raw_size=encoded.raw_size,
+            module_name=module_name[:255],
+            platform=fingerprint.platform,
+            platform_version=fingerprint.platform_version[:255],
+            device_kind=fingerprint.device_kind[:255],
+            device_count=fingerprint.device_count,
+            jax_version=fingerprint.jax_version,
+            jaxlib_version=fingerprint.jaxlib_version,
+            cpu_arch=fingerprint.cpu_arch,
+            fingerprint=fingerprint.digest,
+            compile_secs=float(compile_secs),
+            producer_host=socket.gethostname()[:255],
+        )
+        created = self.index.add_entry(entry, fingerprint.to_json())
+        self.counters.add("stored" if created else "already_present")
+        return created
+
+    def submit_put(
+        self,
+        key: str,
+        payload: bytes,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+    ) -> None:
+        """Queue a put on the background writer; the program does not wait for it."""
+        if self.read_only:
+            self.counters.add("skipped_read_only")
+            return
+
+        def job() -> None:
+            try:
+                self.put(
+                    key,
+                    payload,
+                    fingerprint=fingerprint,
+                    module_name=module_name,
+                    compile_secs=compile_secs,
+                )
+            except Exception as exc:
+                self.counters.add("put_errors")
+                self._warn_once("put", "could not store %s: %s", module_name, one_line(exc))
+                raise
+
+        self.worker.submit(f"put {module_name}", job)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Finish queued uploads and access records within `timeout` seconds."""
+        bound = self.settings.flush_secs if timeout is None else timeout
+        done = self.worker.drain(bound)
+        if not done:
+            self._warn_once(
+                "flush",
+                "%d upload(s) not finished within %.0f s at exit; they were not stored",
+                self.worker.pending(),
+                bound,
+            )
+        try:
+            self.flush_access()
+        except Exception as exc:
+            log.debug("artifactstore: final access flush failed: %s", exc)
+        return done
+
+    def close(self) -> None:
+        self.engine.dispose()
+

@@ -1,0 +1,1 @@
+"""Runnable examples (installed as artifactstore.examples so `artstore demo` can run them)."""

@@ -1,0 +1,1 @@
+"""Alembic migrations of the artifactstore index (installed as artifactstore.migrations)."""
