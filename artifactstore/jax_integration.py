@@ -15,13 +15,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from artifactstore import config as _config
 from artifactstore import fingerprint as _fp
 from artifactstore.background import call_with_timeout
 from artifactstore.errors import ArtstoreError, one_line
-from artifactstore.store import Store
+
+if TYPE_CHECKING:
+    from artifactstore.store import Store
 
 log = logging.getLogger("artifactstore")
 
@@ -113,6 +115,8 @@ class _State:
         with self._open_lock:
             if self._store is None and not self._failed:
                 try:
+                    from artifactstore.store import Store
+
                     self._store = call_with_timeout(
                         lambda: Store.open(self.settings), self.settings.timeout_secs
                     )

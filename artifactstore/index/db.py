@@ -25,6 +25,10 @@ from artifactstore.errors import SchemaMismatch
 log = logging.getLogger("artifactstore")
 
 _PG_MIGRATION_LOCK = 0x41525453  # "ARTS"
+# The newest migration in migrations/versions. Kept as a constant so that a
+# process checking its schema need not import Alembic or scan the scripts;
+# tests/test_index.py fails if it drifts from Alembic's head.
+SCHEMA_HEAD = "0001"
 
 
 def migrations_dir() -> Path:
@@ -108,9 +112,8 @@ def _alembic_config(connection: Connection) -> Any:
 
 
 def _script() -> Any:
-    from alembic.script import ScriptDirectory
-
     from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
@@ -123,17 +126,25 @@ def head_revision() -> str:
     return str(head)
 
 
-def schema_status(engine: Engine) -> SchemaStatus:
-    from alembic.runtime.migration import MigrationContext
+def current_revision(engine: Engine) -> str | None:
+    """The revision in alembic_version, read without importing Alembic."""
+    from sqlalchemy import inspect
 
-    script = _script()
-    head = str(script.get_current_head())
     with engine.connect() as conn:
-        current = MigrationContext.configure(conn).get_current_revision()
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+    return str(row[0]) if row is not None else None
+
+
+def schema_status(engine: Engine) -> SchemaStatus:
+    head = SCHEMA_HEAD
+    current = current_revision(engine)
     if current is None:
         return SchemaStatus(SchemaState.EMPTY, None, head)
     if current == head:
         return SchemaStatus(SchemaState.CURRENT, current, head)
+    script = _script()
     try:
         known = script.get_revision(current) is not None
     except Exception:

@@ -236,6 +236,16 @@ class Index:
                 )
             )
 
+    def keys_with_prefix(self, prefix: str) -> list[str]:
+        with Session(self.engine) as session:
+            return list(
+                session.scalars(
+                    select(Entry.key).where(
+                        Entry.namespace == self.namespace, Entry.key.startswith(prefix)
+                    )
+                )
+            )
+
     def referenced_digests(self) -> Iterator[tuple[str, int]]:
         stmt = (
             select(Entry.digest, func.max(Entry.size))

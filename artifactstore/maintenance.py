@@ -1,0 +1,121 @@
+"""Operator work over a whole namespace: verify and remove.
+
+Functions here stream over the index and the blob store rather than loading
+either into memory, and report what they found as plain data for the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from artifactstore import codec
+from artifactstore.store import Store
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class VerifyReport:
+    objects_checked: int = 0
+    bytes_checked: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    entries_without_object: list[str] = field(default_factory=list)
+    objects_without_entry: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    repaired: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not (self.corrupt or self.entries_without_object or self.objects_without_entry)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "objects_checked": self.objects_checked,
+            "bytes_checked": self.bytes_checked,
+            "corrupt": self.corrupt,
+            "entries_without_object": self.entries_without_object,
+            "objects_without_entry": self.objects_without_entry,
+            "quarantined": self.quarantined,
+            "repaired": self.repaired,
+        }
+
+
+def verify(store: Store, *, repair: bool = False, progress: Progress | None = None) -> VerifyReport:
+    """Check the digest and envelope of every object and cross-check the index.
+
+    With `repair`, corrupt objects are quarantined and entries pointing at
+    missing or corrupt objects are removed, so the next compile stores them anew.
+    """
+    report = VerifyReport()
+    referenced = dict(store.index.referenced_digests())
+    seen: set[str] = set()
+    for info in store.blobs.iter_blobs():
+        seen.add(info.digest)
+        data = store.blobs.get(info.digest)
+        if data is None:  # deleted while we scanned
+            continue
+        report.objects_checked += 1
+        report.bytes_checked += len(data)
+        if codec.digest_of(data) != info.digest or codec.envelope_fingerprint(data) is None:
+            report.corrupt.append(info.digest)
+        elif info.digest not in referenced:
+            report.objects_without_entry.append(info.digest)
+        if progress is not None:
+            progress(1)
+    report.entries_without_object = sorted(
+        key
+        for digest in referenced
+        if digest not in seen
+        for key in store.index.keys_for_digest(digest)
+    )
+    report.quarantined = sorted(b.digest for b in store.blobs.iter_quarantined())
+    if repair and not store.read_only:
+        for digest in report.corrupt:
+            store.blobs.quarantine(digest)
+        bad = set(report.corrupt) | {d for d in referenced if d not in seen}
+        for digest in bad:
+            store.index.delete_entries(store.index.keys_for_digest(digest))
+        store.index.forget_objects(bad)
+        report.repaired = True
+    return report
+
+
+@dataclass
+class RemoveReport:
+    entries: int = 0
+    objects: int = 0
+    bytes: int = 0
+    unknown: list[str] = field(default_factory=list)
+
+
+def resolve_keys(store: Store, prefixes: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Expand key prefixes (as `ls` prints them) to full keys; also the unmatched ones."""
+    keys: list[str] = []
+    unknown: list[str] = []
+    for prefix in prefixes:
+        found = store.index.keys_with_prefix(prefix.lower())
+        if found:
+            keys.extend(found)
+        else:
+            unknown.append(prefix)
+    return sorted(set(keys)), unknown
+
+
+def remove(store: Store, keys: list[str] | None) -> RemoveReport:
+    """Delete entries (all of the namespace if `keys` is None), then their orphaned objects."""
+    report = RemoveReport()
+    before = dict(store.index.referenced_digests())
+    if keys is None:
+        report.entries = store.index.delete_all_entries()
+    else:
+        report.entries = store.index.delete_entries(keys)
+    still = dict(store.index.referenced_digests())
+    orphans = [d for d in before if d not in still]
+    for digest in orphans:
+        if store.blobs.delete(digest):
+            report.objects += 1
+            report.bytes += before[digest]
+    store.index.forget_objects(orphans)
+    return report
