@@ -204,8 +204,12 @@ class Store:
         if self.read_only:
             self.counters.add("skipped_read_only")
             return False
+        if self.index.lookup(key) is not None:  # another process stored it first
+            self.counters.add("already_present")
+            return False
         encoded = codec.encode(payload, fingerprint.digest)
-        if self.blobs.put(encoded.digest, encoded.data):
+        uploaded = self.blobs.put(encoded.digest, encoded.data)
+        if uploaded:
             self.counters.add("bytes_uploaded", len(encoded.data))
         entry = NewEntry(
             key=key,
@@ -226,6 +230,11 @@ class Store:
         )
         created = self.index.add_entry(entry, fingerprint.to_json())
         self.counters.add("stored" if created else "already_present")
+        if not created and uploaded and not self.index.keys_for_digest(encoded.digest):
+            # Lost a race on the key with different bytes (XLA output is not
+            # byte-identical across processes): drop our now-unreferenced copy.
+            self.blobs.delete(encoded.digest)
+            self.index.forget_objects([encoded.digest])
         return created
 
     def submit_put(

@@ -1,0 +1,329 @@
+"""Objects in an S3 (or S3-compatible: MinIO, moto) bucket, through boto3.
+
+Credentials come only from boto3's standard chain (environment, AWS_PROFILE,
+instance/IRSA roles), so no secret ever passes through our settings, logs or
+messages. The endpoint comes from the `endpoint_url` argument, else from
+boto3's own AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL handling.
+
+Layout inside the bucket (one namespace per team/project)::
+
+    {prefix}/{namespace}/objects/{digest[:2]}/{digest}
+    {prefix}/{namespace}/quarantine/{digest}
+
+S3 makes an object visible only once its upload (single or multipart) has
+completed, so readers never see partial bytes and no temp-file dance is needed.
+Every botocore failure except "not found" becomes `StoreUnavailable` with one
+line that names the bucket, the problem and the fix, so callers can degrade to
+a compile (invariant 2) without leaking credentials (invariant 5).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import boto3
+import botocore.exceptions as bce
+from boto3.exceptions import Boto3Error
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+
+from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
+from artifactstore.errors import StoreUnavailable
+
+MiB = 1024 * 1024
+# Below this a single PUT is cheapest; above it multipart uploads parts in
+# parallel and retries a failed part instead of the whole executable.
+DEFAULT_MULTIPART_THRESHOLD = 64 * MiB
+DEFAULT_MULTIPART_CHUNKSIZE = 16 * MiB
+# Few attempts: a store that is down must degrade to a compile quickly.
+MAX_ATTEMPTS = 3
+
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+_BAD_CREDENTIALS = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "InvalidClientTokenId",
+    "AuthorizationHeaderMalformed",
+}
+_DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
+_NO_BUCKET = {"NoSuchBucket"}
+
+
+class S3BlobStore(BlobStore):
+    """Content-addressed objects under one bucket prefix and namespace."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        namespace: str,
+        endpoint_url: str | None,
+        timeout_secs: float,
+        *,
+        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+        multipart_chunksize: int = DEFAULT_MULTIPART_CHUNKSIZE,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.namespace = namespace
+        self.endpoint_url = endpoint_url
+        self.timeout_secs = timeout_secs
+        self.base = f"{self.prefix}/{namespace}" if self.prefix else namespace
+        self.objects_prefix = f"{self.base}/objects/"
+        self.quarantine_prefix = f"{self.base}/quarantine/"
+        self.transfer_config = TransferConfig(
+            multipart_threshold=multipart_threshold,
+            multipart_chunksize=multipart_chunksize,
+            max_concurrency=4,
+        )
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    # -- client ---------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        """The boto3 client, built on first use (building it costs ~100 ms, no I/O)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make_client()
+        return self._client
+
+    def _make_client(self) -> Any:
+        session = boto3.session.Session()
+        # Explicit endpoint, else whatever boto3 resolves from AWS_ENDPOINT_URL_S3 /
+        # AWS_ENDPOINT_URL / its config file. Custom endpoints (MinIO, moto) rarely
+        # have wildcard DNS for virtual-hosted buckets, so use path-style there.
+        custom = self.endpoint_url is not None or _configured_endpoint(session) is not None
+        connect = max(0.1, min(self.timeout_secs, 5.0))
+        read = max(1.0, self.timeout_secs)
+        config = Config(
+            connect_timeout=connect,
+            read_timeout=read,
+            retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            s3={"addressing_style": "path"} if custom else None,
+            max_pool_connections=16,
+        )
+        try:
+            return session.client("s3", endpoint_url=self.endpoint_url, config=config)
+        except (bce.BotoCoreError, ValueError) as exc:
+            raise StoreUnavailable(
+                f"cannot set up S3 client for bucket '{self.bucket}' "
+                f"({type(exc).__name__}): check AWS_DEFAULT_REGION, AWS_PROFILE and "
+                "AWS_ENDPOINT_URL_S3 / ARTSTORE_S3_ENDPOINT_URL"
+            ) from None
+
+    def _endpoint(self) -> str:
+        try:
+            endpoint = str(self.client.meta.endpoint_url)
+        except StoreUnavailable:
+            endpoint = self.endpoint_url or "the default AWS endpoint"
+        return _mask(endpoint)
+
+    # -- keys -----------------------------------------------------------------
+
+    def key(self, digest: str) -> str:
+        check_digest(digest)
+        return f"{self.objects_prefix}{digest[:2]}/{digest}"
+
+    def quarantine_key(self, digest: str) -> str:
+        check_digest(digest)
+        return f"{self.quarantine_prefix}{digest}"
+
+    # -- BlobStore ------------------------------------------------------------
+
+    def get(self, digest: str) -> bytes | None:
+        key = self.key(digest)
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+            body: bytes = response["Body"].read()
+            return body
+        except Exception as exc:
+            if _code(exc) in _NOT_FOUND:
+                return None
+            self._fail("get", exc)
+
+    def exists(self, digest: str) -> bool:
+        return self._head(self.key(digest))
+
+    def put(self, digest: str, data: bytes) -> bool:
+        key = self.key(digest)
+        # Content addressing: an existing object already holds these bytes, so
+        # skip re-uploading hundreds of MB (and keep its LastModified for GC grace).
+        if self._head(key):
+            return False
+        try:
+            self.client.upload_fileobj(
+                io.BytesIO(data),
+                self.bucket,
+                key,
+                ExtraArgs={"ContentType": "application/octet-stream"},
+                Config=self.transfer_config,
+            )
+        except Exception as exc:
+            self._fail("put", exc)
+        return True
+
+    def delete(self, digest: str) -> bool:
+        key = self.key(digest)
+        # DeleteObject answers 204 whether or not the key existed; ask first.
+        if not self._head(key):
+            return False
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            self._fail("delete", exc)
+        return True
+
+    def quarantine(self, digest: str) -> None:
+        source = self.key(digest)
+        target = self.quarantine_key(digest)
+        try:
+            # Managed copy: server-side, multipart above the threshold (no 5 GiB limit).
+            self.client.copy(
+                {"Bucket": self.bucket, "Key": source},
+                self.bucket,
+                target,
+                Config=self.transfer_config,
+            )
+        except Exception as exc:
+            if _code(exc) in _NOT_FOUND:
+                return  # already gone: nothing to serve, nothing to keep
+            self._fail("quarantine", exc)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=source)
+        except Exception as exc:
+            self._fail("quarantine", exc)
+
+    def iter_blobs(self) -> Iterator[BlobInfo]:
+        return self._list(self.objects_prefix, "list")
+
+    def iter_quarantined(self) -> Iterator[BlobInfo]:
+        return self._list(self.quarantine_prefix, "list quarantine")
+
+    def describe(self) -> str:
+        return f"s3://{self.bucket}/{self.base}"
+
+    def check(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception as exc:
+            # HEAD has no body, so a missing bucket shows up only as a bare 404.
+            if _code(exc) in {"404", "NotFound", "NoSuchBucket"}:
+                raise StoreUnavailable(
+                    f"S3 bucket '{self.bucket}' does not exist at {self._endpoint()}: "
+                    "create it or fix ARTSTORE_URL"
+                ) from None
+            self._fail("check", exc)
+
+    # -- helpers --------------------------------------------------------------
+
+    def _head(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=key)
+            return True
+        except Exception as exc:
+            if _code(exc) in _NOT_FOUND:
+                return False
+            self._fail("head", exc)
+
+    def _list(self, prefix: str, op: str) -> Iterator[BlobInfo]:
+        try:
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Contents", ()):
+                    name = str(item["Key"]).rsplit("/", 1)[-1]
+                    if len(name) != 64:
+                        continue  # not ours (a stray upload or a marker)
+                    yield BlobInfo(name, int(item["Size"]), item["LastModified"].timestamp())
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            self._fail(op, exc)
+
+    def _fail(self, op: str, exc: BaseException) -> NoReturn:
+        """Re-raise a backend failure as one secret-free line naming the fix."""
+        if not isinstance(exc, (bce.BotoCoreError, bce.ClientError, Boto3Error)):
+            raise exc
+        raise StoreUnavailable(self._message(op, exc)) from None
+
+    def _message(self, op: str, exc: BaseException) -> str:
+        bucket = f"'{self.bucket}'"
+        kind = type(exc).__name__
+        if isinstance(exc, (bce.EndpointConnectionError, bce.ProxyConnectionError)):
+            return (
+                f"S3 bucket {bucket} not reachable at {self._endpoint()} ({kind}): "
+                "check ARTSTORE_URL / AWS_ENDPOINT_URL_S3 and the network"
+            )
+        if isinstance(exc, (bce.ConnectTimeoutError, bce.ReadTimeoutError)):
+            return (
+                f"S3 bucket {bucket} at {self._endpoint()} did not answer within "
+                f"{self.timeout_secs:g}s during {op} ({kind}): check the network "
+                "or raise ARTSTORE_TIMEOUT"
+            )
+        if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError)):
+            return (
+                f"no usable S3 credentials for bucket {bucket} ({kind}): set AWS_PROFILE "
+                "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or use an instance role)"
+            )
+        if isinstance(exc, bce.NoRegionError):
+            return f"no AWS region configured for bucket {bucket} ({kind}): set AWS_DEFAULT_REGION"
+        code = _code(exc)
+        if code in _BAD_CREDENTIALS:
+            return (
+                f"S3 credentials rejected for bucket {bucket} ({code}): "
+                "check AWS_ACCESS_KEY_ID/AWS_PROFILE"
+            )
+        if code in _NO_BUCKET:
+            return (
+                f"S3 bucket {bucket} does not exist at {self._endpoint()} ({code}): "
+                "create it or fix ARTSTORE_URL"
+            )
+        if code in _DENIED:
+            return (
+                f"S3 access denied for {op} in bucket {bucket} under '{self.base}/' ({code}): "
+                "check the IAM policy for these credentials (see infra/policies/)"
+            )
+        detail = code or kind
+        return (
+            f"S3 {op} failed for bucket {bucket} at {self._endpoint()} ({detail}): "
+            "check the S3 service and ARTSTORE_URL"
+        )
+
+
+def _code(exc: BaseException) -> str:
+    """The S3 error code of a ClientError (or of a boto3 wrapper around one)."""
+    if isinstance(exc, bce.ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    if isinstance(exc, Boto3Error):  # e.g. S3UploadFailedError keeps only the text
+        match = re.search(r"An error occurred \(([A-Za-z0-9]+)\)", str(exc))
+        return match.group(1) if match else ""
+    return ""
+
+
+def _configured_endpoint(session: Any) -> str | None:
+    """The endpoint boto3 would use from env/config, if any (for addressing style)."""
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(name):
+            return os.environ[name]
+    try:
+        scoped = session._session.get_scoped_config()
+    except Exception:
+        return None
+    value = scoped.get("endpoint_url") if isinstance(scoped, dict) else None
+    return str(value) if value else None
+
+
+def _mask(url: str) -> str:
+    """An endpoint fit for messages: userinfo and query string removed."""
+    url = re.sub(r"(://)[^/@\s]*@", r"\1", url)
+    return url.split("?", 1)[0]

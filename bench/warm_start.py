@@ -1,0 +1,179 @@
+"""Warm start, side by side: fresh processes with no cache, JAX's own cache, and artifactstore.
+
+Each configuration runs the bundled compile-heavy example in fresh subprocesses
+(JAX_PLATFORMS=cpu, no inherited ARTSTORE_* or JAX cache variables). Warm
+configurations are pre-filled by one untimed run; timed runs are interleaved
+round-robin so machine noise hits every configuration alike. All checksums
+must agree. To add a configuration, append a `Config` to `CONFIGS`.
+
+    python bench/warm_start.py [--runs 5] [--layers 10] [--out bench/results/warm_start.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+EXAMPLE = [sys.executable, "-m", "artifactstore.examples.compile_heavy"]
+STRIP_PREFIXES = ("ARTSTORE_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE",
+                  "JAX_ENABLE_COMPILATION_CACHE")  # fmt: skip
+NO_CACHE, JAX_WARM = "no cache", "jax local cache (warm)"
+TARGET_NAME, TARGET_RATIO = "artifactstore embedded (warm)", 1.05
+
+
+def no_env(_: Path) -> dict[str, str]:
+    return {}
+
+
+def no_args(_: Path) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration; `env` and `args` get this config's private temp dir."""
+
+    name: str
+    args: Callable[[Path], list[str]] = no_args
+    env: Callable[[Path], dict[str, str]] = no_env
+    prefill: bool = False  # one untimed run first, so timed runs start warm
+    store: bool = False  # passes --store; warm timed runs must get store hits
+
+
+def embedded_env(tmp: Path) -> dict[str, str]:
+    return {"ARTSTORE_URL": str(tmp)}
+
+
+CONFIGS: list[Config] = [
+    Config(NO_CACHE),
+    Config(JAX_WARM, args=lambda tmp: ["--jax-cache", str(tmp)], prefill=True),
+    Config(TARGET_NAME, env=embedded_env, prefill=True, store=True),
+]
+
+
+def run_once(cfg: Config, tmp: Path, layers: int) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(STRIP_PREFIXES)}
+    env.update({"JAX_PLATFORMS": "cpu", **cfg.env(tmp)})
+    cmd = [*EXAMPLE, "--layers", str(layers), *cfg.args(tmp), *(["--store"] if cfg.store else [])]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"[{cfg.name}] example failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"wall_secs": wall, "first_call_secs": out["first_call_secs"],
+            "setup_secs": out["setup_secs"], "checksum": out["checksum"],
+            "store": out.get("store")}  # fmt: skip
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=5, help="timed runs per configuration")
+    p.add_argument("--layers", type=int, default=10, help="example model depth")
+    p.add_argument("--out", type=Path, default=Path("bench/results/warm_start.json"))
+    p.add_argument("--configs", help="comma-separated substrings of config names to run "
+                   f"(default all: {'; '.join(c.name for c in CONFIGS)})")  # fmt: skip
+    a = p.parse_args(argv)
+    wanted = [w.strip().lower() for w in a.configs.split(",")] if a.configs else None
+    configs = [c for c in CONFIGS if not wanted or any(w in c.name.lower() for w in wanted)]
+    if not configs:
+        p.error(f"--configs {a.configs!r} matches no configuration")
+
+    raw: dict[str, list[dict[str, Any]]] = {c.name: [] for c in configs}
+    checksums: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="artstore-bench-") as root:
+        tmps = {c.name: Path(root) / f"cfg{i}" for i, c in enumerate(configs)}
+        for c in configs:
+            tmps[c.name].mkdir()
+            if c.prefill:
+                print(f"prefill (untimed): {c.name} ...", flush=True)
+                checksums.add(run_once(c, tmps[c.name], a.layers)["checksum"])
+        for i in range(a.runs):  # round-robin: run i of every config, then run i+1
+            for c in configs:
+                r = run_once(c, tmps[c.name], a.layers)
+                raw[c.name].append(r)
+                checksums.add(r["checksum"])
+                print(f"run {i + 1}/{a.runs} {c.name:<30} first {r['first_call_secs']:7.3f}s"
+                      f"  wall {r['wall_secs']:7.3f}s", flush=True)  # fmt: skip
+                st = r["store"] or {}
+                if c.store and c.prefill and st.get("hits", 0) < 1:
+                    sys.exit(f"[{c.name}] warm run did not load from the store: {st}")
+    if len(checksums) != 1:
+        sys.exit(f"FAIL: checksums differ across runs: {sorted(checksums)}")
+
+    res: dict[str, dict[str, Any]] = {
+        c.name: {k: summary([r[k] for r in raw[c.name]]) for k in ("first_call_secs", "wall_secs")}
+        for c in configs
+    }
+
+    def med(name: str, key: str) -> float | None:
+        return res[name][key]["median"] if name in res else None
+
+    def cell(s: dict[str, float]) -> str:
+        return f"{s['median']:.3f} ({s['min']:.2f}-{s['max']:.2f})"
+
+    ratio_cols = [("first/no-cache", "first_call_secs", NO_CACHE),
+                  ("first/jax-warm", "first_call_secs", JAX_WARM),
+                  ("wall/jax-warm", "wall_secs", JAX_WARM)]  # fmt: skip
+    lines = [f"{'config':<31}{'first call (s)':>22}{'process wall (s)':>22}"
+             + "".join(f"{h:>16}" for h, _, _ in ratio_cols)]  # fmt: skip
+    for name, r in res.items():
+        r["ratios"] = {h: ratio(med(name, k), med(base, k)) for h, k, base in ratio_cols}
+        cells = [f"{x:.3f}x" if x is not None else "-" for x in r["ratios"].values()]
+        lines.append(f"{name:<31}{cell(r['first_call_secs']):>22}{cell(r['wall_secs']):>22}"
+                     + "".join(f"{x:>16}" for x in cells))  # fmt: skip
+    target = ratio(med(TARGET_NAME, "wall_secs"), med(JAX_WARM, "wall_secs"))
+    verdict = "n/a" if target is None else ("PASS" if target <= TARGET_RATIO else "MISS")
+    n_runs = sum(map(len, raw.values())) + sum(c.prefill for c in configs)
+    shown = "n/a" if target is None else f"{target:.3f}x {verdict}"
+    lines += [
+        "",
+        f"median (min-max) over {a.runs} interleaved runs; layers={a.layers}; "
+        f"identical checksum in all {n_runs} runs (prefills too): {next(iter(checksums))}",
+        f"target: {TARGET_NAME} wall <= {TARGET_RATIO:.2f}x {JAX_WARM} wall: {shown}",
+    ]
+    text = "\n".join(lines)
+    print("\n" + text)
+
+    report = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "runs": a.runs, "layers": a.layers, "python": sys.version.split()[0],
+        "jax": version("jax"), "jaxlib": version("jaxlib"),
+        "host": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
+                 "machine": platform.machine(), "processor": platform.processor()},
+        "target": {"ratio_max": TARGET_RATIO, "wall_vs_jax_warm": target, "verdict": verdict},
+        "checksum": next(iter(checksums)),
+        "configs": [{"name": c.name, "prefill": c.prefill, "store": c.store,
+                     "args": c.args(Path("<tmp>")), "env": c.env(Path("<tmp>")),
+                     **res[c.name], "raw": raw[c.name]} for c in configs],
+    }  # fmt: skip
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(report, indent=2) + "\n")
+    a.out.with_suffix(".txt").write_text(text + "\n")
+    print(f"\nwrote {a.out} and {a.out.with_suffix('.txt')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""A small JAX program the tests run in fresh processes.
+
+It reports, as one JSON line: its results, JAX's own monitoring events, how
+many times XLA actually compiled (by counting calls of JAX's compile entry
+point), and the store's counters for this process.
+
+Environment knobs (tests only):
+  JOB_FAKE_CPU_FEATURES  comma list replacing the host CPU features in the fingerprint
+  JOB_NO_STORE=1         do not configure artifactstore
+  JOB_VARIANT            changes the program (a different module, so a different key)
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+from jax._src import compiler
+
+events: collections.Counter[str] = collections.Counter()
+durations: collections.Counter[str] = collections.Counter()
+jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, secs, **kw: durations.update({name: secs})
+)
+xla_compiles = []
+_real_compile = compiler.backend_compile_and_load
+
+
+def _counting_compile(backend, computation, *args, **kwargs):  # type: ignore[no-untyped-def]
+    xla_compiles.append(str(computation.operation.attributes["sym_name"]))
+    return _real_compile(backend, computation, *args, **kwargs)
+
+
+compiler.backend_compile_and_load = _counting_compile
+
+if os.environ.get("JOB_FAKE_CPU_FEATURES"):
+    from artifactstore import fingerprint
+
+    fake = sorted(os.environ["JOB_FAKE_CPU_FEATURES"].split(","))
+    fingerprint.register_provider(lambda fields: {**fields, "cpu_features": fake})
+
+if not os.environ.get("JOB_NO_STORE"):
+    import artifactstore
+
+    artifactstore.configure()
+
+variant = float(os.environ.get("JOB_VARIANT", "0"))
+
+
+@jax.jit
+def mlp(x):  # type: ignore[no-untyped-def]
+    for i in range(6):
+        x = jnp.tanh(x @ x.T * (0.1 + 0.01 * i) + variant) @ x
+    return x.sum(axis=0)
+
+
+@jax.jit
+def loss_and_grad(w, x):  # type: ignore[no-untyped-def]
+    def loss(w):  # type: ignore[no-untyped-def]
+        h = x
+        for _ in range(4):
+            h = jax.nn.relu(h @ w)
+        return (h**2).mean()
+
+    return jax.value_and_grad(loss)(w)
+
+
+x = jnp.linspace(-1.0, 1.0, 64, dtype=jnp.float32).reshape(8, 8)
+r1 = mlp(x)
+value, grad = loss_and_grad(jnp.eye(8, dtype=jnp.float32) * 0.5, x)
+jax.block_until_ready((r1, value, grad))
+results = [repr(float(v)) for v in (*r1.tolist(), float(value), *grad.ravel().tolist())]
+
+stats = {}
+if not os.environ.get("JOB_NO_STORE"):
+    import artifactstore
+
+    artifactstore.flush()
+    stats = artifactstore.process_stats()
+
+print(
+    json.dumps(
+        {
+            "results": results,
+            "events": dict(events),
+            "xla_compiles": xla_compiles,
+            "store": stats,
+        }
+    ),
+    flush=True,
+)
+sys.exit(int(os.environ.get("JOB_EXIT", "0")))
