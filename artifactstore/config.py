@@ -125,7 +125,8 @@ def parse_index_url(url: str) -> str:
         return "sqlite:///" + str(Path(text).expanduser().resolve())
     try:
         parsed = make_url(text)
-    except ArgumentError:
+        _ = parsed.port
+    except (ArgumentError, ValueError):
         raise ConfigError(
             "malformed index URL: use sqlite:///path/index.db or "
             "postgresql+psycopg://user@host:5432/dbname"

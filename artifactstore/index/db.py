@@ -67,10 +67,18 @@ def open_engine(url: str, *, timeout_secs: float = 10.0) -> Engine:
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    import sqlite3
+
     cur = dbapi_conn.cursor()
     # WAL lets readers proceed while one process writes; FULL makes a commit
-    # durable before we report an entry as stored.
-    cur.execute("PRAGMA journal_mode=WAL")
+    # durable before we report an entry as stored. Switching to WAL needs a
+    # moment of exclusive access: if another process holds the database, it
+    # is switching it already (the mode is persistent), so carry on.
+    if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError:
+            pass
     cur.execute("PRAGMA synchronous=FULL")
     cur.close()
 
@@ -175,12 +183,12 @@ def upgrade(engine: Engine, revision: str = "head") -> SchemaStatus:
     """Apply migrations up to `revision`; safe to call from many processes at once."""
     from alembic import command
 
-    status = schema_status(engine)
-    if status.state is SchemaState.AHEAD:
-        status.require_current()
-    if status.state is SchemaState.CURRENT and revision == "head":
-        return status
     with _migration_lock(engine) as conn:
+        status = schema_status(engine)
+        if status.state is SchemaState.AHEAD:
+            status.require_current()
+        if status.state is SchemaState.CURRENT and revision == "head":
+            return status
         command.upgrade(_alembic_config(conn), revision)
     log.debug("index at %s upgraded to %s", redact_url(str(engine.url)), revision)
     return schema_status(engine)

@@ -1,0 +1,413 @@
+"""A local development stack on loopback: moto S3 server + a PostgreSQL database.
+
+Usage (prints shell `export` lines on stdout, progress on stderr)::
+
+    eval "$(python infra/devstack.py up)"    # start moto, create bucket + database
+    python infra/devstack.py env             # print the exports again
+    python infra/devstack.py down            # stop moto (--drop-database to also drop it)
+
+Importable too: the S3 tests start their own moto server with `start_moto()`.
+Everything binds to 127.0.0.1 and the AWS credentials are moto's fake ones;
+nothing here is fit for a shared or production deployment (see
+infra/docker-compose.yml and infra/README.md for that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HOST = "127.0.0.1"
+PG_PORT = 5432
+PG_ADMIN_DB = "test"
+DEV_BUCKET = "artstore-dev"
+DEV_PREFIX = "cache"
+DEV_DATABASE = "artstore_dev"
+# moto accepts any credentials; these only satisfy boto3's credential chain.
+FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+_DB_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+@dataclass
+class MotoServer:
+    """A moto S3 server subprocess on loopback."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    owned_log: bool = False
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        """Terminate the server and reap it (idempotent)."""
+        _terminate(self.process.pid, self.process)
+        if self.owned_log:
+            with contextlib.suppress(OSError):
+                self.log_path.unlink()
+
+    def log_tail(self) -> str:
+        return _tail(self.log_path)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def start_moto(
+    port: int | None = None,
+    *,
+    timeout: float = 30.0,
+    log_path: Path | None = None,
+    detach: bool = False,
+) -> MotoServer:
+    """Start `python -m moto.server` on 127.0.0.1 and wait until it answers.
+
+    `detach` puts it in its own session so it outlives this process (for `up`).
+    Raises RuntimeError (with the server's last output) if it does not come up.
+    """
+    chosen = port if port is not None else free_port()
+    # Log to a file, never a pipe: moto logs every request and would block once
+    # an unread pipe filled up.
+    owned_log = log_path is None
+    if log_path is None:
+        fd, name = tempfile.mkstemp(prefix="artstore-moto-", suffix=".log")
+        os.close(fd)
+        log_path = Path(name)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(chosen)],
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=detach,
+        )
+    server = MotoServer(process, chosen, log_path, owned_log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = _tail(log_path)
+            server.stop()
+            raise RuntimeError(
+                f"moto server exited with code {process.returncode} before answering on "
+                f"{server.endpoint}: {output} (install with: pip install 'moto[server]')"
+            )
+        if _answers(server.endpoint):
+            return server
+        time.sleep(0.1)
+    output = _tail(log_path)
+    server.stop()
+    raise RuntimeError(
+        f"moto server did not answer on {server.endpoint} within {timeout:g}s: {output}"
+    )
+
+
+def _answers(endpoint: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+    try:
+        with opener.open(endpoint + "/moto-api/", timeout=1.0) as response:
+            return int(response.status) < 500
+    except urllib.error.HTTPError as exc:
+        return exc.code < 500
+    except OSError:
+        return False
+
+
+def _tail(log_path: Path) -> str:
+    try:
+        data = log_path.read_bytes()[-2000:]
+    except OSError:
+        data = b""
+    text = " | ".join(line for line in data.decode(errors="replace").splitlines() if line)
+    return text[-600:] or "(no output)"
+
+
+def _terminate(pid: int, process: subprocess.Popen[bytes] | None = None) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        if process is not None:
+            if process.poll() is not None:
+                break
+        elif not _alive(pid):
+            break
+        time.sleep(0.05)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        if process is not None:
+            process.wait(timeout=5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours counts as gone.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _is_moto(pid: int) -> bool:
+    """Guard against killing an unrelated process that reused a stale pid."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return _alive(pid)
+    return b"moto" in cmdline
+
+
+def create_bucket(endpoint: str, name: str) -> None:
+    """Create `name` on the S3 endpoint (fine if it already exists)."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        region_name=FAKE_CREDENTIALS["AWS_DEFAULT_REGION"],
+    )
+    try:
+        client.create_bucket(Bucket=name)
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass
+
+
+# -- PostgreSQL -----------------------------------------------------------------
+
+
+def _pg_answers(timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((HOST, PG_PORT), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_postgres(timeout: float = 30.0) -> None:
+    """Start the local cluster with pg_ctlcluster if 127.0.0.1:5432 does not answer."""
+    if _pg_answers():
+        return
+    versions = sorted(
+        (p.name for p in Path("/etc/postgresql").glob("*") if p.is_dir()),
+        key=lambda v: [int(x) for x in re.findall(r"\d+", v)] or [0],
+    )
+    if not versions:
+        raise RuntimeError(
+            f"PostgreSQL is not answering on {HOST}:{PG_PORT} and no cluster is "
+            "configured under /etc/postgresql: install postgresql or start one"
+        )
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main", "start"],
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _pg_answers():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(
+        f"PostgreSQL did not start on {HOST}:{PG_PORT} within {timeout:g}s: "
+        f"check `pg_ctlcluster {versions[-1]} main status` and its log"
+    )
+
+
+def _admin_connection() -> Any:
+    import psycopg
+
+    return psycopg.connect(
+        host=HOST, port=PG_PORT, user="postgres", dbname=PG_ADMIN_DB, autocommit=True
+    )
+
+
+_DROP_SQL = "DROP DATABASE IF EXISTS {} WITH (FORCE)"  # FORCE: PostgreSQL 13+
+
+
+def _check_db_name(name: str) -> str:
+    if not _DB_NAME_RE.match(name) or name in ("postgres", PG_ADMIN_DB):
+        raise ValueError(f"refusing database name {name!r}: use lowercase letters, digits, _")
+    return name
+
+
+def database_url(name: str) -> str:
+    return f"postgresql+psycopg://postgres@{HOST}:{PG_PORT}/{_check_db_name(name)}"
+
+
+def create_database(name: str) -> str:
+    """A fresh, empty database (an existing one is dropped first); returns its URL."""
+    from psycopg import sql
+
+    _check_db_name(name)
+    ensure_postgres()
+    with _admin_connection() as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return database_url(name)
+
+
+def drop_database(name: str) -> None:
+    from psycopg import sql
+
+    _check_db_name(name)
+    ensure_postgres()
+    with _admin_connection() as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+# -- CLI ------------------------------------------------------------------------
+
+
+def state_dir() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime else Path("/tmp")
+    return base / f"artifactstore-devstack-{os.getuid()}"
+
+
+def _state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def _read_state() -> dict[str, Any] | None:
+    try:
+        state = json.loads(_state_file().read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not _alive(int(state.get("pid", 0))):
+        return None
+    return state
+
+
+def dev_env(endpoint: str) -> dict[str, str]:
+    return {
+        "ARTSTORE_URL": f"s3://{DEV_BUCKET}/{DEV_PREFIX}",
+        "ARTSTORE_INDEX": database_url(DEV_DATABASE),
+        "AWS_ENDPOINT_URL_S3": endpoint,
+        **FAKE_CREDENTIALS,
+    }
+
+
+def _print_exports(endpoint: str) -> None:
+    for name, value in dev_env(endpoint).items():
+        print(f"export {name}={value}")
+
+
+def _log(message: str) -> None:
+    print(f"devstack: {message}", file=sys.stderr)
+
+
+def cmd_up(port: int | None) -> int:
+    state = _read_state()
+    if state is not None:
+        _log(f"already running (pid {state['pid']}) at {state['endpoint']}")
+        _print_exports(str(state["endpoint"]))
+        return 0
+    directory = state_dir()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    server = start_moto(port, log_path=directory / "moto.log", detach=True)
+    try:
+        create_bucket(server.endpoint, DEV_BUCKET)
+        # A fresh moto has no objects, so start the index fresh too: an index
+        # pointing at missing objects would only produce misses.
+        create_database(DEV_DATABASE)
+    except BaseException:
+        server.stop()
+        raise
+    _state_file().write_text(
+        json.dumps({"pid": server.pid, "port": server.port, "endpoint": server.endpoint})
+    )
+    _log(f"moto S3 at {server.endpoint} (pid {server.pid}, log {directory / 'moto.log'})")
+    _log(f"bucket {DEV_BUCKET}, database {DEV_DATABASE}; next: artstore db upgrade")
+    _print_exports(server.endpoint)
+    return 0
+
+
+def cmd_down(drop: bool) -> int:
+    state = _read_state()
+    if state is None:
+        _log("not running")
+    else:
+        pid = int(state["pid"])
+        if _is_moto(pid):
+            _terminate(pid)
+            _log(f"stopped moto (pid {pid})")
+        else:
+            _log(f"pid {pid} is not a moto server any more; leaving it alone")
+    with contextlib.suppress(FileNotFoundError):
+        _state_file().unlink()
+    if drop:
+        drop_database(DEV_DATABASE)
+        _log(f"dropped database {DEV_DATABASE}")
+    return 0
+
+
+def cmd_env() -> int:
+    state = _read_state()
+    if state is None:
+        _log("not running: run `python infra/devstack.py up`")
+        return 1
+    _print_exports(str(state["endpoint"]))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start moto, create bucket and database, print exports")
+    up.add_argument("--port", type=int, default=None, help="moto port (default: a free one)")
+    down = sub.add_parser("down", help="stop moto")
+    down.add_argument("--drop-database", action="store_true", help=f"also drop {DEV_DATABASE}")
+    sub.add_parser("env", help="print the export lines again")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            return cmd_up(args.port)
+        if args.command == "down":
+            return cmd_down(args.drop_database)
+        return cmd_env()
+    except (RuntimeError, OSError, ValueError) as exc:
+        _log(f"error: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

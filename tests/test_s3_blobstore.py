@@ -1,0 +1,302 @@
+"""S3BlobStore against a real moto server over HTTP (not moto's in-process mock).
+
+Going through a socket exercises what production does: endpoint resolution,
+path-style addressing, timeouts, retries, multipart uploads and error mapping.
+The server is started by infra/devstack.py. When it cannot start, the tests
+skip locally but fail under CI=true so a broken CI image is never green.
+
+Not covered: rejected credentials (moto accepts any key pair unless its IAM
+auth is switched on), so the InvalidAccessKeyId message is only unit-checked
+through the error mapper.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from artifactstore.blobstores.base import BlobStore
+from artifactstore.blobstores.s3 import MiB, S3BlobStore
+from artifactstore.errors import StoreUnavailable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "infra"))
+import devstack  # noqa: E402
+
+SECRET = "artstore-test-SECRET-do-not-leak-9f3b"
+ACCESS_KEY = "AKIAARTSTORETESTKEY1"
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[devstack.MotoServer]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        mp.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
+        for name in (
+            "AWS_PROFILE",
+            "AWS_SESSION_TOKEN",
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT_URL_S3",
+        ):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_CONFIG_FILE", os.devnull)
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+        try:
+            server = devstack.start_moto()
+        except Exception as exc:
+            message = f"cannot start moto server: {exc}"
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def bucket(moto: devstack.MotoServer) -> str:
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    devstack.create_bucket(moto.endpoint, name)
+    return name
+
+
+def make_store(moto: devstack.MotoServer, bucket: str, **kw: Any) -> S3BlobStore:
+    args: dict[str, Any] = {
+        "prefix": "team/cache",
+        "namespace": "default",
+        "endpoint_url": moto.endpoint,
+        "timeout_secs": 5.0,
+    }
+    args.update(kw)
+    return S3BlobStore(bucket, **args)
+
+
+@pytest.fixture
+def store(moto: devstack.MotoServer, bucket: str) -> S3BlobStore:
+    return make_store(moto, bucket)
+
+
+def blob(data: bytes) -> tuple[str, bytes]:
+    return hashlib.sha256(data).hexdigest(), data
+
+
+def count_calls(store: S3BlobStore, operation: str) -> list[str]:
+    calls: list[str] = []
+    store.client.meta.events.register(
+        f"before-call.s3.{operation}", lambda **kw: calls.append(operation)
+    )
+    return calls
+
+
+def test_roundtrip_and_layout(store: S3BlobStore) -> None:
+    digest, data = blob(b"compiled executable bytes")
+    assert isinstance(store, BlobStore)
+    assert not store.exists(digest)
+    assert store.put(digest, data) is True
+    assert store.exists(digest)
+    assert store.get(digest) == data
+    listed = store.client.list_objects_v2(Bucket=store.bucket)["Contents"]
+    assert [o["Key"] for o in listed] == [f"team/cache/default/objects/{digest[:2]}/{digest}"]
+    assert store.describe() == f"s3://{store.bucket}/team/cache/default"
+
+
+def test_empty_prefix_has_no_leading_slash(moto: devstack.MotoServer, bucket: str) -> None:
+    store = make_store(moto, bucket, prefix="")
+    digest, data = blob(b"x")
+    store.put(digest, data)
+    keys = [o["Key"] for o in store.client.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert keys == [f"default/objects/{digest[:2]}/{digest}"]
+    assert store.describe() == f"s3://{bucket}/default"
+
+
+def test_put_existing_digest_does_not_reupload(store: S3BlobStore) -> None:
+    digest, data = blob(b"same bytes")
+    puts = count_calls(store, "PutObject")
+    assert store.put(digest, data) is True
+    assert store.put(digest, data) is False
+    assert puts == ["PutObject"]
+    assert store.get(digest) == data
+
+
+def test_large_object_goes_multipart(moto: devstack.MotoServer, bucket: str) -> None:
+    store = make_store(
+        moto, bucket, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, timeout_secs=30
+    )
+    digest, data = blob(os.urandom(12 * MiB + 123))
+    parts = count_calls(store, "UploadPart")
+    singles = count_calls(store, "PutObject")
+    assert store.put(digest, data) is True
+    assert len(parts) == 3 and singles == []
+    head = store.client.head_object(Bucket=bucket, Key=store.key(digest))
+    assert head["ETag"].strip('"').endswith("-3")  # S3's marker of a multipart object
+    assert store.get(digest) == data
+
+
+def test_get_missing_is_none(store: S3BlobStore) -> None:
+    assert store.get("0" * 64) is None
+    assert store.exists("0" * 64) is False
+
+
+def test_bad_digest_rejected(store: S3BlobStore) -> None:
+    with pytest.raises(ValueError):
+        store.get("../../etc/passwd")
+
+
+def test_delete(store: S3BlobStore) -> None:
+    digest, data = blob(b"to delete")
+    store.put(digest, data)
+    assert store.delete(digest) is True
+    assert store.get(digest) is None
+    assert store.delete(digest) is False
+
+
+def test_quarantine_moves_object(store: S3BlobStore) -> None:
+    digest, data = blob(b"corrupt")
+    store.put(digest, data)
+    store.quarantine(digest)
+    assert store.get(digest) is None
+    assert list(store.iter_blobs()) == []
+    quarantined = list(store.iter_quarantined())
+    assert [(q.digest, q.size) for q in quarantined] == [(digest, len(data))]
+    key = store.quarantine_key(digest)
+    assert key == f"team/cache/default/quarantine/{digest}"
+    assert store.client.get_object(Bucket=store.bucket, Key=key)["Body"].read() == data
+    store.quarantine(digest)  # already gone: tolerated
+    store.quarantine("1" * 64)
+
+
+def test_iter_blobs_streams_all_pages(store: S3BlobStore) -> None:
+    blobs = dict(blob(f"object {i}".encode()) for i in range(25))
+    for digest, data in blobs.items():
+        store.put(digest, data)
+    pages = count_calls(store, "ListObjectsV2")
+    store.client.meta.events.register(
+        "before-parameter-build.s3.ListObjectsV2",
+        lambda params, **kw: params.__setitem__("MaxKeys", 10),
+    )
+    before = time.time()
+    iterator = store.iter_blobs()
+    first = next(iterator)
+    assert len(pages) == 1  # lazily paged, not listed up front
+    found = [first, *iterator]
+    assert len(pages) == 3
+    assert {b.digest for b in found} == set(blobs)
+    assert {b.size for b in found} == {len(d) for d in blobs.values()}
+    assert all(abs(b.mtime - before) < 3600 for b in found)
+
+
+def test_namespaces_and_prefixes_are_isolated(moto: devstack.MotoServer, bucket: str) -> None:
+    a = make_store(moto, bucket, namespace="team-a")
+    b = make_store(moto, bucket, namespace="team-b")
+    c = make_store(moto, bucket, prefix="other", namespace="team-a")
+    digest, data = blob(b"only in a")
+    a.put(digest, data)
+    assert b.get(digest) is None and not b.exists(digest)
+    assert c.get(digest) is None
+    assert list(b.iter_blobs()) == [] and list(c.iter_blobs()) == []
+    assert [x.digest for x in a.iter_blobs()] == [digest]
+    b.put(digest, data)
+    assert b.delete(digest) is True
+    assert a.get(digest) == data
+
+
+def test_endpoint_from_environment(
+    moto: devstack.MotoServer, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto.endpoint)
+    store = make_store(moto, bucket, endpoint_url=None)
+    store.check()
+    digest, data = blob(b"via env endpoint")
+    assert store.put(digest, data) is True
+    assert store.client.meta.config.s3 == {"addressing_style": "path"}
+    assert store.client.meta.endpoint_url == moto.endpoint
+
+
+def test_check_ok(store: S3BlobStore) -> None:
+    store.check()
+
+
+def assert_no_secret(message: str) -> None:
+    assert SECRET not in message
+    assert ACCESS_KEY not in message
+    assert "\n" not in message
+
+
+def test_unreachable_endpoint_is_unavailable_quickly(moto: devstack.MotoServer) -> None:
+    with socket.socket() as sock:  # a port that nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    store = S3BlobStore("nobucket", "p", "default", endpoint, timeout_secs=1.0)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        store.check()
+    assert time.monotonic() - started < 10
+    message = str(info.value)
+    assert "'nobucket'" in message and endpoint in message and "not reachable" in message
+    assert "EndpointConnectionError" in message and "AWS_ENDPOINT_URL_S3" in message
+    assert_no_secret(message)
+    with pytest.raises(StoreUnavailable):
+        store.get("0" * 64)
+    with pytest.raises(StoreUnavailable):
+        store.put(*blob(b"x"))
+
+
+def test_silent_endpoint_times_out_within_bound(moto: devstack.MotoServer) -> None:
+    # Accepts TCP connections (backlog) but never answers: only timeouts end the wait.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        store = S3BlobStore("silent", "", "default", endpoint, timeout_secs=0.5)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable) as info:
+            store.check()
+        elapsed = time.monotonic() - started
+    assert elapsed < 15, elapsed
+    message = str(info.value)
+    assert "did not answer" in message and "ReadTimeoutError" in message
+    assert_no_secret(message)
+
+
+def test_missing_bucket_names_it(moto: devstack.MotoServer) -> None:
+    store = make_store(moto, "no-such-bucket-here")
+    with pytest.raises(StoreUnavailable) as info:
+        store.check()
+    message = str(info.value)
+    assert "'no-such-bucket-here'" in message and "create it or fix ARTSTORE_URL" in message
+    assert_no_secret(message)
+    with pytest.raises(StoreUnavailable) as info:
+        store.get("0" * 64)
+    assert "NoSuchBucket" in str(info.value)
+    with pytest.raises(StoreUnavailable) as info:
+        store.put(*blob(b"into nothing"))
+    assert "NoSuchBucket" in str(info.value)
+    assert_no_secret(str(info.value))
+
+
+def test_rejected_credentials_message(store: S3BlobStore) -> None:
+    # moto accepts any credentials, so exercise only the mapping of the server's answer.
+    from botocore.exceptions import ClientError
+
+    error = ClientError(
+        {"Error": {"Code": "InvalidAccessKeyId", "Message": f"key {ACCESS_KEY} unknown"}},
+        "HeadBucket",
+    )
+    with pytest.raises(StoreUnavailable) as info:
+        store._fail("check", error)
+    message = str(info.value)
+    assert "credentials rejected" in message and "AWS_ACCESS_KEY_ID/AWS_PROFILE" in message
+    assert_no_secret(message)
+    assert info.value.__cause__ is None and info.value.__suppress_context__

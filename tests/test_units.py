@@ -1,0 +1,193 @@
+"""Unit tests of the pieces below the JAX adapter: config, sizes, codec, blobs, index, store."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from artifactstore import codec, config, fingerprint, sizes
+from artifactstore.blobstores import LocalBlobStore, ReadOnlyBlobStore
+from artifactstore.errors import ConfigError, CorruptObject, ReadOnlyError
+from artifactstore.index import db
+from artifactstore.store import Store
+
+
+def test_config_embedded_default_honours_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    s = config.resolve({}, environ={})
+    assert s.embedded and s.blobs.scheme == "file"
+    assert s.blobs.path == str(tmp_path / "artifactstore" / "objects")
+    assert s.index_url == "sqlite:///" + str(tmp_path / "artifactstore" / "index.db")
+    assert s.namespace == "default" and not s.read_only
+
+
+def test_config_env_and_arguments(tmp_path: Path) -> None:
+    env = {"ARTSTORE_URL": f"file://{tmp_path}/a", "ARTSTORE_NAMESPACE": "team-a",
+           "ARTSTORE_READ_ONLY": "1", "ARTSTORE_MIN_COMPILE_SECS": "2.5"}  # fmt: skip
+    s = config.resolve({}, environ=env)
+    assert s.blobs.path == str(tmp_path / "a") and s.namespace == "team-a"
+    assert s.read_only and s.min_compile_secs == 2.5
+    assert s.index_url.endswith(str(tmp_path / "a" / "index.db"))
+    s2 = config.resolve({"url": str(tmp_path / "b"), "read_only": False}, environ=env)
+    assert s2.blobs.path == str(tmp_path / "b") and not s2.read_only
+    s3 = config.resolve({"url": "s3://team-jax/cache/x", "index": "postgresql://u@h/db"}, environ={})
+    assert (s3.blobs.bucket, s3.blobs.path) == ("team-jax", "cache/x")
+    assert s3.index_url == "postgresql+psycopg://u@h/db"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"url": "ftp://x/y"}, "unsupported store URL scheme"),
+        ({"url": "s3://"}, "invalid S3 bucket name"),
+        ({"url": "s3://key:secret@bucket/x", "index": "sqlite:///x"}, "must not carry credentials"),
+        ({"url": "/tmp/x", "index": "oracle://u@h/d"}, "unsupported index database"),
+        ({"bogus": 1}, "unknown option 'bogus'"),
+        ({"namespace": "../etc"}, "invalid namespace"),
+        ({"min_compile_secs": -1}, "must be >= 0"),
+        ({"s3_endpoint_url": "localhost:9000"}, "invalid S3 endpoint"),
+    ],
+)
+def test_config_errors(overrides: dict[str, object], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle) as info:
+        config.resolve(overrides, environ={})
+    assert "\n" not in str(info.value) and "secret" not in str(info.value)
+
+
+def test_redact_url() -> None:
+    assert "hunter2" not in config.redact_url("postgresql+psycopg://u:hunter2@h/db")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("500G", 500 * 10**9), ("1.5TiB", int(1.5 * 2**40)), ("800MB", 800 * 10**6),
+     ("1024", 1024), ("10 KiB", 10240), ("0", 0), ("2t", 2 * 10**12)],
+)  # fmt: skip
+def test_parse_size(text: str, expected: int) -> None:
+    assert sizes.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["500Q", "-1G", "", "G", "1.2.3G", "ten"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(ConfigError, match="invalid size"):
+        sizes.parse_size(text)
+
+
+def test_format_size() -> None:
+    assert sizes.format_size(512) == "512 B"
+    assert sizes.format_size(1536) == "1.5 KiB"
+    assert sizes.format_size(3 * 2**30) == "3.0 GiB"
+
+
+FP = "ab" * 32
+
+
+def test_codec_roundtrip_and_rejections() -> None:
+    enc = codec.encode(b"executable bytes" * 100, FP)
+    assert codec.decode(enc.data, expected_digest=enc.digest, fingerprint_digest=FP) == (
+        b"executable bytes" * 100
+    )
+    flipped = bytearray(enc.data)
+    flipped[-3] ^= 1
+    with pytest.raises(CorruptObject):
+        codec.decode(bytes(flipped), expected_digest=enc.digest, fingerprint_digest=FP)
+    with pytest.raises(CorruptObject):
+        codec.decode(enc.data[:20], expected_digest=enc.digest, fingerprint_digest=FP)
+    with pytest.raises(codec.FingerprintMismatch):
+        codec.decode(enc.data, expected_digest=enc.digest, fingerprint_digest="cd" * 32)
+
+
+def test_local_blobstore(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path, "ns")
+    digest = codec.digest_of(b"x")
+    assert store.get(digest) is None
+    assert store.put(digest, b"x") is True
+    assert store.put(digest, b"x") is False
+    assert store.get(digest) == b"x" and store.exists(digest)
+    assert [b.digest for b in store.iter_blobs()] == [digest]
+    assert not list(tmp_path.rglob(".tmp-*"))  # no temporary left behind
+    assert list(LocalBlobStore(tmp_path, "other").iter_blobs()) == []
+    store.quarantine(digest)
+    assert store.get(digest) is None
+    assert [b.digest for b in store.iter_quarantined()] == [digest]
+    ro = ReadOnlyBlobStore(store)
+    with pytest.raises(ReadOnlyError):
+        ro.put(digest, b"x")
+    with pytest.raises(ReadOnlyError):
+        ro.delete(digest)
+
+
+def test_schema_head_constant_matches_alembic() -> None:
+    assert db.head_revision() == db.SCHEMA_HEAD
+
+
+def test_migrations_concurrent_and_idempotent(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/index.db"
+    errors: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            db.upgrade(db.open_engine(url))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=migrate) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert db.schema_status(db.open_engine(url)).state is db.SchemaState.CURRENT
+
+
+def _fp(**changes: object) -> fingerprint.Fingerprint:
+    base = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                               device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    return fingerprint.Fingerprint.from_dict({**base.to_dict(), **changes})
+
+
+class CountingBlobs(LocalBlobStore):
+    gets = 0
+
+    def get(self, digest: str) -> bytes | None:
+        CountingBlobs.gets += 1
+        return super().get(digest)
+
+
+def test_store_refuses_forged_fingerprint_without_reading_bytes(tmp_path: Path) -> None:
+    settings = config.resolve({"url": str(tmp_path)}, environ={})
+    store = Store.open(settings)
+    here, there = _fp(), _fp(cpu_features=("avx512f",))
+    assert here.digest != there.digest
+    store.put("k" * 64, b"payload", fingerprint=there, module_name="m", compile_secs=1.0)
+    store.blobs = CountingBlobs(tmp_path, "default")
+    assert store.get("k" * 64, here.digest) is None
+    assert CountingBlobs.gets == 0
+    assert store.counters.snapshot()["fingerprint_mismatch"] == 1
+    hit = store.get("k" * 64, there.digest)
+    assert hit is not None and hit.payload == b"payload"
+
+
+def _snapshot(root: Path) -> tuple[list[str], list[str]]:
+    import sqlite3
+
+    con = sqlite3.connect(root / "index.db")
+    rows = [repr(r) for t in ("entries", "objects", "counters", "fingerprints")
+            for r in con.execute(f"SELECT * FROM {t}")]  # fmt: skip
+    con.close()
+    return sorted(str(p) for p in (root / "default").rglob("*")), rows
+
+
+def test_read_only_store_writes_nothing(tmp_path: Path) -> None:
+    rw = Store.open(config.resolve({"url": str(tmp_path)}, environ={}))
+    rw.put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
+    rw.close()
+    before = _snapshot(tmp_path)
+    ro = Store.open(config.resolve({"url": str(tmp_path), "read_only": True}, environ={}))
+    assert ro.put("k" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1) is False
+    assert ro.get("k" * 64, _fp().digest) is None
+    assert ro.get("a" * 64, _fp().digest) is not None
+    ro.flush(1)
+    assert _snapshot(tmp_path) == before
