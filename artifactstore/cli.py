@@ -7,6 +7,7 @@ never a traceback; set ARTSTORE_DEBUG=1 to see one anyway.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -172,12 +173,14 @@ def verify_cmd(obj: _Ctx, as_json: bool, repair: bool) -> None:
     with obj.store() as store:
         show = sys.stderr.isatty() and not as_json
         with click.progressbar(length=store.index.stats().objects or 1, label="verifying",
-                               file=sys.stderr if show else _NullIO()) as bar:  # fmt: skip
+                               file=sys.stderr if show else io.StringIO()) as bar:  # fmt: skip
             report = maintenance.verify(store, repair=repair, progress=bar.update)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
-        click.echo(f"checked {report.objects_checked} objects ({format_size(report.bytes_checked)})")
+        click.echo(
+            f"checked {report.objects_checked} objects ({format_size(report.bytes_checked)})"
+        )
         for title, items in (
             ("corrupt objects", report.corrupt),
             ("entries without object", report.entries_without_object),
@@ -194,17 +197,6 @@ def verify_cmd(obj: _Ctx, as_json: bool, repair: bool) -> None:
         click.echo("OK" if report.ok else "PROBLEMS FOUND")
     if not report.ok and not report.repaired:
         sys.exit(EXIT_FAIL)
-
-
-class _NullIO:
-    def write(self, _text: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 @cli.command("rm")
@@ -237,7 +229,9 @@ def rm_cmd(obj: _Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool) -> Non
 
 
 @cli.command("fingerprint")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (input for --expect-fingerprint).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (input for --expect-fingerprint)."
+)
 @click.option("--backend", help="JAX backend to describe (default: JAX's default).")
 def fingerprint_cmd(as_json: bool, backend: str | None) -> None:
     """Print this host's platform fingerprint."""
@@ -316,8 +310,10 @@ def _dispatch_errors(fn: Any) -> None:
     except ArtstoreError as exc:
         _fail(str(exc))
     except SQLAlchemyError as exc:
-        _fail(f"index database error ({one_line(getattr(exc, 'orig', None) or exc)}): check ARTSTORE_INDEX "
-              "and that the database is running")  # fmt: skip
+        reason = one_line(getattr(exc, "orig", None) or exc)
+        _fail(
+            f"index database error ({reason}): check ARTSTORE_INDEX and that the database is running"
+        )
     except click.exceptions.Abort:
         _fail("aborted")
     except click.UsageError as exc:

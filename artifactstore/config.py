@@ -240,7 +240,8 @@ def resolve(
         namespace=check_namespace(str(values.get("namespace", DEFAULT_NAMESPACE))),
         read_only=parse_bool(ENV_PREFIX + "READ_ONLY", values.get("read_only", False)),
         min_compile_secs=parse_float(
-            ENV_PREFIX + "MIN_COMPILE_SECS", values.get("min_compile_secs", DEFAULT_MIN_COMPILE_SECS)
+            ENV_PREFIX + "MIN_COMPILE_SECS",
+            values.get("min_compile_secs", DEFAULT_MIN_COMPILE_SECS),
         ),
         timeout_secs=parse_float(
             ENV_PREFIX + "TIMEOUT", values.get("timeout_secs", DEFAULT_TIMEOUT_SECS), minimum=0.01

@@ -141,7 +141,7 @@ class _State:
         import jax
         import jaxlib
 
-        first = devices.flat[0] if hasattr(devices, "flat") else list(devices)[0]
+        first = devices.flat[0] if hasattr(devices, "flat") else next(iter(devices))
         count = int(backend.device_count())
         ident = (id(backend), str(first.device_kind), count)
         fp = self._fingerprints.get(ident)
@@ -152,7 +152,7 @@ class _State:
                 device_kind=str(first.device_kind),
                 device_count=count,
                 jax_version=jax.__version__,
-                jaxlib_version=jaxlib.__version__,
+                jaxlib_version=str(getattr(jaxlib, "__version__", "unknown")),
             )
             self._fingerprints[ident] = fp
         return fp
@@ -283,7 +283,7 @@ def _prepare(
 ) -> _Prepared | None:  # fmt: skip
     from jax._src import cache_key
     from jax._src import config as jax_config
-    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
     if not getattr(backend, "supports_executable_serialization", True):
         return None
@@ -443,5 +443,5 @@ def host_fingerprint(backend_name: str | None = None) -> _fp.Fingerprint:
         device_kind=str(devices[0].device_kind),
         device_count=int(backend.device_count()),
         jax_version=jax.__version__,
-        jaxlib_version=jaxlib.__version__,
+        jaxlib_version=str(getattr(jaxlib, "__version__", "unknown")),
     )

@@ -127,7 +127,7 @@ class Store:
         self.counters.add("hits")
         return Hit(payload, entry)
 
-    def _miss(self, reason: str) -> None:
+    def _miss(self, reason: str) -> Hit | None:
         self.counters.add("misses")
         if reason != "misses":
             self.counters.add(reason)
@@ -286,4 +286,3 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
-

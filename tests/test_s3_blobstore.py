@@ -29,7 +29,7 @@ from artifactstore.blobstores.s3 import MiB, S3BlobStore
 from artifactstore.errors import StoreUnavailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "infra"))
-import devstack  # noqa: E402
+import devstack
 
 SECRET = "artstore-test-SECRET-do-not-leak-9f3b"
 ACCESS_KEY = "AKIAARTSTORETESTKEY1"

@@ -14,7 +14,9 @@ from artifactstore.index import db
 from artifactstore.store import Store
 
 
-def test_config_embedded_default_honours_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_embedded_default_honours_xdg(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     s = config.resolve({}, environ={})
     assert s.embedded and s.blobs.scheme == "file"
@@ -32,7 +34,9 @@ def test_config_env_and_arguments(tmp_path: Path) -> None:
     assert s.index_url.endswith(str(tmp_path / "a" / "index.db"))
     s2 = config.resolve({"url": str(tmp_path / "b"), "read_only": False}, environ=env)
     assert s2.blobs.path == str(tmp_path / "b") and not s2.read_only
-    s3 = config.resolve({"url": "s3://team-jax/cache/x", "index": "postgresql://u@h/db"}, environ={})
+    s3 = config.resolve(
+        {"url": "s3://team-jax/cache/x", "index": "postgresql://u@h/db"}, environ={}
+    )
     assert (s3.blobs.bucket, s3.blobs.path) == ("team-jax", "cache/x")
     assert s3.index_url == "postgresql+psycopg://u@h/db"
 

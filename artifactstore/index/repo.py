@@ -153,9 +153,7 @@ class Index:
             )
             result = conn.execute(
                 _insert(self.engine, Entry)
-                .values(
-                    namespace=self.namespace, created_at=now, last_access=now, hits=0, **values
-                )
+                .values(namespace=self.namespace, created_at=now, last_access=now, hits=0, **values)
                 .on_conflict_do_nothing(index_elements=["namespace", "key"])
             )
             return bool(result.rowcount)
@@ -218,7 +216,9 @@ class Index:
             )
 
     # -- reads --------------------------------------------------------------
-    def iter_entries(self, filters: Filters | None = None, batch: int = 1000) -> Iterator[EntryInfo]:
+    def iter_entries(
+        self, filters: Filters | None = None, batch: int = 1000
+    ) -> Iterator[EntryInfo]:
         """Entries, most recently used first, streamed in batches."""
         clauses = [Entry.namespace == self.namespace, *(filters or Filters()).clauses()]
         stmt = select(Entry).where(and_(*clauses)).order_by(Entry.last_access.desc(), Entry.id)
