@@ -311,9 +311,7 @@ def _dispatch_errors(fn: Any) -> None:
         _fail(str(exc))
     except SQLAlchemyError as exc:
         reason = one_line(getattr(exc, "orig", None) or exc)
-        _fail(
-            f"index database error ({reason}): check ARTSTORE_INDEX and that the database is running"
-        )
+        _fail(f"index database error ({reason}): check ARTSTORE_INDEX and the database server")
     except click.exceptions.Abort:
         _fail("aborted")
     except click.UsageError as exc:
