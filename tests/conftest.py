@@ -22,7 +22,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSTORE_")}
     env["JAX_PLATFORMS"] = "cpu"
     env["ARTSTORE_MIN_COMPILE_SECS"] = "0"
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env
 
