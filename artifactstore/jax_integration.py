@@ -359,8 +359,12 @@ def configure(
     with _lock:
         _install(internals)
         old, _state = _state, _State(settings)
+        new = _state
     if old is not None:
         _shutdown_state(old)
+    # Open the store (imports, connection, schema check) while the program goes
+    # on importing and tracing, instead of on its first compile.
+    threading.Thread(target=new.store, name="artifactstore-open", daemon=True).start()
     return settings
 
 

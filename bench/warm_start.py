@@ -54,7 +54,8 @@ class Config:
 
 
 def embedded_env(tmp: Path) -> dict[str, str]:
-    return {"ARTSTORE_URL": str(tmp)}
+    # Same threshold as the JAX-cache config (the example sets JAX's to 0 s).
+    return {"ARTSTORE_URL": str(tmp), "ARTSTORE_MIN_COMPILE_SECS": "0"}
 
 
 CONFIGS: list[Config] = [

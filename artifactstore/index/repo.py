@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from artifactstore.index.models import Counter, Entry, FingerprintRow, StoredObject, utcnow
@@ -105,8 +104,12 @@ class IndexStats:
 
 
 def _insert(engine: Engine, model: Any) -> Any:
-    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    return dialect.insert(model)
+    # Imported here: each dialect module costs tens of ms at start-up.
+    if engine.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(model)
 
 
 class Index:
@@ -155,8 +158,9 @@ class Index:
                 _insert(self.engine, Entry)
                 .values(namespace=self.namespace, created_at=now, last_access=now, hits=0, **values)
                 .on_conflict_do_nothing(index_elements=["namespace", "key"])
+                .returning(Entry.id)  # rowcount is -1 for this statement on psycopg
             )
-            return bool(result.rowcount)
+            return result.first() is not None
 
     def record_access(self, touches: dict[str, tuple[int, datetime]]) -> None:
         """Apply batched hits: key -> (count, latest access time)."""
