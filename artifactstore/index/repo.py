@@ -106,10 +106,12 @@ class IndexStats:
 def _insert(engine: Engine, model: Any) -> Any:
     # Imported here: each dialect module costs tens of ms at start-up.
     if engine.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(model)
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(model)
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert(model)
 
 
 class Index:
