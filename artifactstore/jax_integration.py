@@ -252,7 +252,9 @@ def _compile_or_get_cached(
     compile_secs = time.monotonic() - started
     state.compiles += 1
     _record_event("/jax/compilation_cache/cache_misses")
-    if compile_secs >= state.settings.min_compile_secs and not state.settings.read_only:
+    if state.settings.read_only:
+        store.counters.add("skipped_read_only")
+    elif compile_secs >= state.settings.min_compile_secs:
         try:
             payload = executable.serialize()
             store.submit_put(
@@ -352,7 +354,15 @@ def configure(
     """
     global _state
     given = {"url": url, "index": index, "namespace": namespace, "read_only": read_only}
-    settings = _config.resolve({**given, **options})
+    explicit = any(v is not None for v in given.values()) or bool(options)
+    try:
+        settings = _config.resolve({**given, **options})
+    except ArtstoreError as exc:
+        if explicit:
+            raise  # a mistake in the program's own call: say so at once
+        # A bad ARTSTORE_* variable on some node must not stop the program.
+        _warn_once("config", "%s; compiling without the store", exc)
+        return None
     internals = _jax_internals()
     if internals is None:
         return None

@@ -1,0 +1,152 @@
+"""The team store: moto S3 over HTTP + the real PostgreSQL, shared by many processes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import boto3
+import pytest
+from sqlalchemy import create_engine, text
+
+from conftest import FAKE_AWS, artstore, clean_env, devstack, run_program
+
+TABLES = ("entries", "objects", "counters", "fingerprints")
+
+
+def _bucket_listing(env: dict[str, str]) -> list[tuple[str, str, int]]:
+    bucket = env["ARTSTORE_URL"].split("/")[2]
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+        aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        out += [(o["Key"], o["ETag"], o["Size"]) for o in page.get("Contents", [])]
+    return sorted(out)
+
+
+def _index_dump(env: dict[str, str]) -> dict[str, list[Any]]:
+    engine = create_engine(env["ARTSTORE_INDEX"])
+    with engine.connect() as conn:
+        dump = {t: sorted(map(repr, conn.execute(text(f"SELECT * FROM {t}")))) for t in TABLES}
+    engine.dispose()
+    return dump
+
+
+def test_read_only_reader_hits_and_writes_nothing(team_env: dict[str, str]) -> None:
+    writer = run_program("job.py", team_env)
+    listing, index = _bucket_listing(team_env), _index_dump(team_env)
+    assert listing and index["entries"]
+
+    reader_env = dict(team_env, ARTSTORE_READ_ONLY="1")
+    hit = run_program("job.py", reader_env)
+    assert hit["xla_compiles"] == [] and hit["results"] == writer["results"]
+    assert hit["store"]["hits"] == len(writer["xla_compiles"])
+    miss = run_program("job.py", dict(reader_env, JOB_VARIANT="0.5"))  # a new program
+    assert miss["xla_compiles"] and miss["store"].get("stored", 0) == 0
+    assert miss["store"]["skipped_read_only"] >= 1
+
+    assert _bucket_listing(team_env) == listing  # byte for byte: same keys, ETags, sizes
+    assert _index_dump(team_env) == index
+    assert (
+        miss["results"]
+        == run_program("job.py", clean_env(JOB_NO_STORE="1", JOB_VARIANT="0.5"))["results"]
+    )
+
+
+def test_namespaces_are_isolated(team_env: dict[str, str]) -> None:
+    a = dict(team_env, ARTSTORE_NAMESPACE="team-a")
+    b = dict(team_env, ARTSTORE_NAMESPACE="team-b")
+    first = run_program("job.py", a)
+    other = run_program("job.py", b)
+    assert other["store"].get("hits", 0) == 0  # team-b never reads team-a's entries
+    assert len(other["xla_compiles"]) == len(first["xla_compiles"])
+    again = run_program("job.py", a)
+    assert again["xla_compiles"] == []
+    keys = [k for k, _, _ in _bucket_listing(team_env)]
+    assert any(k.startswith("cache/team-a/objects/") for k in keys)
+    assert any(k.startswith("cache/team-b/objects/") for k in keys)
+    ls_a = json.loads(artstore("ls", "--json", env=a).stdout)
+    ls_b = json.loads(artstore("ls", "--json", env=b).stdout)
+    assert {e["namespace"] for e in ls_a} == {"team-a"} and {e["namespace"] for e in ls_b} == {
+        "team-b"
+    }
+    removed = artstore("rm", "--all", "--yes", env=b)
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(artstore("ls", "--json", env=a).stdout) == ls_a
+    assert not any(k.startswith("cache/team-b/objects/") for k, _, _ in _bucket_listing(b))
+
+
+def test_schema_mismatch_names_the_fix(moto_endpoint: str, pg_url: str) -> None:
+    bucket = "artstore-" + uuid.uuid4().hex[:12]
+    devstack.create_bucket(moto_endpoint, bucket)
+    env = clean_env(ARTSTORE_URL=f"s3://{bucket}/c", ARTSTORE_INDEX=pg_url,
+                    AWS_ENDPOINT_URL_S3=moto_endpoint, **FAKE_AWS)  # fmt: skip
+    cli = artstore("ls", env=env)
+    assert cli.returncode == 1 and "run `artstore db upgrade`" in cli.stderr
+    assert len(cli.stderr.strip().splitlines()) == 1
+    job = run_program("job.py", env)
+    assert job["xla_compiles"] and job["store"]["active"] == 0
+    lines = [line for line in job["_stderr"].splitlines() if "artifactstore" in line]
+    assert len(lines) == 1 and "artstore db upgrade" in lines[0]
+    assert artstore("db", "upgrade", env=env).returncode == 0
+    assert artstore("ls", env=env).returncode == 0
+
+
+def _auth_moto() -> Any:
+    """A second moto server that enforces IAM authentication: every key is unknown."""
+    import os
+
+    old = os.environ.get("INITIAL_NO_AUTH_ACTION_COUNT")
+    os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
+    try:
+        return devstack.start_moto()
+    finally:
+        if old is None:
+            del os.environ["INITIAL_NO_AUTH_ACTION_COUNT"]
+        else:
+            os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = old
+
+
+@pytest.mark.parametrize(
+    "failure", ["missing-bucket", "malformed-url", "unreachable-endpoint", "wrong-credentials",
+                "unreachable-database"],
+)  # fmt: skip
+def test_store_failures_degrade_to_compiling(
+    failure: str, team_env: dict[str, str], moto_endpoint: str
+) -> None:
+    env = dict(team_env, ARTSTORE_TIMEOUT="3")
+    server = None
+    if failure == "missing-bucket":
+        env["ARTSTORE_URL"] = "s3://no-such-bucket-here/cache"
+    elif failure == "malformed-url":
+        env["ARTSTORE_URL"] = "s3://Bad_Bucket!/cache"
+    elif failure == "unreachable-endpoint":
+        env["AWS_ENDPOINT_URL_S3"] = "http://127.0.0.1:1"
+    elif failure == "wrong-credentials":
+        server = _auth_moto()
+        env["AWS_ENDPOINT_URL_S3"] = server.endpoint
+    else:
+        env["ARTSTORE_INDEX"] = "postgresql+psycopg://postgres:pw-s3cret@127.0.0.1:1/nope"
+    try:
+        reference = run_program("job.py", clean_env(JOB_NO_STORE="1"))
+        job = run_program("job.py", env, timeout=180)
+        assert job["results"] == reference["results"]
+        assert job["xla_compiles"]
+        lines = [line for line in job["_stderr"].splitlines() if "artifactstore" in line]
+        assert len(lines) == 1, job["_stderr"]
+        assert "compiling without" in lines[0]
+        cli = artstore("stats", env=env)
+        assert cli.returncode != 0
+        assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+        assert "Traceback" not in cli.stderr
+        for secret in (FAKE_AWS["AWS_SECRET_ACCESS_KEY"], "pw-s3cret"):
+            assert secret not in job["_stderr"] and secret not in cli.stderr
+    finally:
+        if server is not None:
+            server.stop()
