@@ -8,9 +8,8 @@ from typing import Any
 
 import boto3
 import pytest
-from sqlalchemy import create_engine, text
-
 from conftest import FAKE_AWS, artstore, clean_env, devstack, run_program
+from sqlalchemy import create_engine, text
 
 TABLES = ("entries", "objects", "counters", "fingerprints")
 
