@@ -40,25 +40,10 @@ class NewEntry:
 
 
 @dataclass(frozen=True)
-class EntryInfo:
+class EntryInfo(NewEntry):
     """An entry as read back, detached from any session."""
 
     namespace: str
-    key: str
-    digest: str
-    size: int
-    raw_size: int
-    module_name: str
-    platform: str
-    platform_version: str
-    device_kind: str
-    device_count: int
-    jax_version: str
-    jaxlib_version: str
-    cpu_arch: str
-    fingerprint: str
-    compile_secs: float
-    producer_host: str
     created_at: datetime
     last_access: datetime
     hits: int
