@@ -138,24 +138,26 @@ class _State:
         return not self._failed
 
     def fingerprint(self, backend: Any, devices: Any) -> _fp.Fingerprint:
-        import jax
-        import jaxlib
-
         first = devices.flat[0] if hasattr(devices, "flat") else next(iter(devices))
-        count = int(backend.device_count())
-        ident = (id(backend), str(first.device_kind), count)
+        ident = (id(backend), str(first.device_kind), int(backend.device_count()))
         fp = self._fingerprints.get(ident)
         if fp is None:
-            fp = _fp.compute(
-                platform_name=str(backend.platform),
-                platform_version=str(backend.platform_version),
-                device_kind=str(first.device_kind),
-                device_count=count,
-                jax_version=jax.__version__,
-                jaxlib_version=str(getattr(jaxlib, "__version__", "unknown")),
-            )
-            self._fingerprints[ident] = fp
+            fp = self._fingerprints[ident] = _backend_fingerprint(backend, first.device_kind)
         return fp
+
+
+def _backend_fingerprint(backend: Any, device_kind: str) -> _fp.Fingerprint:
+    import jax
+    import jaxlib
+
+    return _fp.compute(
+        platform_name=str(backend.platform),
+        platform_version=str(backend.platform_version),
+        device_kind=str(device_kind),
+        device_count=int(backend.device_count()),
+        jax_version=jax.__version__,
+        jaxlib_version=str(getattr(jaxlib, "__version__", "unknown")),
+    )
 
 
 def _describe_failure(exc: BaseException) -> str:
@@ -445,17 +447,7 @@ def process_stats() -> dict[str, int]:
 
 def host_fingerprint(backend_name: str | None = None) -> _fp.Fingerprint:
     """This host's fingerprint for the default (or named) JAX backend."""
-    import jax
-    import jaxlib
     from jax._src import xla_bridge
 
     backend = xla_bridge.get_backend(backend_name)
-    devices = backend.devices()
-    return _fp.compute(
-        platform_name=str(backend.platform),
-        platform_version=str(backend.platform_version),
-        device_kind=str(devices[0].device_kind),
-        device_count=int(backend.device_count()),
-        jax_version=jax.__version__,
-        jaxlib_version=str(getattr(jaxlib, "__version__", "unknown")),
-    )
+    return _backend_fingerprint(backend, backend.devices()[0].device_kind)
