@@ -150,20 +150,8 @@ class Store:
 
     def _drop_entry(self, entry: EntryInfo) -> None:
         """Remove an entry whose object is gone, so the next compile can store it again."""
-        if self.read_only:
-            return
-        from sqlalchemy import delete
-
-        from artifactstore.index.models import Entry
-
-        with self.engine.begin() as conn:
-            conn.execute(
-                delete(Entry).where(
-                    Entry.namespace == self.namespace,
-                    Entry.key == entry.key,
-                    Entry.digest == entry.digest,
-                )
-            )
+        if not self.read_only:
+            self.index.delete_entry(entry.key, digest=entry.digest)
 
     def _touch(self, key: str) -> None:
         if self.read_only:

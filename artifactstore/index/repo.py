@@ -190,6 +190,15 @@ class Index:
             )
             return int(result.rowcount)
 
+    def delete_entry(self, key: str, *, digest: str) -> None:
+        """Delete `key` only while it points at `digest` (a fresh put may have replaced it)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(Entry).where(
+                    Entry.namespace == self.namespace, Entry.key == key, Entry.digest == digest
+                )
+            )
+
     def delete_all_entries(self) -> int:
         with self.engine.begin() as conn:
             result = conn.execute(delete(Entry).where(Entry.namespace == self.namespace))
