@@ -32,7 +32,6 @@ class Worker:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self.failures: list[str] = []
 
     def _ensure_started(self) -> None:
         with self._start_lock:
@@ -63,7 +62,6 @@ class Worker:
             try:
                 fn()
             except Exception as exc:  # reported, never raised into the program
-                self.failures.append(label)
                 log.debug("artifactstore: background task %s failed: %s", label, exc)
             finally:
                 with self._cond:

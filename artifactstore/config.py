@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -61,9 +61,6 @@ class Settings:
     s3_endpoint_url: str | None = None
     cache_callbacks: bool = True
     embedded: bool = field(default=False)
-
-    def with_overrides(self, **changes: Any) -> Settings:
-        return replace(self, **changes)
 
 
 def default_cache_dir() -> Path:
@@ -184,11 +181,6 @@ _OPTIONS: dict[str, str] = {
     "s3_endpoint_url": "S3_ENDPOINT_URL",
     "cache_callbacks": "CACHE_CALLBACKS",
 }
-KNOWN_ENV = {ENV_PREFIX + v for v in _OPTIONS.values()} | {ENV_PREFIX + "DISABLE"}
-
-
-def option_names() -> list[str]:
-    return list(_OPTIONS)
 
 
 def resolve(

@@ -132,10 +132,6 @@ def register_provider(provider: Provider) -> None:
     _providers.append(provider)
 
 
-def clear_providers() -> None:
-    _providers.clear()
-
-
 def compute(
     *,
     platform_name: str,

@@ -1,4 +1,4 @@
-"""Human-readable byte sizes and durations, both ways."""
+"""Human-readable byte sizes (both ways) and durations (for display)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,6 @@ _UNITS: dict[str, int] = {
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*$")
-
 
 def parse_size(text: str) -> int:
     """Parse `500G`, `1.5TiB`, `800MB`, `1024` into bytes (decimal and binary units)."""
@@ -43,16 +40,6 @@ def parse_size(text: str) -> int:
         )
     assert unit is not None
     return int(float(match.group(1)) * _UNITS[unit])
-
-
-def parse_duration(text: str) -> float:
-    """Parse `30d`, `12h`, `90m`, `45s`, `2w` into seconds."""
-    match = _DURATION_RE.match(text)
-    if match is None:
-        raise ConfigError(
-            f"invalid duration {text!r}: use a number and a unit s, m, h, d or w, e.g. 30d"
-        )
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 def format_size(num: float) -> str:

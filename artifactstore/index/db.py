@@ -110,22 +110,20 @@ class SchemaStatus:
         )
 
 
-def _alembic_config(connection: Connection) -> Any:
+def _alembic_config(connection: Connection | None = None) -> Any:
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
-    cfg.attributes["connection"] = connection
+    if connection is not None:
+        cfg.attributes["connection"] = connection
     return cfg
 
 
 def _script() -> Any:
-    from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    cfg = Config()
-    cfg.set_main_option("script_location", str(migrations_dir()))
-    return ScriptDirectory.from_config(cfg)
+    return ScriptDirectory.from_config(_alembic_config())
 
 
 def head_revision() -> str:
@@ -191,12 +189,4 @@ def upgrade(engine: Engine, revision: str = "head") -> SchemaStatus:
             return status
         command.upgrade(_alembic_config(conn), revision)
     log.debug("index at %s upgraded to %s", redact_url(str(engine.url)), revision)
-    return schema_status(engine)
-
-
-def downgrade(engine: Engine, revision: str) -> SchemaStatus:
-    from alembic import command
-
-    with _migration_lock(engine) as conn:
-        command.downgrade(_alembic_config(conn), revision)
     return schema_status(engine)

@@ -115,15 +115,6 @@ class Index:
             return EntryInfo.from_row(row) if row is not None else None
 
     # -- writes -------------------------------------------------------------
-    def record_object(self, digest: str, size: int) -> None:
-        stmt = (
-            _insert(self.engine, StoredObject)
-            .values(namespace=self.namespace, digest=digest, size=size, created_at=utcnow())
-            .on_conflict_do_nothing()
-        )
-        with self.engine.begin() as conn:
-            conn.execute(stmt)
-
     def add_entry(self, entry: NewEntry, fingerprint_json: str) -> bool:
         """Insert the entry (and its object and fingerprint rows); False if the key existed."""
         now = utcnow()
@@ -255,19 +246,6 @@ class Index:
         with self.engine.connect() as conn:
             for digest, size in conn.execute(stmt.execution_options(yield_per=5000)):
                 yield str(digest), int(size)
-
-    def iter_objects(self) -> Iterator[tuple[str, int]]:
-        stmt = select(StoredObject.digest, StoredObject.size).where(
-            StoredObject.namespace == self.namespace
-        )
-        with self.engine.connect() as conn:
-            for digest, size in conn.execute(stmt.execution_options(yield_per=5000)):
-                yield str(digest), int(size)
-
-    def fingerprint_body(self, digest: str) -> str | None:
-        with Session(self.engine) as session:
-            row = session.get(FingerprintRow, digest)
-            return row.body if row is not None else None
 
     def stats(self) -> IndexStats:
         with Session(self.engine) as session:
