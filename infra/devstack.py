@@ -273,12 +273,8 @@ def create_database(name: str) -> str:
     """A fresh, empty database (an existing one is dropped first); returns its URL."""
     from psycopg import sql
 
-    _check_db_name(name)
-    ensure_postgres()
+    drop_database(name)
     with _admin_connection() as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return database_url(name)
 

@@ -24,14 +24,18 @@ print("result:", jax.jit(lambda x: x * 2)(3))
 """
 
 
-def test_mismatched_jax_internals_warn_once_and_leave_jax_untouched(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", MISMATCH],
-        env=clean_env(ARTSTORE_URL=str(tmp_path)),
+def _run(code: str, store: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean_env(ARTSTORE_URL=str(store)),
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def test_mismatched_jax_internals_warn_once_and_leave_jax_untouched(tmp_path: Path) -> None:
+    proc = _run(MISMATCH, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "settings: None" in proc.stdout and "result: 6" in proc.stdout
     assert proc.stderr.count("internals do not match") == 1
@@ -53,12 +57,6 @@ print(jax.jit(lambda x: x + 2)(1))
 
 
 def test_deactivate_restores_jax(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", DEACTIVATE],
-        env=clean_env(ARTSTORE_URL=str(tmp_path)),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = _run(DEACTIVATE, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2", "3"]
