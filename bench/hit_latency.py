@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import hashlib
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -26,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _results
 import numpy as np
 
 from artifactstore import config
@@ -148,17 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     print("\n" + text)
 
-    report = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "python": sys.version.split()[0],
-        "host": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
-                 "machine": platform.machine()},
-        "results": results,
-    }  # fmt: skip
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(report, indent=2) + "\n")
-    a.out.with_suffix(".txt").write_text(text + "\n")
-    print(f"\nwrote {a.out} and {a.out.with_suffix('.txt')}")
+    _results.write(a.out, {**_results.run_info(), "results": results}, text)
     return 0
 
 

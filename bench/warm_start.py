@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import datetime as dt
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,9 +22,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+
+import _results
 
 EXAMPLE = [sys.executable, "-m", "artifactstore.examples.compile_heavy"]
 STRIP_PREFIXES = ("ARTSTORE_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE",
@@ -201,11 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + text)
 
     report = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "runs": a.runs, "layers": a.layers, "python": sys.version.split()[0],
-        "jax": version("jax"), "jaxlib": version("jaxlib"),
-        "host": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
-                 "machine": platform.machine(), "processor": platform.processor()},
+        **_results.run_info(),
+        "runs": a.runs, "layers": a.layers,
         "target": {k: v for k, v in targets[0].items() if k != "config"},  # embedded
         "targets": targets,
         "checksum": next(iter(checksums)),
@@ -213,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                      "args": c.args(Path("<tmp>")), "env": c.env(Path("<tmp>")),
                      **res[c.name], "raw": raw[c.name]} for c in configs],
     }  # fmt: skip
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(report, indent=2) + "\n")
-    a.out.with_suffix(".txt").write_text(text + "\n")
-    print(f"\nwrote {a.out} and {a.out.with_suffix('.txt')}")
+    _results.write(a.out, report, text)
     return 0
 
 
