@@ -26,6 +26,9 @@ DEFAULT_NAMESPACE = "default"
 DEFAULT_MIN_COMPILE_SECS = 0.1
 DEFAULT_TIMEOUT_SECS = 10.0
 DEFAULT_FLUSH_SECS = 60.0
+# Private copies of a remote store's objects on each host; big enough for a
+# few large GPU programs, small next to a training node's scratch disk.
+DEFAULT_LOCAL_TIER_BYTES = 10 * 1000**3
 
 _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -60,6 +63,8 @@ class Settings:
     flush_secs: float = DEFAULT_FLUSH_SECS
     s3_endpoint_url: str | None = None
     cache_callbacks: bool = True
+    local_tier: str | None = None  # a directory, "off", or None for the default place
+    local_tier_bytes: int = DEFAULT_LOCAL_TIER_BYTES
     embedded: bool = field(default=False)
 
 
@@ -111,32 +116,38 @@ def parse_blob_url(url: str) -> BlobLocation:
 
 
 def parse_index_url(url: str) -> str:
-    """Accept SQLAlchemy URLs for SQLite and PostgreSQL, or a plain SQLite path."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    """Accept SQLAlchemy URLs for SQLite and PostgreSQL, or a plain SQLite path.
 
+    Checked with the standard library's URL parser rather than SQLAlchemy's so
+    that configuring a process does not import SQLAlchemy: a process whose
+    compiles all hit the local tier never needs it. `index.db.open_engine`
+    parses the URL fully when the index is opened.
+    """
     text = url.strip()
     if "://" not in text:
         if not text:
             raise ConfigError("empty index URL: use sqlite:///path or postgresql+psycopg://...")
         return "sqlite:///" + str(Path(text).expanduser().resolve())
-    try:
-        parsed = make_url(text)
-        _ = parsed.port
-    except (ArgumentError, ValueError):
-        raise ConfigError(
-            "malformed index URL: use sqlite:///path/index.db or "
-            "postgresql+psycopg://user@host:5432/dbname"
-        ) from None
-    backend = parsed.get_backend_name()
+    malformed = ConfigError(
+        "malformed index URL: use sqlite:///path/index.db or "
+        "postgresql+psycopg://user@host:5432/dbname"
+    )
+    match = re.match(r"^([A-Za-z][A-Za-z0-9_]*)(?:\+([A-Za-z0-9_]+))?://", text)
+    if match is None:
+        raise malformed
+    backend, driver = match.group(1).lower(), match.group(2)
     if backend not in ("sqlite", "postgresql"):
         raise ConfigError(
             f"unsupported index database {backend!r}: use sqlite:///path or "
             "postgresql+psycopg://user@host/db"
         )
-    if backend == "postgresql" and parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed.render_as_string(hide_password=False)
+    try:
+        _ = urlsplit(text).port  # a non-numeric or out-of-range port
+    except ValueError:
+        raise malformed from None
+    if backend == "postgresql" and driver is None:
+        text = "postgresql+psycopg" + text[len(match.group(1)) :]
+    return text
 
 
 def parse_bool(name: str, value: str | bool) -> bool:
@@ -180,6 +191,8 @@ _OPTIONS: dict[str, str] = {
     "flush_secs": "FLUSH_TIMEOUT",
     "s3_endpoint_url": "S3_ENDPOINT_URL",
     "cache_callbacks": "CACHE_CALLBACKS",
+    "local_tier": "LOCAL_TIER",
+    "local_tier_size": "LOCAL_TIER_SIZE",
 }
 
 
@@ -245,8 +258,29 @@ def resolve(
         cache_callbacks=parse_bool(
             ENV_PREFIX + "CACHE_CALLBACKS", values.get("cache_callbacks", True)
         ),
+        local_tier=_parse_tier(values.get("local_tier")),
+        local_tier_bytes=_parse_tier_size(values.get("local_tier_size")),
         embedded=embedded,
     )
+
+
+def _parse_tier(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    text = str(value).strip()
+    if text.lower() in _FALSE or text.lower() == "none":
+        return "off"
+    return str(Path(text).expanduser().resolve())
+
+
+def _parse_tier_size(value: Any) -> int:
+    if value is None or value == "":
+        return DEFAULT_LOCAL_TIER_BYTES
+    if isinstance(value, int):
+        return value
+    from artifactstore.sizes import parse_size
+
+    return parse_size(str(value))
 
 
 def redact_url(url: str) -> str:

@@ -24,6 +24,7 @@ from artifactstore.errors import ArtstoreError, one_line
 
 if TYPE_CHECKING:
     from artifactstore.store import Store
+    from artifactstore.tier import LocalTier
 
 log = logging.getLogger("artifactstore")
 
@@ -38,6 +39,10 @@ _EXPECTED_PARAMS = (
     "host_callbacks",
     "executable_devices",
 )
+
+# A process still running this long after its first local-tier hit opens the
+# index in the background to record its hits (LRU must see them).
+FOLD_AFTER_SECS = 30.0
 
 _lock = threading.RLock()
 _state: _State | None = None
@@ -108,6 +113,45 @@ class _State:
         self._fingerprints: dict[tuple[int, str, int], _fp.Fingerprint] = {}
         self.loads = 0
         self.compiles = 0
+        self.tier_hits = 0
+        self.tier: LocalTier | None = None
+        try:
+            from artifactstore.tier import open_tier
+
+            self.tier = open_tier(settings)
+        except Exception as exc:
+            log.debug("artifactstore: no local tier: %s", one_line(exc))
+        self._fold_timer: threading.Timer | None = None
+
+    def tier_hit(self) -> None:
+        """Count a tier hit; a process that lives on opens the index later to record it."""
+        self.tier_hits += 1
+        if self._fold_timer is None and self._store is None:
+            # Short programs leave their hits in a journal at exit; long ones
+            # (training, serving) report them while running, off the hot path.
+            self._fold_timer = threading.Timer(FOLD_AFTER_SECS, self._fold)
+            self._fold_timer.daemon = True
+            self._fold_timer.start()
+
+    def _fold(self) -> None:
+        store = self.store()
+        if store is not None and self.tier is not None:
+            store.add_accesses(self.tier.take_accesses())
+
+    def finish(self) -> None:
+        """At exit: hand tier hits to the index if it is open, else to a journal."""
+        if self._fold_timer is not None:
+            self._fold_timer.cancel()
+        store = self._store
+        if store is not None:
+            if self.tier is not None:
+                store.add_accesses(self.tier.take_accesses())
+            store.flush()
+        elif self.tier is not None:
+            try:
+                self.tier.write_journal()
+            except Exception as exc:
+                log.debug("artifactstore: could not write the access journal: %s", exc)
 
     def store(self) -> Store | None:
         if self._store is not None or self._failed:
@@ -196,7 +240,7 @@ def _compile_or_get_cached(
         or pgle_profiler is not None
         or args
         or kwargs
-        or bool(host_callbacks)  # stored only once artifactstore.callbacks lands
+        or (bool(host_callbacks) and not state.settings.cache_callbacks)  # JAX's behaviour
         or _expects_pgle()
     )
     if passthrough:
@@ -209,9 +253,17 @@ def _compile_or_get_cached(
 
     try:
         prepared = _prepare(state, backend, computation, devices, compile_options, host_callbacks)
+    except _NotStorable as exc:
+        log.debug("artifactstore: compiling without the store: %s", exc)
+        prepared = None
     except Exception as exc:
         _warn_once("key", "could not compute a cache key (%s); compiling", one_line(exc))
         prepared = None
+    if prepared is not None and state.tier is not None:
+        executable = _load_from_tier(state, prepared, backend, executable_devices,
+                                     compile_options, host_callbacks)  # fmt: skip
+        if executable is not None:
+            return executable
     store = state.store() if prepared is not None else None
     if prepared is None or store is None:
         return _original(
@@ -232,7 +284,7 @@ def _compile_or_get_cached(
     if hit is not None:
         try:
             executable = _deserialize(backend, hit.payload, executable_devices, compile_options,
-                                      host_callbacks)  # fmt: skip
+                                      host_callbacks, prepared.callbacks)  # fmt: skip
         except Exception as exc:
             store.counters.add("load_errors")
             _warn_once("load", "stored executable did not load (%s); compiling", one_line(exc))
@@ -272,6 +324,38 @@ def _compile_or_get_cached(
     return executable
 
 
+def _load_from_tier(
+    state: _State, prepared: _Prepared, backend: Any, executable_devices: Any,
+    compile_options: Any, host_callbacks: Any,
+) -> Any:  # fmt: skip
+    """The executable from this host's tier, or None (then the full store is asked)."""
+    assert state.tier is not None
+    started = time.monotonic()
+    try:
+        hit = state.tier.get(prepared.key, prepared.fingerprint.digest)
+    except Exception as exc:
+        log.debug("artifactstore: local tier read failed: %s", one_line(exc))
+        return None
+    if hit is None:
+        return None
+    try:
+        executable = _deserialize(backend, hit.payload, executable_devices, compile_options,
+                                  host_callbacks, prepared.callbacks)  # fmt: skip
+    except Exception as exc:
+        log.debug("artifactstore: tier copy of %s did not load: %s", prepared.key[:12], exc)
+        state.tier.forget(prepared.key)
+        return None
+    state.loads += 1
+    state.tier_hit()
+    retrieval = time.monotonic() - started
+    _record_event("/jax/compilation_cache/compile_requests_use_cache")
+    _record_event("/jax/compilation_cache/cache_hits")
+    _record_duration("/jax/compilation_cache/compile_time_saved_sec",
+                     hit.entry.compile_secs - retrieval)  # fmt: skip
+    _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
+    return executable
+
+
 def _expects_pgle() -> bool:
     try:
         from jax._src import config as jax_config
@@ -297,6 +381,17 @@ def _prepare(
         if jax_config.remove_custom_partitioning_ptr_from_cache_key.value:
             ignore = cache_key.IgnoreCallbacks.CUSTOM_PARTITIONING
     extra = ""
+    if host_callbacks:
+        drop_partitioning = ignore == cache_key.IgnoreCallbacks.CUSTOM_PARTITIONING
+        try:
+            extra = _callback_signature(computation, len(host_callbacks), drop_partitioning)
+        except _NotStorable:
+            raise
+        except Exception as exc:  # a JAX/MLIR change: never break the program
+            _warn_once("callbacks", "could not read a program's host callbacks (%s); "
+                       "compiling such programs without the store", one_line(exc))  # fmt: skip
+            raise _NotStorable("host callbacks unreadable") from exc
+        ignore = cache_key.IgnoreCallbacks.ALL  # their identities: rebound on load
     _local.fingerprint = fingerprint.digest + (f"|callbacks:{extra}" if extra else "")
     try:
         full = cache_key.get(computation, devices, compile_options, backend, KEY_FORMAT, ignore)
@@ -308,10 +403,85 @@ def _prepare(
     return _Prepared(digest, module_name, fingerprint, len(host_callbacks or ()))
 
 
+# -- host callbacks ---------------------------------------------------------
+# JAX never caches a program with host callbacks (jax.debug.print, pure_callback,
+# io_callback, equinox's runtime checks): they are Python functions of this
+# process. XLA's FFI callbacks refer to them only by position in host_callbacks
+# (`mhlo.backend_config = {index = N}`) and deserialize_executable takes the
+# current trace's list, so we store the executable and bind them on load.
+_FFI_CALLBACK_TARGETS = frozenset({
+    "xla_ffi_python_cpu_callback", "xla_ffi_python_gpu_callback",
+    "xla_ffi_partitioned_python_cpu_callback", "xla_ffi_partitioned_python_gpu_callback",
+    "xla_buffer_python_cpu_callback", "xla_buffer_python_gpu_callback",
+    "xla_buffer_python_gpu_callback_cmd_buffer",
+})  # fmt: skip
+# Custom calls that carry a process address in the module: never stored with
+# callbacks (legacy callbacks are called through that address, not an index).
+_POINTER_TARGETS = frozenset({"InspectSharding", "xla_python_cpu_callback",
+                              "xla_python_gpu_callback"})  # fmt: skip
+_PARTITIONING_TARGET = "CustomSPMDPartitioning"
+
+
+class _NotStorable(Exception):
+    """This compile refers to Python objects that cannot be rebound on load."""
+
+
+def _callback_signature(computation: Any, count: int, drop_partitioning: bool) -> str:
+    """What a stored executable expects of host_callbacks, hashed into its key:
+    their number and, per callback custom_call in program order, its target, API
+    version, side effect, index and operand/result types. jaxlib binds whatever
+    list it is given (too few crash on execute), so any difference must be a miss.
+    Raises _NotStorable when the callbacks cannot be rebound by position."""
+    import hashlib
+
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+
+    calls: list[str] = []
+    indices: set[int] = set()
+    refused: list[str] = []
+
+    def visit(op: Any) -> Any:
+        if op.name != "stablehlo.custom_call":
+            return ir.WalkResult.ADVANCE
+        attrs = op.attributes
+        target = ir.StringAttr(attrs["call_target_name"]).value
+        if target in _FFI_CALLBACK_TARGETS:
+            config = attrs["mhlo.backend_config"] if "mhlo.backend_config" in attrs else None
+            opaque = "backend_config" in attrs and ir.StringAttr(attrs["backend_config"]).value
+            if config is None or "index" not in config or opaque:
+                refused.append(f"{target} without a callback index")
+                return ir.WalkResult.ADVANCE
+            index = ir.IntegerAttr(ir.DictAttr(config)["index"]).value
+            indices.add(index)
+            side = str(attrs["has_side_effect"]) if "has_side_effect" in attrs else "false"
+            api = str(attrs["api_version"]) if "api_version" in attrs else "-"
+            operands = ",".join(str(v.type) for v in op.operands)
+            results = ",".join(str(r.type) for r in op.results)
+            calls.append(f"{target}/{api}/{side}/{index}/({operands})->({results})")
+        elif target == _PARTITIONING_TARGET:
+            if not drop_partitioning:  # ALL would drop its pointer; JAX was not told it may
+                refused.append(target)
+        elif target in _POINTER_TARGETS or "callback" in target.lower():
+            refused.append(target)
+        return ir.WalkResult.ADVANCE
+
+    computation.operation.walk(visit)
+    if refused:
+        raise _NotStorable(f"custom call {refused[0]} cannot be rebound on load")
+    if indices != set(range(count)):
+        raise _NotStorable(f"{count} host callbacks, module refers to {sorted(indices)[:8]}")
+    text = f"{count}|" + ";".join(calls)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _deserialize(
     backend: Any, payload: bytes, executable_devices: Any, compile_options: Any,
-    host_callbacks: Any,
+    host_callbacks: Any, expected_callbacks: int,
 ) -> Any:  # fmt: skip
+    if len(host_callbacks or ()) != expected_callbacks:
+        # jaxlib binds any list; too few callbacks crash on execute, not on load.
+        raise ValueError(f"{len(host_callbacks or ())} host callbacks, entry expects "
+                         f"{expected_callbacks}")  # fmt: skip
     if host_callbacks:
         return backend.deserialize_executable(
             payload, executable_devices, compile_options, host_callbacks=list(host_callbacks)
@@ -375,8 +545,11 @@ def configure(
     if old is not None:
         _shutdown_state(old)
     # Open the store (imports, connection, schema check) while the program goes
-    # on importing and tracing, instead of on its first compile.
-    threading.Thread(target=new.store, name="artifactstore-open", daemon=True).start()
+    # on importing and tracing, instead of on its first compile, unless this
+    # host's tier probably holds what it needs: then the index is opened only
+    # on a miss, and a fully warm process never imports SQLAlchemy or boto3.
+    if new.tier is None or not new.tier.has_entries():
+        threading.Thread(target=new.store, name="artifactstore-open", daemon=True).start()
     return settings
 
 
@@ -409,16 +582,15 @@ def deactivate() -> None:
 
 
 def _shutdown_state(state: _State) -> None:
-    store = state._store
-    if store is not None:
-        store.flush()
-        store.close()
+    state.finish()
+    if state._store is not None:
+        state._store.close()
 
 
 def _at_exit() -> None:
     state = _state
-    if state is not None and state._store is not None:
-        state._store.flush()
+    if state is not None:
+        state.finish()
 
 
 def active_store() -> Store | None:
@@ -439,6 +611,9 @@ def process_stats() -> dict[str, int]:
     if state is None:
         return {}
     out = dict(state._store.counters.snapshot()) if state._store is not None else {}
+    if state.tier_hits:
+        out["hits"] = out.get("hits", 0) + state.tier_hits
+        out["tier_hits"] = state.tier_hits
     out["loads"] = state.loads
     out["compiles"] = state.compiles
     out["active"] = int(state.active)

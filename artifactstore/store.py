@@ -14,7 +14,7 @@ import socket
 import threading
 from collections import Counter as _Counts
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
@@ -27,6 +27,7 @@ from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import db
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryInfo, Index, NewEntry
+from artifactstore.tier import Accesses, LocalTier, TierEntry, open_tier
 
 log = logging.getLogger("artifactstore")
 
@@ -55,7 +56,13 @@ class Counters:
 
 class Store:
     def __init__(
-        self, settings: Settings, blobs: BlobStore, engine: Engine, *, worker: Worker | None = None
+        self,
+        settings: Settings,
+        blobs: BlobStore,
+        engine: Engine,
+        *,
+        worker: Worker | None = None,
+        tier: LocalTier | None = None,
     ) -> None:
         self.settings = settings
         self.namespace = settings.namespace
@@ -69,6 +76,7 @@ class Store:
         self._pending_counts: _Counts[str] = _Counts()
         self._warned: set[str] = set()
         self.worker = worker or Worker("artifactstore-writer", on_tick=self.flush_access)
+        self.tier = tier
 
     # -- opening ------------------------------------------------------------
     @classmethod
@@ -83,7 +91,31 @@ class Store:
             status.require_current()
         blobs = open_blobstore(settings)
         blobs.check()
-        return cls(settings, blobs, engine)
+        store = cls(settings, blobs, engine, tier=_open_tier(settings))
+        store.fold_tier_journals()
+        return store
+
+    def fold_tier_journals(self) -> None:
+        """Count hits that processes served from this host's tier, so LRU sees them."""
+        if self.tier is None:
+            return
+        folded = False
+        try:
+            for accesses in self.tier.drain_journals():
+                self.add_accesses(accesses)
+                folded = True
+            if folded:
+                self.flush_access()
+        except Exception as exc:
+            log.debug("artifactstore: could not fold tier access journals: %s", one_line(exc))
+
+    def add_accesses(self, accesses: Accesses) -> None:
+        """Merge hits served elsewhere (the tier) into the next batched access flush."""
+        with self._touch_lock:
+            for key, (n, when) in accesses.items():
+                old_n, old_t = self._touches.get(key, (0, None))
+                t = datetime.fromtimestamp(when, UTC)
+                self._touches[key] = (old_n + n, max(t, old_t) if old_t else t)
 
     def describe(self) -> str:
         from artifactstore.config import redact_url
@@ -125,7 +157,18 @@ class Store:
             return self._miss("corrupt")
         self._touch(key)
         self.counters.add("hits")
+        self._remember(key, entry.digest, entry.fingerprint, entry.compile_secs, data)
         return Hit(payload, entry)
+
+    def _remember(
+        self, key: str, digest: str, fingerprint: str, compile_secs: float, data: bytes
+    ) -> None:
+        if self.tier is None:
+            return
+        try:
+            self.tier.remember(key, TierEntry(digest, fingerprint, compile_secs), data)
+        except Exception as exc:  # a full or read-only disk costs the tier, nothing else
+            self._warn_once("tier", "local tier not updated: %s", one_line(exc))
 
     def _miss(self, reason: str) -> Hit | None:
         self.counters.add("misses")
@@ -154,8 +197,6 @@ class Store:
             self.index.delete_entry(entry.key, digest=entry.digest)
 
     def _touch(self, key: str) -> None:
-        if self.read_only:
-            return
         with self._touch_lock:
             count, _ = self._touches.get(key, (0, utcnow()))
             self._touches[key] = (count + 1, utcnow())
@@ -165,12 +206,23 @@ class Store:
         with self._touch_lock:
             touches, self._touches = self._touches, {}
             counts, self._pending_counts = self._pending_counts, _Counts()
-        if self.read_only:
-            return
         try:
-            self.index.record_access(touches)
-            self.index.add_counters(dict(counts))
-        except Exception:
+            if self.read_only:
+                # Readers may only append to `accesses` (never write entries);
+                # `artstore gc` folds those rows in, so LRU reflects the cluster.
+                self.index.record_reader_access(touches)
+            else:
+                self.index.record_access(touches)
+                self.index.add_counters(dict(counts))
+        except Exception as exc:
+            if self.read_only:
+                self._warn_once(
+                    "reader-access",
+                    "hits not recorded for LRU (%s): grant INSERT on table accesses to "
+                    "the reader role (infra/policies/postgres-roles.sql)",
+                    one_line(exc),
+                )
+                counts = _Counts()
             with self._touch_lock:  # keep them for the next flush
                 for key, (n, t) in touches.items():
                     old_n, _ = self._touches.get(key, (0, t))
@@ -218,6 +270,13 @@ class Store:
         )
         created = self.index.add_entry(entry, fingerprint.to_json())
         self.counters.add("stored" if created else "already_present")
+        if created:
+            self._remember(key, encoded.digest, fingerprint.digest, compile_secs, encoded.data)
+        if created and not self.blobs.exists(encoded.digest):
+            # A gc deleted the object between our existence check and our commit
+            # (the race is explained in gc.py): put it back, so the entry points
+            # at a missing object for no longer than this one operation.
+            self.blobs.put(encoded.digest, encoded.data)
         if not created and uploaded and not self.index.keys_for_digest(encoded.digest):
             # Lost a race on the key with different bytes (XLA output is not
             # byte-identical across processes): drop our now-unreferenced copy.
@@ -274,3 +333,11 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _open_tier(settings: Settings) -> LocalTier | None:
+    try:
+        return open_tier(settings)
+    except Exception as exc:
+        log.debug("artifactstore: no local tier: %s", one_line(exc))
+        return None

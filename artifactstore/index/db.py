@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 
 from artifactstore.config import redact_url
-from artifactstore.errors import SchemaMismatch
+from artifactstore.errors import ConfigError, SchemaMismatch
 
 log = logging.getLogger("artifactstore")
 
@@ -28,7 +28,7 @@ _PG_MIGRATION_LOCK = 0x41525453  # "ARTS"
 # The newest migration in migrations/versions. Kept as a constant so that a
 # process checking its schema need not import Alembic or scan the scripts;
 # tests/test_index.py fails if it drifts from Alembic's head.
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0002"
 
 
 def migrations_dir() -> Path:
@@ -46,7 +46,13 @@ def migrations_dir() -> Path:
 
 def open_engine(url: str, *, timeout_secs: float = 10.0) -> Engine:
     """An engine with bounded waits: a dead database costs at most about timeout_secs."""
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except Exception:  # ArgumentError, ValueError: the message may quote the password
+        raise ConfigError(
+            "malformed index URL: use sqlite:///path/index.db or "
+            "postgresql+psycopg://user@host:5432/dbname"
+        ) from None
     kwargs: dict[str, Any] = {"future": True}
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":

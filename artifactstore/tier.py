@@ -1,0 +1,233 @@
+"""The local disk tier: key -> verified executable on this host, without the index.
+
+Why: a warm process should pay neither for the index (importing SQLAlchemy,
+a database round trip) nor for the object store (importing boto3, a GET) to
+load executables this host already holds. The tier keeps, per namespace,
+
+    keys/ab/<key>      {"d": digest, "f": fingerprint digest, "c": compile secs}
+    objects/ab/<dig>   the object itself (for a writable local store: the store's own)
+    access/*.json      hits served here, folded into the index by the next Store.open
+
+A key file only says where to look: the object's digest, envelope and
+fingerprint are verified on every read exactly as on the full path, so a stale
+or damaged tier can cause a miss, never a wrong load. The tier is a cache in
+front of the index, not a second index: deleting an entry in a shared store
+does not reach other hosts' tiers (their copies remain valid executables for
+the key); `invalidate()` drops this host's key map when an operator removes
+entries from a local store. Tiers of remote stores are bounded by
+ARTSTORE_LOCAL_TIER_SIZE, least recently used objects going first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from artifactstore import codec
+from artifactstore.blobstores.local import LocalBlobStore
+from artifactstore.config import Settings, default_cache_dir
+from artifactstore.errors import CorruptObject
+
+log = logging.getLogger("artifactstore")
+
+# key -> (hits, latest access as seconds since the epoch)
+Accesses = dict[str, tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class TierEntry:
+    digest: str
+    fingerprint: str
+    compile_secs: float
+
+
+@dataclass(frozen=True)
+class TierHit:
+    payload: bytes
+    entry: TierEntry
+
+
+class LocalTier:
+    def __init__(
+        self, root: Path, name: str, *, owns_objects: bool, max_bytes: int | None = None
+    ) -> None:
+        self.blobs = LocalBlobStore(root, name)
+        self.base = self.blobs.base
+        self.keys = self.base / "keys"
+        self.journal = self.base / "access"
+        self.owns_objects = owns_objects
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._accesses: Accesses = {}
+        self._pruned = False
+
+    def _key_path(self, key: str) -> Path:
+        if len(key) < 8 or not key.isalnum():
+            raise ValueError(f"not a cache key: {key!r}")
+        return self.keys / key[:2] / key
+
+    # -- read ---------------------------------------------------------------
+    def has_entries(self) -> bool:
+        """Cheap check (no scan) whether this host has ever remembered a key."""
+        with contextlib.suppress(OSError), os.scandir(self.keys) as it:
+            return any(True for _ in it)
+        return False
+
+    def lookup(self, key: str) -> TierEntry | None:
+        try:
+            raw = json.loads(self._key_path(key).read_bytes())
+            return TierEntry(str(raw["d"]), str(raw["f"]), float(raw["c"]))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):
+            self.forget(key)
+            return None
+
+    def get(self, key: str, fingerprint_digest: str) -> TierHit | None:
+        """The verified payload for `key`, or None; a bad tier copy is dropped, never loaded."""
+        entry = self.lookup(key)
+        if entry is None or entry.fingerprint != fingerprint_digest:
+            return None
+        data = self.blobs.get(entry.digest)
+        if data is None:
+            self.forget(key)
+            return None
+        try:
+            payload = codec.decode(
+                data, expected_digest=entry.digest, fingerprint_digest=fingerprint_digest
+            )
+        except CorruptObject as exc:
+            # A local store's own object is quarantined by the full path, which
+            # the caller falls back to; a private copy is simply dropped.
+            log.debug("artifactstore: tier copy of %s unusable: %s", key[:12], exc)
+            self.forget(key)
+            if self.owns_objects:
+                self.blobs.delete(entry.digest)
+            return None
+        self.record_access(key)
+        if self.owns_objects:
+            with contextlib.suppress(OSError):
+                os.utime(self.blobs._path(entry.digest))  # LRU order for pruning
+        return TierHit(payload, entry)
+
+    # -- write --------------------------------------------------------------
+    def remember(self, key: str, entry: TierEntry, data: bytes) -> None:
+        """Note `key` -> `entry` (and keep a copy of `data` when the tier owns its objects)."""
+        if self.owns_objects:
+            self.blobs.put(entry.digest, data)
+        path = self._key_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = json.dumps({"d": entry.digest, "f": entry.fingerprint, "c": entry.compile_secs})
+        _write_atomic(path, body.encode())
+        if self.owns_objects and self.max_bytes is not None and not self._pruned:
+            self._pruned = True  # one scan per process bounds the cost
+            self.prune(self.max_bytes)
+
+    def forget(self, key: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._key_path(key).unlink()
+
+    def invalidate(self) -> None:
+        """Forget every key at once (entries were removed from the store behind us)."""
+        if not self.keys.is_dir():
+            return
+        old = self.base / f".keys-old-{uuid.uuid4().hex}"
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.keys, old)
+            shutil.rmtree(old, ignore_errors=True)
+
+    def prune(self, max_bytes: int) -> int:
+        """Delete least recently used private copies until at most 90% of `max_bytes` remain."""
+        blobs = sorted(self.blobs.iter_blobs(), key=lambda b: b.mtime)
+        total = sum(b.size for b in blobs)
+        removed = 0
+        if total <= max_bytes:
+            return 0
+        for blob in blobs:
+            if total <= max_bytes * 0.9:
+                break
+            if self.blobs.delete(blob.digest):
+                total -= blob.size
+                removed += 1
+        return removed
+
+    # -- access journal -----------------------------------------------------
+    def record_access(self, key: str, when: float | None = None) -> None:
+        with self._lock:
+            count, _ = self._accesses.get(key, (0, 0.0))
+            self._accesses[key] = (count + 1, time.time() if when is None else when)
+
+    def take_accesses(self) -> Accesses:
+        with self._lock:
+            taken, self._accesses = self._accesses, {}
+        return taken
+
+    def write_journal(self) -> None:
+        """Leave this process's hits for the next Store.open to fold into the index."""
+        accesses = self.take_accesses()
+        if not accesses:
+            return
+        self.journal.mkdir(parents=True, exist_ok=True)
+        name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+        _write_atomic(self.journal / name, json.dumps(accesses).encode())
+
+    def drain_journals(self) -> Iterator[Accesses]:
+        """Each journal once: claimed by an atomic rename, so two folders never both count it."""
+        try:
+            with os.scandir(self.journal) as it:
+                names = [e.name for e in it if e.name.endswith(".json") and e.name[0] != "."]
+        except FileNotFoundError:
+            return
+        for name in names:
+            claimed = self.journal / f".claimed-{os.getpid()}-{name}"
+            try:
+                os.replace(self.journal / name, claimed)
+            except FileNotFoundError:
+                continue  # another process took it
+            try:
+                raw = json.loads(claimed.read_bytes())
+                yield {str(k): (int(n), float(t)) for k, (n, t) in raw.items()}
+            except (OSError, ValueError, TypeError):
+                log.debug("artifactstore: dropping unreadable access journal %s", name)
+            finally:
+                with contextlib.suppress(OSError):
+                    claimed.unlink()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def open_tier(settings: Settings) -> LocalTier | None:
+    """This host's tier for the store `settings` name, or None when turned off.
+
+    A writable local store is its own tier (key map and journal beside its
+    objects); a remote or read-only store gets a private, bounded tier under
+    the user's cache directory, named by a hash of the store's identity.
+    """
+    if settings.local_tier == "off":
+        return None
+    if settings.blobs.scheme == "file" and not settings.read_only:
+        return LocalTier(Path(settings.blobs.path), settings.namespace, owns_objects=False)
+    root = Path(settings.local_tier) if settings.local_tier else default_cache_dir() / "tiers"
+    identity = f"{settings.blobs.describe()}|{settings.index_url}|{settings.namespace}"
+    name = hashlib.sha256(identity.encode()).hexdigest()[:24]
+    return LocalTier(root, name, owns_objects=True, max_bytes=settings.local_tier_bytes)
