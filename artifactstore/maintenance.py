@@ -6,6 +6,7 @@ either into memory, and report what they found as plain data for the CLI.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -42,39 +43,52 @@ class VerifyReport:
         }
 
 
-def verify(store: Store, *, repair: bool = False, progress: Progress | None = None) -> VerifyReport:
+def verify(
+    store: Store,
+    *,
+    repair: bool = False,
+    progress: Progress | None = None,
+    grace_secs: float | None = None,
+) -> VerifyReport:
     """Check the digest and envelope of every object and cross-check the index.
 
+    The cross-check is gc's (`reconcile.chunks`), so both agree on what is an
+    orphan: an object no entry references that is older than the grace period
+    (a younger one may be a put in flight) or an entry whose object is gone.
     With `repair`, corrupt objects are quarantined and entries pointing at
-    missing or corrupt objects are removed, so the next compile stores them anew.
+    missing or corrupt objects are removed, so the next compile stores them
+    anew; `artstore gc` deletes orphaned objects.
     """
+    from artifactstore import reconcile
+    from artifactstore.gc import DEFAULT_GRACE_SECS
+    from artifactstore.index.eviction import EvictionIndex
+
     report = VerifyReport()
-    referenced = dict(store.index.referenced_digests())
-    seen: set[str] = set()
-    for info in store.blobs.iter_blobs():
-        seen.add(info.digest)
-        data = store.blobs.get(info.digest)
-        if data is None:  # deleted while we scanned
-            continue
-        report.objects_checked += 1
-        report.bytes_checked += len(data)
-        if codec.digest_of(data) != info.digest or codec.envelope_fingerprint(data) is None:
-            report.corrupt.append(info.digest)
-        elif info.digest not in referenced:
-            report.objects_without_entry.append(info.digest)
-        if progress is not None:
-            progress(1)
+    grace = DEFAULT_GRACE_SECS if grace_secs is None else grace_secs
+    cutoff = time.time() - grace
+    missing: list[str] = []
+    for chunk in reconcile.chunks(store.blobs, EvictionIndex(store.engine, store.namespace)):
+        for info in chunk.blobs:
+            data = store.blobs.get(info.digest)
+            if data is None:  # deleted while we scanned
+                continue
+            report.objects_checked += 1
+            report.bytes_checked += len(data)
+            if codec.digest_of(data) != info.digest or codec.envelope_fingerprint(data) is None:
+                report.corrupt.append(info.digest)
+            elif info.digest not in chunk.referenced and info.mtime < cutoff:
+                report.objects_without_entry.append(info.digest)
+            if progress is not None:
+                progress(1)
+        missing += [d for d in chunk.unlisted() if not store.blobs.exists(d)]
     report.entries_without_object = sorted(
-        key
-        for digest in referenced
-        if digest not in seen
-        for key in store.index.keys_for_digest(digest)
+        key for digest in missing for key in store.index.keys_for_digest(digest)
     )
     report.quarantined = sorted(b.digest for b in store.blobs.iter_quarantined())
     if repair and not store.read_only:
         for digest in report.corrupt:
             store.blobs.quarantine(digest)
-        bad = set(report.corrupt) | {d for d in referenced if d not in seen}
+        bad = set(report.corrupt) | set(missing)
         for digest in bad:
             store.index.delete_entries(store.index.keys_for_digest(digest))
         store.index.forget_objects(bad)
@@ -111,6 +125,8 @@ def remove(store: Store, keys: list[str] | None) -> RemoveReport:
         report.entries = store.index.delete_all_entries()
     else:
         report.entries = store.index.delete_entries(keys)
+    if report.entries:
+        store.entries_removed()
     still = dict(store.index.referenced_digests())
     orphans = [d for d in before if d not in still]
     for digest in orphans:

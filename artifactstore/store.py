@@ -109,6 +109,11 @@ class Store:
         except Exception as exc:
             log.debug("artifactstore: could not fold tier access journals: %s", one_line(exc))
 
+    def entries_removed(self) -> None:
+        """Called after entries were deleted: this host's tier must not serve them again."""
+        if self.tier is not None:
+            self.tier.invalidate()
+
     def add_accesses(self, accesses: Accesses) -> None:
         """Merge hits served elsewhere (the tier) into the next batched access flush."""
         with self._touch_lock:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,12 +19,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# The user cache directory of every process the tests start (local tiers of
+# team stores live there): never the real one of whoever runs the tests.
+TEST_CACHE = Path(tempfile.mkdtemp(prefix="artstore-tests-cache-"))
+atexit.register(shutil.rmtree, TEST_CACHE, ignore_errors=True)
+os.environ["XDG_CACHE_HOME"] = str(TEST_CACHE)  # and this process's, for open_tier()
 
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment without any ARTSTORE_* setting, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSTORE_")}
     env["JAX_PLATFORMS"] = "cpu"
+    env["XDG_CACHE_HOME"] = str(TEST_CACHE)
     env["ARTSTORE_MIN_COMPILE_SECS"] = "0"
     env.update(extra)
     return env
