@@ -33,6 +33,7 @@ STRIP_PREFIXES = ("ARTSTORE_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE",
 NO_CACHE, JAX_WARM = "no cache", "jax local cache (warm)"
 TARGET_NAME, TARGET_RATIO = "artifactstore embedded (warm)", 1.05
 S3PG_NAME, S3PG_RATIO = "artifactstore S3+PostgreSQL (warm)", 1.10
+S3PG_NO_TIER = "artifactstore S3+PostgreSQL (new host, no local tier)"
 TARGETS = [(TARGET_NAME, TARGET_RATIO), (S3PG_NAME, S3PG_RATIO)]  # wall <= ratio x JAX_WARM
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 S3PG_BUCKET, S3PG_DATABASE = "artstore-bench-warm", "artstore_bench_warm"
@@ -85,11 +86,17 @@ def _start_s3pg() -> dict[str, str]:
     return env
 
 
-def s3pg_env(_: Path) -> dict[str, str]:
+def s3pg_env(tmp: Path) -> dict[str, str]:
+    """A warm host: its local tier (private to this run) holds what the prefill loaded."""
     global _s3pg_env
     if _s3pg_env is None:
         _s3pg_env = _start_s3pg()
-    return {**_s3pg_env, "ARTSTORE_MIN_COMPILE_SECS": "0"}
+    return {**_s3pg_env, "ARTSTORE_MIN_COMPILE_SECS": "0", "ARTSTORE_LOCAL_TIER": str(tmp)}
+
+
+def s3pg_no_tier_env(tmp: Path) -> dict[str, str]:
+    """A host seeing the store for the first time: every load goes to the index and S3."""
+    return {**s3pg_env(tmp), "ARTSTORE_LOCAL_TIER": "off"}
 
 
 CONFIGS: list[Config] = [
@@ -97,6 +104,7 @@ CONFIGS: list[Config] = [
     Config(JAX_WARM, args=lambda tmp: ["--jax-cache", str(tmp)], prefill=True),
     Config(TARGET_NAME, env=embedded_env, prefill=True, store=True),
     Config(S3PG_NAME, env=s3pg_env, prefill=True, store=True),
+    Config(S3PG_NO_TIER, env=s3pg_no_tier_env, prefill=True, store=True),
 ]
 
 
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_once(c, tmps[c.name], a.layers)
                 raw[c.name].append(r)
                 checksums.add(r["checksum"])
-                print(f"run {i + 1}/{a.runs} {c.name:<30} first {r['first_call_secs']:7.3f}s"
+                print(f"run {i + 1}/{a.runs} {c.name:<54} first {r['first_call_secs']:7.3f}s"
                       f"  wall {r['wall_secs']:7.3f}s", flush=True)  # fmt: skip
                 st = r["store"] or {}
                 if c.store and c.prefill and st.get("hits", 0) < 1:
@@ -172,12 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     ratio_cols = [("first/no-cache", "first_call_secs", NO_CACHE),
                   ("first/jax-warm", "first_call_secs", JAX_WARM),
                   ("wall/jax-warm", "wall_secs", JAX_WARM)]  # fmt: skip
-    lines = [f"{'config':<31}{'first call (s)':>22}{'process wall (s)':>22}"
+    w = max(len(n) for n in res) + 1
+    lines = [f"{'config':<{w}}{'first call (s)':>22}{'process wall (s)':>22}"
              + "".join(f"{h:>16}" for h, _, _ in ratio_cols)]  # fmt: skip
     for name, r in res.items():
         r["ratios"] = {h: ratio(med(name, k), med(base, k)) for h, k, base in ratio_cols}
         cells = [f"{x:.3f}x" if x is not None else "-" for x in r["ratios"].values()]
-        lines.append(f"{name:<31}{cell(r['first_call_secs']):>22}{cell(r['wall_secs']):>22}"
+        lines.append(f"{name:<{w}}{cell(r['first_call_secs']):>22}{cell(r['wall_secs']):>22}"
                      + "".join(f"{x:>16}" for x in cells))  # fmt: skip
     targets = []
     for t_name, t_max in TARGETS:
@@ -206,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         "targets": targets,
         "checksum": next(iter(checksums)),
         "configs": [{"name": c.name, "prefill": c.prefill, "store": c.store,
-                     "args": c.args(Path("<tmp>")), "env": c.env(Path("<tmp>")),
+                     "args": c.args(Path("<tmp>")),
+                     "env": {k: ("***" if "SECRET" in k else v)
+                             for k, v in c.env(Path("<tmp>")).items()},
                      **res[c.name], "raw": raw[c.name]} for c in configs],
     }  # fmt: skip
     _results.write(a.out, report, text)
