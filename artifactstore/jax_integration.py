@@ -4,7 +4,9 @@
 that looks the compile up in the store first and stores what it compiled, and
 adds the platform fingerprint to JAX's cache key through `cache_key.custom_hook`.
 If this JAX's internals do not look as expected, it warns once and leaves JAX
-untouched: the program runs, it just compiles.
+untouched: the program runs, it just compiles. Programs with host callbacks are
+stored too (JAX's cache skips them): keyed with the callbacks' identities
+stripped plus their signature (`_jax_callbacks`), loaded with this trace's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from artifactstore import config as _config
 from artifactstore import fingerprint as _fp
+from artifactstore._jax_callbacks import NotStorable as _NotStorable
+from artifactstore._jax_callbacks import callback_signature as _callback_signature
 from artifactstore.background import call_with_timeout
 from artifactstore.errors import ArtstoreError, one_line
 
@@ -165,6 +169,7 @@ class _State:
                         lambda: Store.open(self.settings), self.settings.timeout_secs
                     )
                     log.debug("artifactstore: using %s", self._store.describe())
+                    _flush_before_thread_shutdown()
                 except Exception as exc:
                     self.fail(exc)
         return self._store
@@ -403,77 +408,6 @@ def _prepare(
     return _Prepared(digest, module_name, fingerprint, len(host_callbacks or ()))
 
 
-# -- host callbacks ---------------------------------------------------------
-# JAX never caches a program with host callbacks (jax.debug.print, pure_callback,
-# io_callback, equinox's runtime checks): they are Python functions of this
-# process. XLA's FFI callbacks refer to them only by position in host_callbacks
-# (`mhlo.backend_config = {index = N}`) and deserialize_executable takes the
-# current trace's list, so we store the executable and bind them on load.
-_FFI_CALLBACK_TARGETS = frozenset({
-    "xla_ffi_python_cpu_callback", "xla_ffi_python_gpu_callback",
-    "xla_ffi_partitioned_python_cpu_callback", "xla_ffi_partitioned_python_gpu_callback",
-    "xla_buffer_python_cpu_callback", "xla_buffer_python_gpu_callback",
-    "xla_buffer_python_gpu_callback_cmd_buffer",
-})  # fmt: skip
-# Custom calls that carry a process address in the module: never stored with
-# callbacks (legacy callbacks are called through that address, not an index).
-_POINTER_TARGETS = frozenset({"InspectSharding", "xla_python_cpu_callback",
-                              "xla_python_gpu_callback"})  # fmt: skip
-_PARTITIONING_TARGET = "CustomSPMDPartitioning"
-
-
-class _NotStorable(Exception):
-    """This compile refers to Python objects that cannot be rebound on load."""
-
-
-def _callback_signature(computation: Any, count: int, drop_partitioning: bool) -> str:
-    """What a stored executable expects of host_callbacks, hashed into its key:
-    their number and, per callback custom_call in program order, its target, API
-    version, side effect, index and operand/result types. jaxlib binds whatever
-    list it is given (too few crash on execute), so any difference must be a miss.
-    Raises _NotStorable when the callbacks cannot be rebound by position."""
-    import hashlib
-
-    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
-
-    calls: list[str] = []
-    indices: set[int] = set()
-    refused: list[str] = []
-
-    def visit(op: Any) -> Any:
-        if op.name != "stablehlo.custom_call":
-            return ir.WalkResult.ADVANCE
-        attrs = op.attributes
-        target = ir.StringAttr(attrs["call_target_name"]).value
-        if target in _FFI_CALLBACK_TARGETS:
-            config = attrs["mhlo.backend_config"] if "mhlo.backend_config" in attrs else None
-            opaque = "backend_config" in attrs and ir.StringAttr(attrs["backend_config"]).value
-            if config is None or "index" not in config or opaque:
-                refused.append(f"{target} without a callback index")
-                return ir.WalkResult.ADVANCE
-            index = ir.IntegerAttr(ir.DictAttr(config)["index"]).value
-            indices.add(index)
-            side = str(attrs["has_side_effect"]) if "has_side_effect" in attrs else "false"
-            api = str(attrs["api_version"]) if "api_version" in attrs else "-"
-            operands = ",".join(str(v.type) for v in op.operands)
-            results = ",".join(str(r.type) for r in op.results)
-            calls.append(f"{target}/{api}/{side}/{index}/({operands})->({results})")
-        elif target == _PARTITIONING_TARGET:
-            if not drop_partitioning:  # ALL would drop its pointer; JAX was not told it may
-                refused.append(target)
-        elif target in _POINTER_TARGETS or "callback" in target.lower():
-            refused.append(target)
-        return ir.WalkResult.ADVANCE
-
-    computation.operation.walk(visit)
-    if refused:
-        raise _NotStorable(f"custom call {refused[0]} cannot be rebound on load")
-    if indices != set(range(count)):
-        raise _NotStorable(f"{count} host callbacks, module refers to {sorted(indices)[:8]}")
-    text = f"{count}|" + ";".join(calls)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _deserialize(
     backend: Any, payload: bytes, executable_devices: Any, compile_options: Any,
     host_callbacks: Any, expected_callbacks: int,
@@ -585,6 +519,24 @@ def _shutdown_state(state: _State) -> None:
     state.finish()
     if state._store is not None:
         state._store.close()
+
+
+def _flush_before_thread_shutdown() -> None:
+    """Run the exit flush before concurrent.futures stops taking work.
+
+    boto3's transfer manager uploads on a thread pool, and at interpreter exit
+    concurrent.futures refuses new work *before* atexit handlers run: a put
+    flushed from atexit fails with "cannot schedule new futures after
+    interpreter shutdown". threading's own exit hooks run earlier, newest
+    first, so registering after the store (and boto3) is open puts ours ahead.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        return
+    try:
+        register(_at_exit)
+    except RuntimeError:  # already shutting down: atexit still flushes
+        pass
 
 
 def _at_exit() -> None:

@@ -149,3 +149,13 @@ def test_store_failures_degrade_to_compiling(
     finally:
         if server is not None:
             server.stop()
+
+
+def test_uploads_queued_at_exit_are_stored(team_env: dict[str, str]) -> None:
+    """The exit flush must upload through boto3 before Python stops its thread pools."""
+    a = run_program("job.py", dict(team_env, JOB_SKIP_FLUSH="1"))
+    assert "artifactstore" not in a["_stderr"], a["_stderr"]
+    entries = json.loads(artstore("ls", "--json", env=team_env).stdout)
+    assert len(entries) == len(a["xla_compiles"])
+    b = run_program("job.py", team_env)
+    assert b["xla_compiles"] == []

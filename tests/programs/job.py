@@ -8,6 +8,7 @@ Environment knobs (tests only):
   JOB_FAKE_CPU_FEATURES  comma list replacing the host CPU features in the fingerprint
   JOB_NO_STORE=1         do not configure artifactstore
   JOB_VARIANT            changes the program (a different module, so a different key)
+  JOB_SKIP_FLUSH=1       leave queued uploads to the store's own exit flush
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ stats = {}
 if not os.environ.get("JOB_NO_STORE"):
     import artifactstore
 
-    artifactstore.flush()
+    if not os.environ.get("JOB_SKIP_FLUSH"):  # else: uploads finish in the exit flush
+        artifactstore.flush()
     stats = artifactstore.process_stats()
 
 print(
