@@ -165,16 +165,27 @@ def stats_cmd(obj: _Ctx, as_json: bool) -> None:
 @cli.command("verify")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--repair", is_flag=True, help="Quarantine corrupt objects; drop dangling entries.")
+@click.option(
+    "--grace",
+    metavar="DURATION",
+    default="1h",
+    show_default=True,
+    help="Unreferenced objects younger than this are puts in flight, not orphans.",
+)
 @click.pass_obj
-def verify_cmd(obj: _Ctx, as_json: bool, repair: bool) -> None:
+def verify_cmd(obj: _Ctx, as_json: bool, repair: bool, grace: str) -> None:
     """Check every object's digest and cross-check objects against entries."""
     from artifactstore import maintenance
+    from artifactstore.sizes import parse_duration
+
+    grace_secs = parse_duration(grace)
 
     with obj.store() as store:
         show = sys.stderr.isatty() and not as_json
         with click.progressbar(length=store.index.stats().objects or 1, label="verifying",
                                file=sys.stderr if show else io.StringIO()) as bar:  # fmt: skip
-            report = maintenance.verify(store, repair=repair, progress=bar.update)
+            report = maintenance.verify(store, repair=repair, progress=bar.update,
+                                        grace_secs=grace_secs)  # fmt: skip
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -228,6 +239,153 @@ def rm_cmd(obj: _Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool) -> Non
                f"({format_size(report.bytes)})")  # fmt: skip
 
 
+# -- eviction: gc and quotas ------------------------------------------------
+@cli.command("gc")
+@click.option(
+    "--max-size",
+    metavar="SIZE",
+    help="Evict least-recently-used entries until the namespace fits in SIZE "
+    "(500G, 1.5TiB, 800MB; decimal and binary units). A quota, if smaller, wins.",
+)
+@click.option(
+    "--older-than",
+    metavar="DURATION",
+    help="Also evict entries unused for DURATION (30d, 12h, 90m, 1w, 45s).",
+)
+@click.option(
+    "--jaxlib-older-than",
+    metavar="VERSION",
+    help="Also evict entries built by jaxlib versions older than VERSION.",
+)
+@click.option(
+    "--grace",
+    metavar="DURATION",
+    default="1h",
+    show_default=True,
+    help="Never delete an unreferenced object younger than this (puts in flight).",
+)
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Namespace to collect (repeatable; default: the global --namespace).",
+)
+@click.option("--all-namespaces", is_flag=True, help="Collect every namespace in the index.")
+@click.option("--dry-run", is_flag=True, help="Print what would go, delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (removals and summary).")
+@click.option(
+    "--no-reconcile",
+    is_flag=True,
+    help="Skip listing the object store for orphans and entries without objects.",
+)
+@click.option("--wait", is_flag=True, help="Wait for a running gc instead of failing.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bars on stderr [default: when stderr is a terminal].",
+)
+@click.pass_obj
+def gc_cmd(
+    obj: _Ctx, max_size: str | None, older_than: str | None, jaxlib_older_than: str | None,
+    grace: str, namespaces: tuple[str, ...], all_namespaces: bool, dry_run: bool,
+    as_json: bool, no_reconcile: bool, wait: bool, progress: bool | None,
+) -> None:  # fmt: skip
+    """Evict entries (LRU, quotas, age, old jaxlib), then objects nothing references."""
+    from artifactstore import gc
+    from artifactstore.gc_output import Bars, Output
+    from artifactstore.sizes import parse_duration, parse_size
+
+    if namespaces and all_namespaces:
+        _fail("give --namespace or --all-namespaces, not both", EXIT_USAGE)
+    if jaxlib_older_than is not None:
+        gc.old_jaxlib_versions([], jaxlib_older_than)  # validates before opening anything
+    policy = gc.Policy(
+        max_bytes=parse_size(max_size) if max_size is not None else None,
+        older_than_secs=parse_duration(older_than) if older_than is not None else None,
+        jaxlib_older_than=jaxlib_older_than,
+        grace_secs=parse_duration(grace),
+        reconcile=not no_reconcile,
+        dry_run=dry_run,
+    )
+    targets: list[str | None] = list(namespaces) or [None]
+    if all_namespaces:
+        from artifactstore.index.eviction import namespaces as all_ns
+
+        with obj.store() as store:
+            targets = list(all_ns(store.engine)) or [None]
+    out = Output(as_json=as_json, dry_run=dry_run, several=len(targets) > 1)
+    bars = Bars(sys.stderr.isatty() if progress is None else progress)
+    out.begin()
+    for namespace in targets:
+        with obj.store(namespace=namespace) as store:
+            out.begin_namespace(store.namespace)
+            try:
+                report = gc.collect(store, policy, on_remove=out.item, progress=bars.update,
+                                    wait=wait)  # fmt: skip
+            finally:
+                bars.close()
+        out.end_namespace(report)
+    out.finish()
+
+
+@cli.group("quota")
+def quota_group() -> None:
+    """Per-namespace size quotas, enforced by `artstore gc`."""
+
+
+@quota_group.command("set")
+@click.argument("namespace")
+@click.argument("size")
+@click.pass_obj
+def quota_set(obj: _Ctx, namespace: str, size: str) -> None:
+    """Limit NAMESPACE to SIZE (500G, 1.5TiB, 800MB)."""
+    from artifactstore.index import eviction
+    from artifactstore.sizes import parse_size
+
+    _config.check_namespace(namespace)
+    max_bytes = parse_size(size)
+    with obj.store() as store:
+        eviction.set_quota(store.engine, namespace, max_bytes)
+    click.echo(f"quota of {namespace}: {format_size(max_bytes)} ({max_bytes} bytes)")
+
+
+@quota_group.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def quota_ls(obj: _Ctx, as_json: bool) -> None:
+    """Quotas with each namespace's current size."""
+    from artifactstore.index import eviction
+
+    with obj.store() as store:
+        rows = [
+            (ns, limit, eviction.EvictionIndex(store.engine, ns).referenced_bytes())
+            for ns, limit in eviction.list_quotas(store.engine)
+        ]
+    if as_json:
+        click.echo(json.dumps([{"namespace": ns, "max_bytes": limit, "bytes": used}
+                               for ns, limit, used in rows], indent=2))  # fmt: skip
+        return
+    if not rows:
+        click.echo("no quotas")
+        return
+    table = [[ns, format_size(limit), format_size(used), f"{100 * used / limit:.0f}%"
+              if limit else "-"] for ns, limit, used in rows]  # fmt: skip
+    click.echo(_table(["NAMESPACE", "QUOTA", "USED", "USE"], table, right={1, 2, 3}))
+
+
+@quota_group.command("rm")
+@click.argument("namespace")
+@click.pass_obj
+def quota_rm(obj: _Ctx, namespace: str) -> None:
+    """Remove NAMESPACE's quota."""
+    from artifactstore.index import eviction
+
+    with obj.store() as store:
+        if not eviction.remove_quota(store.engine, namespace):
+            _fail(f"namespace {namespace!r} has no quota: see `artstore quota ls`")
+    click.echo(f"quota of {namespace} removed")
+
+
 @cli.command("fingerprint")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (input for --expect-fingerprint)."
@@ -249,6 +407,71 @@ def fingerprint_cmd(as_json: bool, backend: str | None) -> None:
                  "jax_version", "jaxlib_version", "cpu_arch", "os"):  # fmt: skip
         click.echo(f"{name + ':':<18}{data[name]}")
     click.echo(f"{'cpu_features:':<18}{' '.join(fp.cpu_features) or '(none detected)'}")
+
+
+class _WarmCommand(click.Command):
+    """Everything after the first `--` is CMD, verbatim: its options are not ours."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["warm_cmd"] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return ["[OPTIONS]", "(MODULE:FUNCTION | -- CMD [ARGS]...)"]
+
+
+@cli.command("warm", cls=_WarmCommand)
+@click.argument("target", required=False, metavar="MODULE:FUNCTION")
+@click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="MODULE:FUNCTION: compile in this many worker processes.")  # fmt: skip
+@click.option("--expect-fingerprint", metavar="FILE|JSON",
+              help="Fail unless this host matches the target (`artstore fingerprint --json` "
+              "output from a target node).")  # fmt: skip
+@click.option("--report-json", type=click.Path(dir_okay=False),
+              help="Also write the report as JSON to this file.")  # fmt: skip
+@click.pass_context
+def warm_cmd(ctx: click.Context, target: str | None, jobs: int, expect_fingerprint: str | None,
+             report_json: str | None) -> None:  # fmt: skip
+    """Fill the store for this host's target, from CI.
+
+    `artstore warm -- CMD [ARGS]...` runs CMD with the store in write mode in every Python
+    process it starts (no change to CMD) and exits with CMD's exit code.
+    `artstore warm MODULE:FUNCTION` compiles, without running, the specializations FUNCTION
+    returns: (jax.jit function, argument specs) pairs, specs being pytrees of
+    jax.ShapeDtypeStruct. Exits 1 if any failed or anything could not be stored.
+    """
+    from artifactstore import warm
+
+    obj: _Ctx = ctx.obj
+    command: list[str] | None = ctx.meta.get("warm_cmd")
+    if (target is None) == (command is None):
+        raise click.UsageError("give MODULE:FUNCTION or -- CMD [ARGS]... (one of them)", ctx)
+    if command is not None and not command:
+        raise click.UsageError("no command after --", ctx)
+    if command is not None and jobs != 1:
+        raise click.UsageError("-j applies to MODULE:FUNCTION, not to -- CMD", ctx)
+    expected = warm.load_expected(expect_fingerprint) if expect_fingerprint else None
+    warm.check_store(obj.settings(read_only=False))
+    if command is not None:
+        report = warm.run_command(command, obj.overrides, expected)
+    else:
+        assert target is not None
+        display = warm.ProgressDisplay()
+        try:
+            report = warm.run_specs(target, jobs, obj.overrides, expected, display.start)
+        finally:
+            display.close()
+    click.echo(report.render())
+    if report_json:
+        with open(report_json, "w") as out:
+            json.dump(report.to_json(), out, indent=2)
+    if report.exit_code:
+        sys.exit(report.exit_code)
+    if report.failed or report.problems:
+        sys.exit(EXIT_FAIL)
 
 
 @cli.group("db")

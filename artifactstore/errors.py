@@ -32,6 +32,10 @@ class CorruptObject(ArtstoreError):
     """Stored bytes do not match their digest or envelope."""
 
 
+class LeaseHeld(ArtstoreError):
+    """Another process holds the lease (e.g. another `artstore gc` on the namespace)."""
+
+
 def one_line(exc: BaseException) -> str:
     """First line of an exception, type-prefixed, with URL credentials masked."""
     import re

@@ -1,4 +1,4 @@
-"""Human-readable byte sizes (both ways) and durations (for display)."""
+"""Human-readable byte sizes and durations: parsed from options, formatted for display."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ _UNITS: dict[str, int] = {
     "PIB": 1024**5,
 }
 
+MAX_SIZE = 2**63 - 1  # what the index can store (BIGINT)
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -39,7 +40,10 @@ def parse_size(text: str) -> int:
             "(B, K/KB, M/MB, G/GB, T/TB, P/PB or KiB, MiB, GiB, TiB, PiB), e.g. 500G or 1.5TiB"
         )
     assert unit is not None
-    return int(float(match.group(1)) * _UNITS[unit])
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value > MAX_SIZE:
+        raise ConfigError(f"invalid size {text!r}: at most 8 EiB (9223372036854775807 bytes)")
+    return value
 
 
 def format_size(num: float) -> str:
@@ -58,3 +62,22 @@ def format_seconds(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Parse `30d`, `12h`, `90m`, `1w`, `45s` into seconds (a unit is required except for 0)."""
+    match = _DURATION_RE.match(text)
+    unit = match.group(2).lower() if match else None
+    if match is not None and unit == "" and float(match.group(1)) == 0:
+        unit = "s"
+    if match is None or unit not in _DURATION_UNITS:
+        raise ConfigError(
+            f"invalid duration {text!r}: use a non-negative number and a unit "
+            "s, m, h, d or w, e.g. 30d, 12h or 90m"
+        )
+    assert unit is not None
+    return float(match.group(1)) * _DURATION_UNITS[unit]

@@ -63,7 +63,8 @@ class Entry(Base):
     __tablename__ = "entries"
     __table_args__ = (
         UniqueConstraint("namespace", "key", name="uq_entries_namespace_key"),
-        Index("ix_entries_namespace_last_access", "namespace", "last_access"),
+        # (last_access, id): gc walks entries oldest first with keyset pagination.
+        Index("ix_entries_namespace_last_access_id", "namespace", "last_access", "id"),
         Index("ix_entries_namespace_digest", "namespace", "digest"),
         Index("ix_entries_namespace_jaxlib", "namespace", "jaxlib_version"),
     )
@@ -121,3 +122,43 @@ class Counter(Base):
     namespace: Mapped[str] = mapped_column(NAMESPACE, primary_key=True)
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     value: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Access(Base):
+    """Hits recorded by read-only readers, insert-only; gc folds them into entries.
+
+    Readers may not update `entries` (their database role has INSERT on this
+    table only), so they append batches here and LRU still reflects the cluster.
+    """
+
+    __tablename__ = "accesses"
+    __table_args__ = (Index("ix_accesses_namespace_key", "namespace", "key"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    namespace: Mapped[str] = mapped_column(NAMESPACE)
+    key: Mapped[str] = mapped_column(String(64))
+    hits: Mapped[int] = mapped_column(BigInteger)
+    last_access: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Quota(Base):
+    """A namespace's size limit in bytes, enforced by `artstore gc`."""
+
+    __tablename__ = "quotas"
+
+    namespace: Mapped[str] = mapped_column(NAMESPACE, primary_key=True)
+    max_bytes: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Lease(Base):
+    """A named, expiring lock in the index (e.g. `gc:NAMESPACE`), so one gc runs at a time."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(127), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    token: Mapped[str] = mapped_column(String(32))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

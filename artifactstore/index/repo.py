@@ -12,10 +12,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
+from sqlalchemy import Engine, and_, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from artifactstore.index.models import Counter, Entry, FingerprintRow, StoredObject, utcnow
+from artifactstore.index.models import (
+    Access,
+    Counter,
+    Entry,
+    FingerprintRow,
+    StoredObject,
+    utcnow,
+)
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,11 @@ class Index:
                 .values(
                     namespace=self.namespace, digest=entry.digest, size=entry.size, created_at=now
                 )
-                .on_conflict_do_nothing()
+                # Touch, not skip: the row lock and fresh timestamp make a concurrent
+                # gc either see this entry or finish deleting first (see gc.py).
+                .on_conflict_do_update(
+                    index_elements=["namespace", "digest"], set_={"created_at": now}
+                )
             )
             result = conn.execute(
                 _insert(self.engine, Entry)
@@ -155,6 +166,17 @@ class Index:
         params = [{"k": k, "n": n, "t": t} for k, (n, t) in touches.items()]
         with self.engine.begin() as conn:
             conn.execute(stmt.execution_options(synchronize_session=False), params)
+
+    def record_reader_access(self, touches: dict[str, tuple[int, datetime]]) -> None:
+        """Append a read-only reader's batched hits; `artstore gc` folds them into entries."""
+        if not touches:
+            return
+        rows = [
+            {"namespace": self.namespace, "key": k, "hits": n, "last_access": t}
+            for k, (n, t) in touches.items()
+        ]
+        with self.engine.begin() as conn:
+            conn.execute(insert(Access), rows)
 
     def add_counters(self, counts: dict[str, int]) -> None:
         counts = {k: v for k, v in counts.items() if v}

@@ -10,9 +10,10 @@
 --
 --   artstore_admin   owns the schema and runs `artstore db upgrade` (migrations).
 --   artstore_writer  CI / warm jobs and writers: read and write rows, no DDL.
---   artstore_reader  workers with ARTSTORE_READ_ONLY=1: SELECT only. In this
---                    version read-only processes record no access in the index,
---                    so GC's LRU sees only writer accesses.
+--   artstore_reader  workers with ARTSTORE_READ_ONLY=1: SELECT, plus INSERT on
+--                    `accesses` only, where readers append their batched hits;
+--                    `artstore gc` folds them into entries, so LRU sees the
+--                    cluster's reads. Readers can never change entries or objects.
 -- Safe to re-run (after migrations, it also grants on the tables they created).
 
 \set ON_ERROR_STOP on
@@ -69,3 +70,14 @@ ALTER DEFAULT PRIVILEGES FOR ROLE artstore_admin IN SCHEMA public
   GRANT USAGE, SELECT ON SEQUENCES TO artstore_writer;
 ALTER DEFAULT PRIVILEGES FOR ROLE artstore_admin IN SCHEMA public
   GRANT SELECT ON TABLES TO artstore_reader;
+
+-- Readers append their hits to `accesses` (created by migration 0002; re-run
+-- this file after `artstore db upgrade` if it did not exist yet).
+DO $$
+BEGIN
+  IF to_regclass('public.accesses') IS NOT NULL THEN
+    GRANT INSERT ON accesses TO artstore_reader;
+    GRANT USAGE ON SEQUENCE accesses_id_seq TO artstore_reader;
+  END IF;
+END
+$$;

@@ -1,0 +1,229 @@
+"""Inside a process that warms the store: write mode, and a record of what it stored.
+
+Used by the startup hook (`_activate/sitecustomize.py`) in every Python process
+under `artstore warm -- CMD`, and by the `MODULE:FUNCTION` worker processes.
+The record exists so that the report is exact: which entries this process added
+(with their compile time), which it found present, and for which fingerprint.
+It wraps the `get`/`put` methods of this process's own Store instance instead
+of adding bookkeeping to the hot path every program pays for.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from artifactstore import jax_integration as _ji
+from artifactstore.errors import one_line
+
+log = logging.getLogger("artifactstore")
+
+ENV_VAR = "ARTSTORE_WARM"  # the report directory; set only by `artstore warm`
+# Warming is the point of the process: wait long for uploads at exit.
+DEFAULT_FLUSH_SECS = 600.0
+
+
+def summarize_fingerprint(source: Any) -> dict[str, Any]:
+    """The facts a report shows about a fingerprint (a Fingerprint or an index entry)."""
+    digest = getattr(source, "fingerprint", None) or getattr(source, "digest", "")
+    return {
+        "digest": str(digest),
+        "platform": str(source.platform),
+        "device_kind": str(source.device_kind),
+        "device_count": int(source.device_count),
+        "jax_version": str(source.jax_version),
+        "jaxlib_version": str(source.jaxlib_version),
+        "cpu_arch": str(source.cpu_arch),
+    }
+
+
+@dataclass
+class Recorder:
+    """What this process's store did: entries added and entries found present.
+
+    With a journal, every event is also appended to it as one JSON line at once,
+    so a process killed without running atexit (multiprocessing's
+    Pool.terminate, SIGKILL) still leaves what it stored for the report.
+    """
+
+    journal: Path | None = None
+    added: list[dict[str, Any]] = field(default_factory=list)
+    present: list[dict[str, Any]] = field(default_factory=list)
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def mark(self) -> tuple[int, int]:
+        with self.lock:
+            return len(self.added), len(self.present)
+
+    def since(self, mark: tuple[int, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        with self.lock:
+            return self.added[mark[0] :], self.present[mark[1] :]
+
+    def _write(self, lines: list[dict[str, Any]]) -> None:
+        if self.journal is not None:
+            with self.journal.open("a") as out:
+                out.write("".join(json.dumps(line) + "\n" for line in lines))
+
+    def _note(self, kind: str, item: dict[str, Any], fp: Any) -> None:
+        summary = summarize_fingerprint(fp)
+        event = {"kind": kind, **item, "fingerprint": summary["digest"]}
+        with self.lock:
+            (self.added if kind == "added" else self.present).append(event)
+            lines = [event]
+            if summary["digest"] not in self.fingerprints:
+                self.fingerprints[summary["digest"]] = summary
+                lines.insert(0, {"kind": "fingerprint", **summary})
+            self._write(lines)
+
+    def attach(self, store: Any) -> None:
+        """Record through `store`'s get and put (instance attributes shadow the methods),
+        and make puts synchronous: warming is the point, so a compile returns once its
+        entry is stored, and a process that is killed later loses nothing."""
+        real_get, real_put = store.get, store.put
+
+        def get(key: str, fingerprint_digest: str) -> Any:
+            hit = real_get(key, fingerprint_digest)
+            if hit is not None:
+                entry = hit.entry
+                item = {
+                    "key": key,
+                    "module": entry.module_name,
+                    "bytes": 0,
+                    "compile_secs": float(entry.compile_secs),
+                    "how": "loaded",
+                }
+                self._note("present", item, entry)
+            return hit
+
+        def put(key: str, payload: bytes, **kwargs: Any) -> bool:
+            before = store.counters.snapshot().get("bytes_uploaded", 0)
+            created = bool(real_put(key, payload, **kwargs))
+            uploaded = store.counters.snapshot().get("bytes_uploaded", 0) - before
+            item = {
+                "key": key,
+                "module": str(kwargs.get("module_name", "")),
+                "bytes": uploaded,
+                "compile_secs": float(kwargs.get("compile_secs", 0.0)),
+                "how": "stored" if created else "stored concurrently",
+            }
+            self._note("added" if created else "present", item, kwargs["fingerprint"])
+            return created
+
+        def submit_put(key: str, payload: bytes, **kwargs: Any) -> None:
+            try:
+                put(key, payload, **kwargs)
+            except Exception as exc:  # as the background writer would: count, say once
+                store.counters.add("put_errors")
+                with self.lock:
+                    self._write(
+                        [
+                            {
+                                "kind": "put_error",
+                                "module": kwargs.get("module_name", ""),
+                                "error": one_line(exc),
+                            }
+                        ]
+                    )
+                log.warning(
+                    "artifactstore: could not store %s: %s",
+                    kwargs.get("module_name", key[:12]),
+                    one_line(exc),
+                )
+
+        store.get, store.put = get, put
+        if not store.read_only:
+            store.submit_put = submit_put
+
+
+def configure_for_warming(journal: Path | None = None) -> Recorder | None:
+    """Configure the store for writing everything compiled; None if it is unusable here."""
+    flush_secs = None if os.environ.get("ARTSTORE_FLUSH_TIMEOUT") else DEFAULT_FLUSH_SECS
+    options: dict[str, Any] = {"min_compile_secs": 0.0}
+    if flush_secs is not None:
+        options["flush_secs"] = flush_secs
+    if _ji.configure(read_only=False, **options) is None:
+        return None
+    store = _ji.active_store()  # waits for the open, so no compile escapes the record
+    if store is None:
+        return None
+    recorder = Recorder(journal)
+    recorder.attach(store)
+    return recorder
+
+
+def flush_secs() -> float:
+    store = _ji.active_store()
+    return store.settings.flush_secs if store is not None else DEFAULT_FLUSH_SECS
+
+
+def activate() -> None:
+    """Called by the startup hook once `jax` is imported; never raises into the program."""
+    report_dir = os.environ.get(ENV_VAR, "")
+    if not report_dir:
+        return
+    pid = os.getpid()
+    try:
+        started = {"pid": pid, "argv": sys.argv[:8]}
+        _write_json(Path(report_dir) / f"{pid}.started", started)
+        recorder = configure_for_warming(Path(report_dir) / f"{pid}.events")
+        if recorder is not None:
+            _follow_reconfiguration(recorder)
+        atexit.register(_report_at_exit, Path(report_dir), started, recorder)
+    except Exception as exc:
+        print(
+            f"artstore warm: could not activate the store in this process ({one_line(exc)})",
+            file=sys.stderr,
+        )
+
+
+def _follow_reconfiguration(recorder: Recorder) -> None:
+    """A CMD that calls `artifactstore.configure()` itself (as the README suggests) replaces
+    the store we opened; keep recording, and storing synchronously, through the new one."""
+    import artifactstore
+
+    original = _ji.configure
+
+    @functools.wraps(original)
+    def configure(*args: Any, **kwargs: Any) -> Any:
+        settings = original(*args, **kwargs)
+        store = _ji.active_store()
+        if store is not None:
+            recorder.attach(store)
+        return settings
+
+    _ji.configure = configure  # type: ignore[assignment]
+    artifactstore.configure = configure  # type: ignore[assignment]
+
+
+def _report_at_exit(report_dir: Path, started: dict[str, Any], recorder: Recorder | None) -> None:
+    """Finish uploads, then leave this process's record for the `artstore warm` parent."""
+    flushed = _ji.flush(flush_secs()) if recorder is not None else True
+    stats = _ji.process_stats()
+    data = {
+        **started,
+        "active": recorder is not None and bool(stats.get("active", 0)),
+        "flushed": flushed,
+        "stats": stats,
+    }
+    try:
+        _write_json(report_dir / f"{started['pid']}.json", data)
+    except OSError as exc:
+        print(
+            f"artstore warm: could not write this process's report ({one_line(exc)})",
+            file=sys.stderr,
+        )
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)

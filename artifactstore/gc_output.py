@@ -1,0 +1,121 @@
+"""How `artstore gc` shows its work: streamed JSON or text, and progress bars on stderr.
+
+Removals are written as they happen, so a dry run over millions of entries
+prints them all without keeping them in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+import click
+
+from artifactstore.gc import GcReport, Removal
+from artifactstore.sizes import format_size
+
+_PHASES = {
+    "jaxlib": "dropping old jaxlib entries",
+    "lru": "evicting (bytes)",
+    "objects": "deleting unreferenced objects",
+    "reconcile": "reconciling (prefixes)",
+}
+
+
+class Output:
+    """One JSON document (an object per namespace, a list for several) or text lines."""
+
+    def __init__(self, *, as_json: bool, dry_run: bool, several: bool) -> None:
+        self.as_json = as_json
+        self.dry_run = dry_run
+        self.several = several
+        self.out: TextIO = sys.stdout
+        self._namespaces = 0
+        self._items = 0
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+
+    def begin(self) -> None:
+        if self.as_json and self.several:
+            self._write("[")
+
+    def begin_namespace(self, namespace: str) -> None:
+        self._items = 0
+        if self.as_json:
+            sep = ",\n" if self._namespaces else ""
+            head = {"namespace": namespace, "dry_run": self.dry_run}
+            self._write(f'{sep}{json.dumps(head)[:-1]}, "removed": [')
+        self._namespaces += 1
+
+    def item(self, removal: Removal) -> None:
+        if self.as_json:
+            self._write((",\n  " if self._items else "\n  ") + json.dumps(removal.to_json()))
+        elif self.dry_run:
+            label = removal.name[:12] if removal.kind == "entry" else removal.name[:16]
+            extra = f"  {removal.module[:40]}" if removal.module else ""
+            self._write(
+                f"would remove {removal.kind:<6} {label}  {format_size(removal.size):>10}"
+                f"  ({removal.reason}){extra}\n"
+            )
+        self._items += 1
+
+    def end_namespace(self, report: GcReport) -> None:
+        if self.as_json:
+            self._write(f'\n], "summary": {json.dumps(report.to_json())}}}')
+            return
+        verb = "would remove" if self.dry_run else "removed"
+        limit = ""
+        if report.limit_bytes is not None:
+            limit = f" (limit {format_size(report.limit_bytes)})"
+        dangling = (
+            f"; {report.dangling_entries} of them had lost their object"
+            if report.dangling_entries
+            else ""
+        )
+        self._write(
+            f"namespace {report.namespace}{' (dry run)' if self.dry_run else ''}: {verb} "
+            f"{report.entries_removed} entries ({format_size(report.entry_bytes_removed)}) and "
+            f"{report.objects_removed} objects ({format_size(report.object_bytes_freed)} freed)"
+            f"{dangling}; {format_size(report.bytes_after)} remaining{limit}\n"
+        )
+
+    def finish(self) -> None:
+        if self.as_json:
+            self._write("]\n" if self.several else "\n")
+        self.out.flush()
+
+
+class Bars:
+    """A click progress bar per gc phase, on stderr; silent when not shown."""
+
+    def __init__(self, show: bool) -> None:
+        self.show = show
+        self.phase: str | None = None
+        self.bar: Any = None
+
+    def update(self, phase: str, advance: int, total: int | None) -> None:
+        if not self.show:
+            return
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            label = _PHASES.get(phase, phase)
+            if total is None:
+                self.bar = click.progressbar(_unknown(), label=label, file=sys.stderr)
+            else:
+                self.bar = click.progressbar(length=max(total, 1), label=label, file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(advance)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+def _unknown() -> Iterator[None]:
+    """An iterable without a length, so the bar counts instead of showing a fraction."""
+    yield from ()

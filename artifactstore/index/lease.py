@@ -1,0 +1,111 @@
+"""Named, expiring leases in the index: one `artstore gc` per namespace at a time.
+
+A lease is a row (name, holder, token, expires_at). Taking it is an insert, or
+an update of a row whose expiry has passed, so a crashed holder blocks others
+for at most one TTL. The holder renews it while it works and stops if it finds
+the lease taken (it was paused past its expiry). Expiry uses the clients'
+clocks, which must agree to well within the TTL (NTP).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, delete, select, update
+
+from artifactstore.errors import LeaseHeld
+from artifactstore.index.models import Lease as LeaseRow
+from artifactstore.index.models import utcnow
+from artifactstore.index.repo import _insert
+
+DEFAULT_TTL_SECS = 300.0
+
+
+def holder_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"[:255]
+
+
+@dataclass
+class Lease:
+    engine: Engine
+    name: str
+    ttl_secs: float = DEFAULT_TTL_SECS
+    holder: str = field(default_factory=holder_name)
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    _renewed: float = 0.0
+
+    def _expiry(self) -> datetime:
+        return utcnow() + timedelta(seconds=self.ttl_secs)
+
+    def try_acquire(self) -> tuple[str, datetime] | None:
+        """Take the lease; None on success, else (holder, expires_at) of the current holder."""
+        now = utcnow()
+        values = {"holder": self.holder, "token": self.token, "expires_at": self._expiry()}
+        with self.engine.begin() as conn:
+            taken = conn.execute(
+                _insert(self.engine, LeaseRow)
+                .values(name=self.name, **values)
+                .on_conflict_do_nothing()
+                .returning(LeaseRow.name)
+            ).first()
+            if taken is None:
+                stale = conn.execute(
+                    update(LeaseRow)
+                    .where(LeaseRow.name == self.name, LeaseRow.expires_at < now)
+                    .values(**values)
+                )
+                if stale.rowcount != 1:
+                    row = conn.execute(
+                        select(LeaseRow.holder, LeaseRow.expires_at).where(
+                            LeaseRow.name == self.name
+                        )
+                    ).first()
+                    if row is not None:
+                        return str(row[0]), row[1]
+                    return ("(released just now)", now)
+        self._renewed = time.monotonic()
+        return None
+
+    def acquire(self, *, wait: bool = False, poll_secs: float = 2.0) -> None:
+        """Take the lease, or raise LeaseHeld naming the holder (or wait with `wait`)."""
+        while True:
+            other = self.try_acquire()
+            if other is None:
+                return
+            if not wait:
+                holder, expires = other
+                raise LeaseHeld(
+                    f"{self.name} is held by {holder} until {expires:%Y-%m-%d %H:%M:%S} UTC: "
+                    "wait for it to finish, or pass --wait"
+                )
+            time.sleep(poll_secs)
+
+    def renew(self) -> None:
+        """Extend the lease; raise LeaseHeld if another process took it over."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(LeaseRow)
+                .where(LeaseRow.name == self.name, LeaseRow.token == self.token)
+                .values(expires_at=self._expiry())
+            )
+        if result.rowcount != 1:
+            raise LeaseHeld(
+                f"lost {self.name} (expired while paused and taken over): stopped; run again"
+            )
+        self._renewed = time.monotonic()
+
+    def keep_alive(self) -> None:
+        """Renew when a third of the TTL has passed; cheap to call once per batch."""
+        if time.monotonic() - self._renewed > self.ttl_secs / 3:
+            self.renew()
+
+    def release(self) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(LeaseRow).where(LeaseRow.name == self.name, LeaseRow.token == self.token)
+            )

@@ -1,0 +1,442 @@
+"""Eviction: LRU order, quotas, dry runs, leases, reconciliation, races; sizes and durations.
+
+Entries are made with Store.put on synthetic payloads (fast); the concurrency
+test runs real JAX programs in other processes while gc runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import artstore, clean_env, run_program, start_program
+from sqlalchemy import create_engine, text
+
+from artifactstore import codec, config, fingerprint, gc, sizes
+from artifactstore.errors import ConfigError
+from artifactstore.index.eviction import EvictionIndex
+from artifactstore.index.lease import Lease
+from artifactstore.store import Store
+
+OpenStore = Callable[..., Store]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _fp(jaxlib: str = "0.4.30") -> fingerprint.Fingerprint:
+    return fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                               device_count=1, jax_version="1", jaxlib_version=jaxlib)  # fmt: skip
+
+
+def _key(i: int) -> str:
+    return f"{i:064x}"
+
+
+@pytest.fixture
+def open_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenStore]:
+    """Open a Store in this process on a test environment (AWS settings for boto3 too)."""
+    opened: list[Store] = []
+
+    def _open(env: dict[str, str], **overrides: Any) -> Store:
+        for name, value in env.items():
+            if name.startswith("AWS_") or name == "NO_PROXY":
+                monkeypatch.setenv(name, value)
+        store = Store.open(config.resolve(overrides, environ=env))
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        store.close()
+
+
+def _populate(
+    store: Store, n: int, *, size: int = 2000, jaxlib: str = "0.4.30", start: int = 0
+) -> dict[str, int]:
+    """n entries with incompressible payloads, last used at T0 + i minutes; key -> bytes."""
+    sizes_by_key = {}
+    for i in range(start, start + n):
+        key = _key(i)
+        assert store.put(key, os.urandom(size + 37 * i), fingerprint=_fp(jaxlib),
+                         module_name=f"jit_f{i}", compile_secs=1.0)  # fmt: skip
+        store.index.record_access({key: (0, T0 + timedelta(minutes=i))})
+        entry = store.index.lookup(key)
+        assert entry is not None
+        sizes_by_key[key] = entry.size
+    return sizes_by_key
+
+
+def _gc(env: dict[str, str], *args: str) -> dict[str, Any]:
+    proc = artstore("gc", "--json", *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def _keys(store: Store) -> set[str]:
+    return {e.key for e in store.index.iter_entries()}
+
+
+def _removed(out: dict[str, Any], kind: str) -> set[str]:
+    field = "key" if kind == "entry" else "digest"
+    return {r[field] for r in out["removed"] if r["kind"] == kind}
+
+
+# -- LRU --------------------------------------------------------------------
+def test_lru_evicts_oldest_until_the_limit_holds_exactly(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    store = open_store(any_env)
+    by_key = _populate(store, 12)
+    # Hits make two of the oldest entries the most recently used.
+    for i in (0, 2):
+        assert store.get(_key(i), _fp().digest) is not None
+    store.flush_access()
+    order = [_key(i) for i in (1, *range(3, 12), 0, 2)]  # least recently used first
+    limit = sum(by_key[k] for k in order[6:]) + by_key[order[5]] - 1  # just too small for 7
+
+    out = _gc(any_env, "--max-size", str(limit), "--grace", "0")
+    assert _removed(out, "entry") == set(order[:6])
+    assert _keys(store) == set(order[6:])
+    assert out["summary"]["bytes_after"] == sum(by_key[k] for k in order[6:]) <= limit
+    assert out["summary"]["bytes_after"] + by_key[order[5]] > limit  # no more than needed
+    assert out["summary"]["bytes_before"] == sum(by_key.values())
+    # Their objects went too (grace 0), and nothing else did.
+    assert out["summary"]["objects_removed"] == 6
+    for removal in out["removed"]:
+        if removal["kind"] == "object":
+            assert not store.blobs.exists(removal["digest"])
+    for key in order[6:]:
+        entry = store.index.lookup(key)
+        assert entry is not None and store.blobs.exists(entry.digest)
+    assert json.loads(artstore("verify", "--json", env=any_env).stdout)["ok"] is True
+    # Idempotent: the limit holds, a second run removes nothing.
+    again = _gc(any_env, "--max-size", str(limit), "--grace", "0")
+    assert again["removed"] == []
+    assert again["summary"]["bytes_after"] == out["summary"]["bytes_after"]
+
+
+def test_objects_wait_for_the_grace_period(any_env: dict[str, str], open_store: OpenStore) -> None:
+    store = open_store(any_env)
+    _populate(store, 3)
+    out = _gc(any_env, "--max-size", "0")  # default grace: 1h
+    assert len(_removed(out, "entry")) == 3 and _removed(out, "object") == set()
+    assert sum(1 for _ in store.blobs.iter_blobs()) == 3  # kept: maybe a put in flight
+    assert json.loads(artstore("verify", "--json", env=any_env).stdout)["ok"] is True
+    later = _gc(any_env, "--grace", "0")
+    assert len(_removed(later, "object")) == 3
+    assert list(store.blobs.iter_blobs()) == []
+
+
+def test_read_only_hits_count_for_lru(any_env: dict[str, str], open_store: OpenStore) -> None:
+    writer = open_store(any_env)
+    by_key = _populate(writer, 2)
+    entries_before = [e.to_json() for e in writer.index.iter_entries()]
+    reader = open_store(any_env, read_only=True)
+    assert reader.get(_key(0), _fp().digest) is not None  # the older one is read
+    assert reader.get(_key(0), _fp().digest) is not None
+    reader.flush_access()
+    assert [e.to_json() for e in writer.index.iter_entries()] == entries_before  # untouched
+    out = _gc(any_env, "--max-size", str(by_key[_key(0)]))
+    assert out["summary"]["accesses_folded"] == 1
+    assert _keys(writer) == {_key(0)}  # the reader's hits made it the most recent
+    entry = writer.index.lookup(_key(0))
+    assert entry is not None and entry.hits == 2 and entry.last_access > T0 + timedelta(days=1)
+    assert _gc(any_env)["summary"]["accesses_folded"] == 0  # folded exactly once
+
+
+def test_reader_role_may_only_append_accesses(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """The reader role of infra/policies can record hits but never touch entries."""
+    roles = Path(__file__).resolve().parents[1] / "infra" / "policies" / "postgres-roles.sql"
+    url = team_env["ARTSTORE_INDEX"]
+    dbname = url.rsplit("/", 1)[1]
+    proc = subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-v", "ON_ERROR_STOP=1",
+                           "-q", "-d", dbname, "-f", str(roles)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    writer = open_store(team_env)
+    _populate(writer, 1)
+    reader_url = url.replace("//postgres@", "//artstore_reader@")
+    assert "artstore_reader@" in reader_url
+    reader = open_store(dict(team_env, ARTSTORE_INDEX=reader_url), read_only=True)
+    assert reader.get(_key(0), _fp().digest) is not None
+    reader.flush_access()  # raises if the INSERT were denied
+    engine = create_engine(reader_url)
+    with pytest.raises(Exception, match="permission denied"), engine.begin() as conn:
+        conn.execute(text("UPDATE entries SET hits = hits + 1"))
+    engine.dispose()
+    assert _gc(team_env)["summary"]["accesses_folded"] == 1
+
+
+# -- other policies ---------------------------------------------------------
+def test_older_than_and_old_jaxlib(any_env: dict[str, str], open_store: OpenStore) -> None:
+    store = open_store(any_env)
+    versions = {0: "0.4.9", 1: "0.4.30", 2: "0.10.2", 3: "nightly"}
+    for i, version in versions.items():
+        _populate(store, 1, jaxlib=version, start=i)
+        store.index.record_access({_key(i): (0, datetime.now(UTC))})
+    # 0.4.9 < 0.4.30 (a string comparison says otherwise); "nightly" is never guessed at.
+    out = _gc(any_env, "--jaxlib-older-than", "0.4.30")
+    assert _removed(out, "entry") == {_key(0)}
+    assert out["summary"]["reasons"] == {"jaxlib": 1}
+    store.index.record_access({_key(1): (0, datetime.now(UTC) - timedelta(days=40))})
+    out = _gc(any_env, "--older-than", "30d")
+    assert _removed(out, "entry") == {_key(1)}
+    assert _keys(store) == {_key(2), _key(3)}
+
+
+def test_quotas_per_namespace(any_env: dict[str, str], open_store: OpenStore) -> None:
+    a = open_store(any_env, namespace="team-a")
+    b = open_store(any_env, namespace="team-b")
+    sizes_a = _populate(a, 6)
+    sizes_b = _populate(b, 6)
+    quota = sum(sizes_a[_key(i)] for i in range(3, 6))
+    ok = artstore("quota", "set", "team-a", str(quota), env=any_env)
+    assert ok.returncode == 0, ok.stderr
+    listed = json.loads(artstore("quota", "ls", "--json", env=any_env).stdout)
+    assert listed == [{"namespace": "team-a", "max_bytes": quota, "bytes": sum(sizes_a.values())}]
+
+    proc = artstore("gc", "--all-namespaces", "--json", env=any_env)
+    assert proc.returncode == 0, proc.stderr
+    runs = {r["namespace"]: r for r in json.loads(proc.stdout)}
+    assert set(runs) == {"team-a", "team-b"}
+    assert _keys(a) == {_key(i) for i in range(3, 6)}
+    assert runs["team-a"]["summary"]["bytes_after"] == quota
+    assert _keys(b) == set(sizes_b) and runs["team-b"]["removed"] == []
+    # --max-size and the quota: the smaller one wins.
+    out = _gc(dict(any_env, ARTSTORE_NAMESPACE="team-a"), "--max-size", "1T")
+    assert out["removed"] == [] and out["summary"]["limit_bytes"] == quota
+    assert artstore("quota", "rm", "team-a", env=any_env).returncode == 0
+    assert json.loads(artstore("quota", "ls", "--json", env=any_env).stdout) == []
+    assert "no quotas" in artstore("quota", "ls", env=any_env).stdout
+
+
+# -- dry run and reconciliation ----------------------------------------------
+def _plant_problems(store: Store) -> tuple[str, str]:
+    """An object no entry references and an entry whose object is gone."""
+    orphan = codec.encode(b"orphaned bytes", _fp().digest)
+    store.blobs.put(orphan.digest, orphan.data)
+    dangling = store.index.lookup(_key(7))
+    assert dangling is not None
+    store.blobs.delete(dangling.digest)
+    return orphan.digest, dangling.key
+
+
+def _state(store: Store) -> tuple[list[Any], list[str]]:
+    entries = sorted(json.dumps(e.to_json(), sort_keys=True) for e in store.index.iter_entries())
+    return entries, sorted(b.digest for b in store.blobs.iter_blobs())
+
+
+def test_dry_run_reports_what_a_real_run_removes(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    store = open_store(any_env)
+    by_key = _populate(store, 10)
+    orphan, dangling = _plant_problems(store)
+    report = json.loads(artstore("verify", "--json", "--grace", "0", env=any_env).stdout)
+    assert report["objects_without_entry"] == [orphan]
+    assert report["entries_without_object"] == [dangling]
+
+    args = ("--max-size", str(sum(by_key[_key(i)] for i in range(5, 10))), "--grace", "0")
+    before = _state(store)
+    dry = _gc(any_env, "--dry-run", *args)
+    assert _state(store) == before  # deleted nothing
+    text_run = artstore("gc", "--dry-run", *args, env=any_env)
+    assert text_run.stdout.count("would remove entry") == len(_removed(dry, "entry"))
+    real = _gc(any_env, *args)
+    assert dry["summary"]["dry_run"] and not real["summary"]["dry_run"]
+    for kind in ("entry", "object"):
+        assert _removed(dry, kind) == _removed(real, kind)
+    assert _removed(real, "entry") == {_key(i) for i in range(5)} | {dangling}
+    assert orphan in _removed(real, "object")
+    assert {r["reason"] for r in real["removed"]} == {"size", "unreferenced", "orphan",
+                                                      "missing-object"}  # fmt: skip
+    assert real["summary"]["dangling_entries"] == 1
+    assert json.loads(artstore("verify", "--json", "--grace", "0", env=any_env).stdout)["ok"]
+
+
+def test_verify_ignores_young_orphans(store_env: dict[str, str], open_store: OpenStore) -> None:
+    store = open_store(store_env)
+    orphan = codec.encode(b"a put in flight", _fp().digest)
+    store.blobs.put(orphan.digest, orphan.data)
+    assert json.loads(artstore("verify", "--json", env=store_env).stdout)["ok"] is True
+    assert _gc(store_env)["removed"] == []  # younger than the default grace
+    path = Path(store_env["ARTSTORE_URL"]) / "default" / "objects" / orphan.digest[:2]
+    old = time.time() - 2 * 3600
+    os.utime(path / orphan.digest, (old, old))
+    bad = artstore("verify", "--json", env=store_env)
+    assert bad.returncode == 1 and json.loads(bad.stdout)["objects_without_entry"] == [
+        orphan.digest
+    ]
+    assert _removed(_gc(store_env), "object") == {orphan.digest}
+
+
+# -- safety under concurrency -----------------------------------------------
+def test_second_gc_is_refused_or_waits(any_env: dict[str, str], open_store: OpenStore) -> None:
+    store = open_store(any_env)
+    lease = Lease(store.engine, "gc:default", holder="ci-host:4242")
+    lease.acquire()
+    proc = artstore("gc", "--max-size", "1G", env=any_env)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ci-host:4242" in lines[0] and "--wait" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+    waiting = subprocess.Popen([sys.executable, "-m", "artifactstore", "gc", "--wait", "--json"],
+                               env=any_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    time.sleep(3)
+    assert waiting.poll() is None  # still waiting for the lease
+    lease.release()
+    out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, err
+    assert json.loads(out)["namespace"] == "default"
+
+    # A holder that died: its lease expires and is taken over.
+    dead = Lease(store.engine, "gc:default", ttl_secs=0.0, holder="dead-host:1")
+    dead.acquire()
+    assert _gc(any_env)["summary"]["namespace"] == "default"
+    with pytest.raises(Exception, match="lost gc:default"):
+        dead.renew()
+
+
+def test_writer_restores_an_object_gc_deleted_under_it(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """The one dangerous interleaving, forced: a writer finds the object present and
+    skips the upload, gc deletes it (no entry yet), then the writer commits."""
+    store = open_store(any_env)
+    payload = b"an executable" * 100
+    encoded = codec.encode(payload, _fp().digest)
+    store.blobs.put(encoded.digest, encoded.data)  # an orphan, e.g. from a crashed writer
+    ix = EvictionIndex(store.engine, store.namespace)
+    ix.adopt_objects([(encoded.digest, len(encoded.data), T0)])
+    real_put = store.blobs.put
+    deleted: list[tuple[str, int]] = []
+
+    def put_then_gc(digest: str, data: bytes) -> bool:
+        uploaded = real_put(digest, data)
+        if not deleted:
+            deleted.extend(ix.delete_objects([digest], datetime.now(UTC), store.blobs.delete))
+        return uploaded
+
+    store.blobs.put = put_then_gc  # type: ignore[method-assign]
+    assert store.put(_key(1), payload, fingerprint=_fp(), module_name="m", compile_secs=1.0)
+    assert deleted == [(encoded.digest, len(encoded.data))]  # gc did delete it
+    assert store.blobs.exists(encoded.digest)  # and the writer put it back
+    hit = store.get(_key(1), _fp().digest)
+    assert hit is not None and hit.payload == payload
+
+
+def _job_env(env: dict[str, str], **extra: str) -> dict[str, str]:
+    return dict(env, ARTSTORE_FLUSH_TIMEOUT="120", **extra)
+
+
+@pytest.mark.slow
+def test_readers_and_writers_in_other_processes_while_gc_runs(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    expected = {v: run_program("job.py", clean_env(JOB_NO_STORE="1", JOB_VARIANT=v))["results"]
+                for v in ("0", "1", "2")}  # fmt: skip
+    run_program("job.py", _job_env(any_env))  # something for readers to hit
+    jobs = [
+        *(start_program("job.py", _job_env(any_env, JOB_VARIANT=v)) for v in ("1", "2")),
+        *(start_program("job.py", _job_env(any_env, ARTSTORE_READ_ONLY="1")) for _ in range(2)),
+        start_program("job.py", _job_env(any_env)),
+    ]
+    variants = ["1", "2", "0", "0", "0"]
+    runs, evicted = 0, 0
+    while any(j.poll() is None for j in jobs) or runs < 3:
+        out = _gc(any_env, "--max-size", "1", "--grace", "0")  # evict nearly everything, at once
+        evicted += len(_removed(out, "entry"))
+        runs += 1
+    assert evicted > 0
+    for job, variant in zip(jobs, variants, strict=True):
+        stdout, stderr = job.communicate(timeout=300)
+        assert job.returncode == 0, stderr
+        assert "Traceback" not in stderr and "could not store" not in stderr
+        out = json.loads(stdout.strip().splitlines()[-1])
+        assert out["results"] == expected[variant]  # a miss compiles: never a wrong answer
+    report = json.loads(artstore("verify", "--json", "--grace", "0", env=any_env).stdout)
+    assert report["entries_without_object"] == [] and report["corrupt"] == []
+    # Every committed entry can still be loaded.
+    after = run_program("job.py", _job_env(any_env))
+    assert after["results"] == expected["0"]
+    assert after["store"].get("missing_object", 0) == 0
+
+
+# -- parsing ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30d", 30 * 86400), ("12h", 43200), ("90m", 5400), ("1w", 604800), ("45s", 45),
+     ("0s", 0), ("0", 0), ("1.5h", 5400), (" 2 D ", 172800)],
+)  # fmt: skip
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert sizes.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "30", "d", "-1d", "1y", "1.2.3h", "1e3s", "ten m",
+                                  "1h30m", "nan", "inf"])  # fmt: skip
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ConfigError, match="invalid duration") as info:
+        sizes.parse_duration(text)
+    assert "\n" not in str(info.value) and "e.g. 30d" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["500Q", "-1G", "1e3G", "nan", "inf", "1,5G", "5 G B",
+                                  "0x10", "99999999999P", "1.5 TiBs"])  # fmt: skip
+def test_parse_size_rejects_more(text: str) -> None:
+    with pytest.raises(ConfigError, match="invalid size") as info:
+        sizes.parse_size(text)
+    assert "\n" not in str(info.value)
+
+
+def test_jaxlib_versions_compare_as_versions() -> None:
+    present = ["0.4.9", "0.4.30", "0.4.30rc1", "0.10.0", "garbage"]
+    assert gc.old_jaxlib_versions(present, "0.4.30") == ["0.4.30rc1", "0.4.9"]
+    with pytest.raises(ConfigError, match="invalid jaxlib version"):
+        gc.old_jaxlib_versions(present, "latest!")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["gc", "--max-size", "500Q"], "invalid size '500Q'"),
+        (["gc", "--max-size", "-1G"], "invalid size '-1G'"),
+        (["gc", "--max-size", ""], "invalid size ''"),
+        (["gc", "--older-than", "30"], "invalid duration '30'"),
+        (["gc", "--grace", "-1h"], "invalid duration '-1h'"),
+        (["gc", "--jaxlib-older-than", "new!"], "invalid jaxlib version"),
+        (["gc", "--namespace", "a", "--all-namespaces"], "not both"),
+        (["gc", "--namespace", "bad ns!"], "invalid namespace"),
+        (["gc", "--max-size"], "requires an argument"),
+        (["quota", "set", "team", "10Q"], "invalid size '10Q'"),
+        (["quota", "set", "bad ns!", "1G"], "invalid namespace"),
+        (["quota", "set", "team"], "Missing argument 'SIZE'"),
+        (["quota", "rm", "nobody"], "has no quota"),
+    ],
+)
+def test_bad_gc_input_is_one_line(args: list[str], needle: str, tmp_path: Path) -> None:
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "s"))
+    proc = artstore(*args, env=env)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("artstore: error: ") and needle in lines[0]
+    assert proc.stdout == ""
+
+
+def test_read_only_gc_is_refused(store_env: dict[str, str]) -> None:
+    artstore("stats", env=store_env)
+    proc = artstore("gc", env=dict(store_env, ARTSTORE_READ_ONLY="1"))
+    assert proc.returncode == 1 and "unset ARTSTORE_READ_ONLY" in proc.stderr
