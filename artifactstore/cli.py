@@ -345,6 +345,8 @@ def quota_set(obj: _Ctx, namespace: str, size: str) -> None:
     _config.check_namespace(namespace)
     max_bytes = parse_size(size)
     with obj.store() as store:
+        if store.read_only:
+            _fail("quotas are kept in the index: unset ARTSTORE_READ_ONLY to set one")
         eviction.set_quota(store.engine, namespace, max_bytes)
     click.echo(f"quota of {namespace}: {format_size(max_bytes)} ({max_bytes} bytes)")
 

@@ -58,7 +58,7 @@ READ_BATCH = 5000  # entries read per query
 DELETE_BATCH_MIN, DELETE_BATCH_MAX = 20_000, 250_000
 # Objects locked per transaction while their blobs are deleted: adapted so that
 # one transaction takes about OBJECT_TX_SECS whatever the blob store's latency.
-OBJECT_BATCH_MIN, OBJECT_BATCH_MAX, OBJECT_TX_SECS = 50, 5000, 0.5
+OBJECT_BATCH_MIN, OBJECT_BATCH_MAX, OBJECT_TX_SECS = 50, 25_000, 1.0  # max < MAX_PARAMS
 
 
 @dataclass(frozen=True)
@@ -307,12 +307,14 @@ class _Collector:
         return gone
 
     def delete_unreferenced_objects(self) -> None:
-        after = ""
-        while True:
-            batch = self.ix.unreferenced_objects(after, self.grace_cutoff, self.object_batch)
-            if not batch:
-                return
-            after = batch[-1][0]
+        after: str | None = ""
+        found: list[tuple[str, int]] = []  # at most READ_BATCH + object_batch long
+        while after is not None or found:
+            if after is not None and len(found) < self.object_batch:
+                page, after = self.ix.unreferenced_objects(after, self.grace_cutoff, READ_BATCH)
+                found += page
+                continue
+            batch, found = found[: self.object_batch], found[self.object_batch :]
             if self.policy.dry_run:
                 gone = batch
             else:

@@ -436,7 +436,17 @@ def test_bad_gc_input_is_one_line(args: list[str], needle: str, tmp_path: Path) 
     assert proc.stdout == ""
 
 
-def test_read_only_gc_is_refused(store_env: dict[str, str]) -> None:
+def test_read_only_gc_and_quota_are_refused(store_env: dict[str, str]) -> None:
     artstore("stats", env=store_env)
-    proc = artstore("gc", env=dict(store_env, ARTSTORE_READ_ONLY="1"))
-    assert proc.returncode == 1 and "unset ARTSTORE_READ_ONLY" in proc.stderr
+    for args in (["gc"], ["quota", "set", "default", "1G"]):
+        proc = artstore(*args, env=dict(store_env, ARTSTORE_READ_ONLY="1"))
+        assert proc.returncode == 1 and "unset ARTSTORE_READ_ONLY" in proc.stderr
+
+
+def test_text_summary_and_progress(store_env: dict[str, str], open_store: OpenStore) -> None:
+    _populate(open_store(store_env), 3)
+    proc = artstore("gc", "--max-size", "0", "--grace", "0", "--progress", env=store_env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("namespace default: removed 3 entries")
+    assert "0 B remaining (limit 0 B)" in proc.stdout
+    assert "evicting" in proc.stderr and "Traceback" not in proc.stderr

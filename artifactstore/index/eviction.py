@@ -11,14 +11,19 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Connection,
     Engine,
+    String,
+    any_,
     bindparam,
     case,
     delete,
     func,
+    literal,
     select,
     tuple_,
     union,
@@ -90,6 +95,16 @@ class EvictionIndex:
     def __init__(self, engine: Engine, namespace: str) -> None:
         self.engine = engine
         self.namespace = namespace
+
+    def _one_of(self, column: Any, values: Sequence[Any]) -> Any:
+        """`column IN (values)`; on PostgreSQL `= ANY(array)`: one parameter instead of
+        thousands, which PostgreSQL plans far faster."""
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import ARRAY
+
+            item = BigInteger() if column is Entry.id else String()
+            return column == any_(literal(list(values), type_=ARRAY(item)))
+        return column.in_(values)
 
     # -- accesses -----------------------------------------------------------
     def fold_accesses(self, batch: int = 1000) -> int:
@@ -174,7 +189,7 @@ class EvictionIndex:
             return {}
         stmt = (
             select(Entry.digest, func.count())
-            .where(Entry.namespace == self.namespace, Entry.digest.in_(sorted(digests)))
+            .where(Entry.namespace == self.namespace, self._one_of(Entry.digest, sorted(digests)))
             .group_by(Entry.digest)
         )
         with self.engine.connect() as conn:
@@ -201,7 +216,7 @@ class EvictionIndex:
                     delete(Entry)
                     .where(
                         Entry.namespace == self.namespace,
-                        Entry.id.in_(list(ids[start : start + MAX_PARAMS])),
+                        self._one_of(Entry.id, list(ids[start : start + MAX_PARAMS])),
                         Entry.last_access <= not_used_since,
                     )
                     .returning(Entry.key, Entry.size, Entry.module_name, Entry.last_access)
@@ -221,7 +236,7 @@ class EvictionIndex:
 
     def keys_for_digests(self, digests: list[str]) -> list[tuple[str, int]]:
         stmt = select(Entry.key, Entry.size).where(
-            Entry.namespace == self.namespace, Entry.digest.in_(digests)
+            Entry.namespace == self.namespace, self._one_of(Entry.digest, digests)
         )
         with self.engine.connect() as conn:
             return [(str(k), int(s)) for k, s in conn.execute(stmt.order_by(Entry.key))]
@@ -233,44 +248,57 @@ class EvictionIndex:
         with write_transaction(self.engine) as conn:
             gone = conn.execute(
                 delete(Entry)
-                .where(Entry.namespace == self.namespace, Entry.digest.in_(digests))
+                .where(Entry.namespace == self.namespace, self._one_of(Entry.digest, digests))
                 .returning(Entry.key, Entry.size)
             ).all()
             conn.execute(
                 delete(StoredObject).where(
-                    StoredObject.namespace == self.namespace, StoredObject.digest.in_(digests)
+                    StoredObject.namespace == self.namespace,
+                    self._one_of(StoredObject.digest, digests),
                 )
             )
         return sorted((str(k), int(s)) for k, s in gone)
 
     # -- objects ------------------------------------------------------------
     def unreferenced_objects(
-        self, after: str, created_before: datetime, limit: int
-    ) -> list[tuple[str, int]]:
-        """Object rows older than the cutoff that no entry references, by digest."""
+        self, after: str, created_before: datetime, scan: int
+    ) -> tuple[list[tuple[str, int]], str | None]:
+        """Scan the next `scan` object rows older than the cutoff, by digest after `after`:
+        those no entry references, and the cursor to continue from (None: done).
+
+        Two index range queries per page rather than one anti-join: PostgreSQL
+        plans `NOT EXISTS ... ORDER BY ... LIMIT` as a hash anti-join over both
+        tables, on every page.
+        """
         o = StoredObject
-        stmt = (
+        page = (
             select(o.digest, o.size)
-            .where(
-                o.namespace == self.namespace,
-                o.digest > after,
-                o.created_at < created_before,
-                ~select(Entry.id)
-                .where(Entry.namespace == o.namespace, Entry.digest == o.digest)
-                .exists(),
-            )
+            .where(o.namespace == self.namespace, o.digest > after, o.created_at < created_before)
             .order_by(o.digest)
-            .limit(limit)
+            .limit(scan)
         )
         with self.engine.connect() as conn:
-            return [(str(d), int(s)) for d, s in conn.execute(stmt)]
+            rows = [(str(d), int(s)) for d, s in conn.execute(page)]
+            if not rows:
+                return [], None
+            referenced = set(
+                conn.scalars(
+                    select(Entry.digest)
+                    .where(
+                        Entry.namespace == self.namespace,
+                        self._one_of(Entry.digest, [d for d, _ in rows]),
+                    )
+                    .distinct()
+                )
+            )
+        return [(d, n) for d, n in rows if d not in referenced], rows[-1][0]
 
     def object_rows(self, digests: list[str]) -> dict[str, datetime]:
         """created_at of the object rows that exist among `digests`."""
         if not digests:
             return {}
         stmt = select(StoredObject.digest, StoredObject.created_at).where(
-            StoredObject.namespace == self.namespace, StoredObject.digest.in_(digests)
+            StoredObject.namespace == self.namespace, self._one_of(StoredObject.digest, digests)
         )
         with self.engine.connect() as conn:
             return {str(d): t for d, t in conn.execute(stmt)}
@@ -307,7 +335,7 @@ class EvictionIndex:
         with write_transaction(self.engine) as conn:
             locked = conn.execute(
                 select(o.digest, o.size)
-                .where(o.namespace == self.namespace, o.digest.in_(digests))
+                .where(o.namespace == self.namespace, self._one_of(o.digest, digests))
                 .where(o.created_at < created_before)
                 .with_for_update()
             ).all()
@@ -318,7 +346,7 @@ class EvictionIndex:
                     select(Entry.digest)
                     .where(
                         Entry.namespace == self.namespace,
-                        Entry.digest.in_([d for d, _ in locked]),
+                        self._one_of(Entry.digest, [d for d, _ in locked]),
                     )
                     .distinct()
                 )
@@ -329,7 +357,7 @@ class EvictionIndex:
             if gone:
                 conn.execute(
                     delete(o).where(
-                        o.namespace == self.namespace, o.digest.in_([d for d, _ in gone])
+                        o.namespace == self.namespace, self._one_of(o.digest, [d for d, _ in gone])
                     )
                 )
         return gone
