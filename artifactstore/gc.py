@@ -160,8 +160,8 @@ class _Collector:
         self.grace_cutoff = self.now - timedelta(seconds=policy.grace_secs)
         self.report = GcReport(store.namespace, policy.dry_run, None)
         self.remaining = 0
-        # Dry runs delete nothing, so references counted against victims so far
-        # are remembered here (only for objects some surviving entry still shares).
+        # References that chosen but not yet deleted entries (the queue; in dry runs,
+        # every victim) take from an object some other entry still shares.
         self.pending_refs: dict[str, int] = {}
         # Chosen, not yet deleted: ids only (8 bytes each), the newest access among them,
         # and how to tell a deleted row's reason (jaxlib pass, or by its last access).
