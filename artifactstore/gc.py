@@ -393,5 +393,7 @@ def collect(
         raise ConfigError("gc deletes entries and objects: unset ARTSTORE_READ_ONLY to run it")
     started = time.monotonic()
     report = _Collector(store, policy, on_remove, progress).run(wait=wait)
+    if report.entries_removed and not policy.dry_run:
+        store.entries_removed()  # this host's tier must not serve evicted entries
     report.seconds = round(time.monotonic() - started, 3)
     return report

@@ -92,6 +92,8 @@ def verify(
         for digest in bad:
             store.index.delete_entries(store.index.keys_for_digest(digest))
         store.index.forget_objects(bad)
+        if bad:
+            store.entries_removed()
         report.repaired = True
     return report
 

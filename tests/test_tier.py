@@ -175,3 +175,11 @@ def test_bad_tier_size_is_one_line_error() -> None:
     proc = artstore("stats", env=env)
     assert proc.returncode != 0 and "invalid size '10Q'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_gc_evictions_are_not_served_by_the_tier(store_env: dict[str, str]) -> None:
+    a = run_program("job.py", store_env)
+    gc = artstore("gc", "--max-size", "0", env=store_env)  # objects stay: grace period
+    assert gc.returncode == 0, gc.stderr
+    b = run_program("job.py", store_env)
+    assert len(b["xla_compiles"]) == len(a["xla_compiles"])
