@@ -294,14 +294,7 @@ def _compile_or_get_cached(
             store.counters.add("load_errors")
             _warn_once("load", "stored executable did not load (%s); compiling", one_line(exc))
         else:
-            state.loads += 1
-            retrieval = time.monotonic() - started
-            _record_event("/jax/compilation_cache/cache_hits")
-            _record_duration(
-                "/jax/compilation_cache/compile_time_saved_sec",
-                hit.entry.compile_secs - retrieval,
-            )
-            _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
+            _record_load(state, hit.entry.compile_secs, started)
             return executable
 
     started = time.monotonic()
@@ -350,15 +343,19 @@ def _load_from_tier(
         log.debug("artifactstore: tier copy of %s did not load: %s", prepared.key[:12], exc)
         state.tier.forget(prepared.key)
         return None
-    state.loads += 1
     state.tier_hit()
-    retrieval = time.monotonic() - started
     _record_event("/jax/compilation_cache/compile_requests_use_cache")
-    _record_event("/jax/compilation_cache/cache_hits")
-    _record_duration("/jax/compilation_cache/compile_time_saved_sec",
-                     hit.entry.compile_secs - retrieval)  # fmt: skip
-    _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
+    _record_load(state, hit.entry.compile_secs, started)
     return executable
+
+
+def _record_load(state: _State, compile_secs: float, started: float) -> None:
+    """Count a load and report it through JAX's own cache events, as its cache would."""
+    state.loads += 1
+    retrieval = time.monotonic() - started
+    _record_event("/jax/compilation_cache/cache_hits")
+    _record_duration("/jax/compilation_cache/compile_time_saved_sec", compile_secs - retrieval)
+    _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
 
 
 def _expects_pgle() -> bool:

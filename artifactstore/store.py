@@ -116,11 +116,16 @@ class Store:
 
     def add_accesses(self, accesses: Accesses) -> None:
         """Merge hits served elsewhere (the tier) into the next batched access flush."""
+        self._merge_touches(
+            {key: (n, datetime.fromtimestamp(when, UTC)) for key, (n, when) in accesses.items()}
+        )
+
+    def _merge_touches(self, touches: dict[str, tuple[int, datetime]]) -> None:
+        """Add hit counts into the pending batch, keeping each key's latest access time."""
         with self._touch_lock:
-            for key, (n, when) in accesses.items():
-                old_n, old_t = self._touches.get(key, (0, None))
-                t = datetime.fromtimestamp(when, UTC)
-                self._touches[key] = (old_n + n, max(t, old_t) if old_t else t)
+            for key, (n, when) in touches.items():
+                old_n, old_t = self._touches.get(key, (0, when))
+                self._touches[key] = (old_n + n, max(when, old_t))
 
     def describe(self) -> str:
         from artifactstore.config import redact_url
@@ -202,9 +207,7 @@ class Store:
             self.index.delete_entry(entry.key, digest=entry.digest)
 
     def _touch(self, key: str) -> None:
-        with self._touch_lock:
-            count, _ = self._touches.get(key, (0, utcnow()))
-            self._touches[key] = (count + 1, utcnow())
+        self._merge_touches({key: (1, utcnow())})
 
     def flush_access(self) -> None:
         """Write batched hit counts, access times and counters to the index."""
@@ -228,10 +231,8 @@ class Store:
                     one_line(exc),
                 )
                 counts = _Counts()
-            with self._touch_lock:  # keep them for the next flush
-                for key, (n, t) in touches.items():
-                    old_n, _ = self._touches.get(key, (0, t))
-                    self._touches[key] = (old_n + n, t)
+            self._merge_touches(touches)  # keep them for the next flush
+            with self._touch_lock:
                 self._pending_counts.update(counts)
             raise
 

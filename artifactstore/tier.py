@@ -117,8 +117,7 @@ class LocalTier:
             return None
         self.record_access(key)
         if self.owns_objects:
-            with contextlib.suppress(OSError):
-                os.utime(self.blobs._path(entry.digest))  # LRU order for pruning
+            self.blobs.touch(entry.digest)  # LRU order for pruning
         return TierHit(payload, entry)
 
     # -- write --------------------------------------------------------------

@@ -55,6 +55,11 @@ class LocalBlobStore(BlobStore):
         _fsync_dir(path.parent)
         return True
 
+    def touch(self, digest: str) -> None:
+        """Mark an object as just used (its mtime orders LRU pruning of private copies)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(self._path(digest))
+
     def delete(self, digest: str) -> bool:
         try:
             self._path(digest).unlink()

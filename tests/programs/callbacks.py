@@ -20,19 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax._src import compiler
 from jax.experimental import io_callback
+from xla_probe import count_compiles
 
-xla_compiles: list[str] = []
-_real_compile = compiler.backend_compile_and_load
-
-
-def _counting_compile(backend, computation, *args, **kwargs):  # type: ignore[no-untyped-def]
-    xla_compiles.append(str(computation.operation.attributes["sym_name"]))
-    return _real_compile(backend, computation, *args, **kwargs)
-
-
-compiler.backend_compile_and_load = _counting_compile
+xla_compiles = count_compiles()
 
 import artifactstore  # noqa: E402
 from artifactstore import jax_integration  # noqa: E402

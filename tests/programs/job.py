@@ -20,7 +20,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
-from jax._src import compiler
+from xla_probe import count_compiles
 
 events: collections.Counter[str] = collections.Counter()
 durations: collections.Counter[str] = collections.Counter()
@@ -28,16 +28,7 @@ jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
 jax.monitoring.register_event_duration_secs_listener(
     lambda name, secs, **kw: durations.update({name: secs})
 )
-xla_compiles = []
-_real_compile = compiler.backend_compile_and_load
-
-
-def _counting_compile(backend, computation, *args, **kwargs):  # type: ignore[no-untyped-def]
-    xla_compiles.append(str(computation.operation.attributes["sym_name"]))
-    return _real_compile(backend, computation, *args, **kwargs)
-
-
-compiler.backend_compile_and_load = _counting_compile
+xla_compiles = count_compiles()
 
 if os.environ.get("JOB_FAKE_CPU_FEATURES"):
     from artifactstore import fingerprint

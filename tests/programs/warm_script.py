@@ -21,18 +21,9 @@ import sys
 
 import jax
 import jax.numpy as jnp
-from jax._src import compiler
+from xla_probe import count_compiles
 
-xla_compiles: list[str] = []
-_real_compile = compiler.backend_compile_and_load
-
-
-def _counting_compile(backend, computation, *args, **kwargs):  # type: ignore[no-untyped-def]
-    xla_compiles.append(str(computation.operation.attributes["sym_name"]))
-    return _real_compile(backend, computation, *args, **kwargs)
-
-
-compiler.backend_compile_and_load = _counting_compile
+xla_compiles = count_compiles()
 
 if os.environ.get("WARM_SCRIPT_STORE"):
     import artifactstore

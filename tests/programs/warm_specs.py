@@ -87,16 +87,9 @@ NOT_CALLABLE = 3
 
 
 def _main() -> None:
-    from jax._src import compiler
+    from xla_probe import count_compiles
 
-    xla_compiles: list[str] = []
-    real = compiler.backend_compile_and_load
-
-    def counting(backend, computation, *args, **kwargs):  # type: ignore[no-untyped-def]
-        xla_compiles.append(str(computation.operation.attributes["sym_name"]))
-        return real(backend, computation, *args, **kwargs)
-
-    compiler.backend_compile_and_load = counting
+    xla_compiles = count_compiles()
     import artifactstore
 
     artifactstore.configure()
