@@ -20,16 +20,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import _results
-from warm_start import NO_CACHE, STRIP_PREFIXES, Config, embedded_env, ratio, summary
+from warm_start import (
+    NO_CACHE,
+    Config,
+    Result,
+    embedded_env,
+    interleaved,
+    ratio,
+    run_child,
+    summary,
+)
 
 JAX_WARM, STORE_WARM = "jax local cache (warm)", "artifactstore embedded (warm)"
 CONFIGS: list[Config] = [
@@ -125,18 +131,8 @@ def child(args: argparse.Namespace) -> None:
     }), flush=True)  # fmt: skip
 
 
-def run_once(cfg: Config, tmp: Path) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(STRIP_PREFIXES)}
-    env.update({"JAX_PLATFORMS": "cpu", **cfg.env(tmp)})
-    cmd = [sys.executable, __file__, "--child", *cfg.args(tmp), *(["--store"] if cfg.store else [])]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"[{cfg.name}] child failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["wall_secs"] = wall
-    return out
+def run_once(cfg: Config, tmp: Path) -> Result:
+    return run_child(cfg, tmp, [sys.executable, __file__, "--child"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,25 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         child(a)
         return 0
 
-    raw: dict[str, list[dict[str, Any]]] = {c.name: [] for c in CONFIGS}
-    losses: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="artstore-bench-cb-") as root:
-        tmps = {c.name: Path(root) / f"cfg{i}" for i, c in enumerate(CONFIGS)}
-        for c in CONFIGS:
-            tmps[c.name].mkdir()
-            if c.prefill:
-                print(f"prefill (untimed): {c.name} ...", flush=True)
-                losses.add(run_once(c, tmps[c.name])["loss"])
-        for i in range(a.runs):  # round-robin: run i of every config, then run i+1
-            for c in CONFIGS:
-                r = run_once(c, tmps[c.name])
-                raw[c.name].append(r)
-                losses.add(r["loss"])
-                print(f"run {i + 1}/{a.runs} {c.name:<30} first {r['first_call_secs']:7.3f}s"
-                      f"  xla compile {r['xla_compile_secs']:7.3f}s ({r['xla_compiles']})",
-                      flush=True)  # fmt: skip
-                if c.store and (r["xla_compiles"] or r["store"].get("hits", 0) < 1):
-                    sys.exit(f"[{c.name}] warm run compiled or missed: {r}")
+    def on_run(i: int, c: Config, r: Result) -> None:
+        print(f"run {i + 1}/{a.runs} {c.name:<30} first {r['first_call_secs']:7.3f}s"
+              f"  xla compile {r['xla_compile_secs']:7.3f}s ({r['xla_compiles']})",
+              flush=True)  # fmt: skip
+        if c.store and (r["xla_compiles"] or r["store"].get("hits", 0) < 1):
+            sys.exit(f"[{c.name}] warm run compiled or missed: {r}")
+
+    raw, prefills = interleaved(CONFIGS, a.runs, run_once, on_run)
+    losses = {r["loss"] for r in [*prefills, *(r for rs in raw.values() for r in rs)]}
     if len(losses) != 1:
         sys.exit(f"FAIL: losses differ across runs: {sorted(losses)}")
     callbacks = raw[NO_CACHE][0]["step_host_callbacks"]

@@ -109,18 +109,55 @@ CONFIGS: list[Config] = [
 
 
 def run_once(cfg: Config, tmp: Path, layers: int) -> dict[str, Any]:
+    out = run_child(cfg, tmp, [*EXAMPLE, "--layers", str(layers)])
+    return {"wall_secs": out["wall_secs"], "first_call_secs": out["first_call_secs"],
+            "setup_secs": out["setup_secs"], "checksum": out["checksum"],
+            "store": out.get("store")}  # fmt: skip
+
+
+def run_child(cfg: Config, tmp: Path, command: list[str]) -> dict[str, Any]:
+    """Run `command` for `cfg` in a fresh process (no inherited store or JAX cache
+    settings); its last stdout line as JSON, plus `wall_secs`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(STRIP_PREFIXES)}
     env.update({"JAX_PLATFORMS": "cpu", **cfg.env(tmp)})
-    cmd = [*EXAMPLE, "--layers", str(layers), *cfg.args(tmp), *(["--store"] if cfg.store else [])]
+    cmd = [*command, *cfg.args(tmp), *(["--store"] if cfg.store else [])]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.exit(f"[{cfg.name}] example failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"wall_secs": wall, "first_call_secs": out["first_call_secs"],
-            "setup_secs": out["setup_secs"], "checksum": out["checksum"],
-            "store": out.get("store")}  # fmt: skip
+        sys.exit(f"[{cfg.name}] run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["wall_secs"] = wall
+    return out
+
+
+Result = dict[str, Any]
+
+
+def interleaved(
+    configs: list[Config],
+    runs: int,
+    run: Callable[[Config, Path], Result],
+    on_run: Callable[[int, Config, Result], None],
+) -> tuple[dict[str, list[Result]], list[Result]]:
+    """Untimed prefills, then `runs` timed runs round-robin (run i of every config,
+    then run i+1) so machine noise hits every configuration alike. Each config
+    gets a private temp dir. Returns the timed results by config, and the prefills."""
+    raw: dict[str, list[Result]] = {c.name: [] for c in configs}
+    prefills: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="artstore-bench-") as root:
+        tmps = {c.name: Path(root) / f"cfg{i}" for i, c in enumerate(configs)}
+        for c in configs:
+            tmps[c.name].mkdir()
+            if c.prefill:
+                print(f"prefill (untimed): {c.name} ...", flush=True)
+                prefills.append(run(c, tmps[c.name]))
+        for i in range(runs):
+            for c in configs:
+                r = run(c, tmps[c.name])
+                raw[c.name].append(r)
+                on_run(i, c, r)
+    return raw, prefills
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -144,25 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     if not configs:
         p.error(f"--configs {a.configs!r} matches no configuration")
 
-    raw: dict[str, list[dict[str, Any]]] = {c.name: [] for c in configs}
-    checksums: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="artstore-bench-") as root:
-        tmps = {c.name: Path(root) / f"cfg{i}" for i, c in enumerate(configs)}
-        for c in configs:
-            tmps[c.name].mkdir()
-            if c.prefill:
-                print(f"prefill (untimed): {c.name} ...", flush=True)
-                checksums.add(run_once(c, tmps[c.name], a.layers)["checksum"])
-        for i in range(a.runs):  # round-robin: run i of every config, then run i+1
-            for c in configs:
-                r = run_once(c, tmps[c.name], a.layers)
-                raw[c.name].append(r)
-                checksums.add(r["checksum"])
-                print(f"run {i + 1}/{a.runs} {c.name:<54} first {r['first_call_secs']:7.3f}s"
-                      f"  wall {r['wall_secs']:7.3f}s", flush=True)  # fmt: skip
-                st = r["store"] or {}
-                if c.store and c.prefill and st.get("hits", 0) < 1:
-                    sys.exit(f"[{c.name}] warm run did not load from the store: {st}")
+    def on_run(i: int, c: Config, r: Result) -> None:
+        print(f"run {i + 1}/{a.runs} {c.name:<54} first {r['first_call_secs']:7.3f}s"
+              f"  wall {r['wall_secs']:7.3f}s", flush=True)  # fmt: skip
+        st = r["store"] or {}
+        if c.store and c.prefill and st.get("hits", 0) < 1:
+            sys.exit(f"[{c.name}] warm run did not load from the store: {st}")
+
+    raw, prefills = interleaved(configs, a.runs, lambda c, tmp: run_once(c, tmp, a.layers), on_run)
+    checksums = {r["checksum"] for r in [*prefills, *(r for rs in raw.values() for r in rs)]}
     if len(checksums) != 1:
         sys.exit(f"FAIL: checksums differ across runs: {sorted(checksums)}")
 
