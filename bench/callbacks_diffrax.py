@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import _results
+from artifactstore.examples.compile_heavy import use_cache
 from warm_start import (
     NO_CACHE,
     Config,
@@ -66,14 +67,7 @@ def child(args: argparse.Namespace) -> None:
                              "host_callbacks": len(host_callbacks or ())})  # fmt: skip
 
     compiler.backend_compile_and_load = timed_compile
-    if args.jax_cache:
-        jax.config.update("jax_compilation_cache_dir", args.jax_cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    if args.store:
-        import artifactstore
-
-        artifactstore.configure()
+    use_cache(jax_cache=args.jax_cache, store=args.store)
 
     import diffrax
     import equinox as eqx
