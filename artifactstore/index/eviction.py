@@ -106,6 +106,16 @@ class EvictionIndex:
             return column == any_(literal(list(values), type_=ARRAY(item)))
         return column.in_(values)
 
+    def _referenced(self, conn: Connection, digests: list[str]) -> set[str]:
+        """Which of `digests` some entry of the namespace still points at."""
+        return set(
+            conn.scalars(
+                select(Entry.digest)
+                .where(Entry.namespace == self.namespace, self._one_of(Entry.digest, digests))
+                .distinct()
+            )
+        )
+
     # -- accesses -----------------------------------------------------------
     def fold_accesses(self, batch: int = 1000) -> int:
         """Apply read-only readers' hits to entries exactly once; rows folded."""
@@ -281,16 +291,7 @@ class EvictionIndex:
             rows = [(str(d), int(s)) for d, s in conn.execute(page)]
             if not rows:
                 return [], None
-            referenced = set(
-                conn.scalars(
-                    select(Entry.digest)
-                    .where(
-                        Entry.namespace == self.namespace,
-                        self._one_of(Entry.digest, [d for d, _ in rows]),
-                    )
-                    .distinct()
-                )
-            )
+            referenced = self._referenced(conn, [d for d, _ in rows])
         return [(d, n) for d, n in rows if d not in referenced], rows[-1][0]
 
     def object_rows(self, digests: list[str]) -> dict[str, datetime]:
@@ -341,16 +342,7 @@ class EvictionIndex:
             ).all()
             if not locked:
                 return []
-            referenced = set(
-                conn.scalars(
-                    select(Entry.digest)
-                    .where(
-                        Entry.namespace == self.namespace,
-                        self._one_of(Entry.digest, [d for d, _ in locked]),
-                    )
-                    .distinct()
-                )
-            )
+            referenced = self._referenced(conn, [d for d, _ in locked])
             gone = [(str(d), int(s)) for d, s in locked if d not in referenced]
             for digest, _ in gone:
                 delete_blob(digest)
