@@ -4,61 +4,66 @@ Order of work, under a lease (`gc:NAMESPACE`) so that two gc runs never overlap:
 
 1. fold read-only readers' accesses into entries, so LRU reflects the cluster;
 2. drop entries built by jaxlib versions older than `jaxlib_older_than`;
-3. walk entries least recently used first (keyset pages on (last_access, id)),
-   dropping those unused for `older_than` and then as many as it takes for the
-   namespace to fit its limit (`max_bytes`, or the namespace quota if smaller);
+3. find, in one query, the shortest least-recently-used prefix of entries (by
+   (last_access, id)) whose removal takes every entry unused for `older_than`
+   and brings the namespace within its limit (`max_bytes`, or the namespace
+   quota if smaller), then delete that prefix by id ranges;
 4. delete objects no entry references, once older than the grace period;
 5. reconcile (one listing of the blob store): blobs with no row and no entry,
    older than the grace period, are deleted; entries whose object is gone
    are dropped.
 
+Victims are predicates, not lists (`Victims`): gc never holds the entries in
+memory, the database sorts and deletes them set-wise, and an entry hit while gc
+runs moves past the cutoff and is kept.
+
 The size of a namespace is the bytes of the distinct objects its entries
-reference (entries sharing an object count it once). Index rows go first,
-objects after, so a reader racing gc finds either a row and its object, or a
-row and no object (a miss: Store.get returns None), or no row (a miss).
+reference (entries sharing an object count it once, and it is freed with the
+last of them). Index rows go first, objects after, so a reader racing gc finds
+either a row and its object, or a row and no object (a miss: Store.get returns
+None), or no row (a miss).
 
 Why objects in flight survive: a writer PUTs the object before it commits the
 entry. An uploaded blob is younger than the grace period (its mtime), and its
-object row is created (or touched) only in the entry's own transaction, so
-neither path deletes it while the put is in flight. The dangerous writer is the
-one that found the object present and skipped the upload while gc deletes it:
-`EvictionIndex.delete_objects` locks the object rows, re-checks references in a
-later statement, then deletes; the writer's commit touches the same row, so it
-is ordered before (gc sees the entry and keeps the object) or after (the writer
-re-checks after commit, finds the blob gone and uploads it again: an entry
-points at a missing object for at most that one operation). `grace_secs=0`
-keeps that guarantee but lets gc delete a blob whose writer has not committed
-yet; the writer's re-check then restores it.
+object row is created (or touched, which makes it young again) only in the
+entry's own transaction, so neither path deletes it while the put is in
+flight. The dangerous writer is the one that found the object present and
+skipped the upload while gc deletes it: see `EvictionIndex._sweep` for why its
+entry is either seen by gc or followed by a re-upload (an entry points at a
+missing object for at most that one operation). `grace_secs=0` keeps that
+guarantee but lets gc delete a blob whose writer has not committed yet; the
+writer's re-check then restores it.
 
-Dry runs take the same decisions without deleting: they report exactly the
-set a real run would remove, unless the store changes in between.
+Dry runs take the same decisions without deleting, counting what they would
+have removed as gone: they report exactly the set a real run would remove,
+unless the store changes in between.
 """
 
 from __future__ import annotations
 
 import time
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from artifactstore import reconcile
 from artifactstore.errors import ConfigError
-from artifactstore.index.eviction import Candidate, Deleted, EvictionIndex, get_quota
+from artifactstore.index.eviction import Deleted, EvictionIndex, Victims, get_quota
 from artifactstore.index.lease import Lease
 from artifactstore.store import Store
 
 DEFAULT_GRACE_SECS = 3600.0
-READ_BATCH = 5000  # entries read per query
-# Entries deleted per transaction: an eighth of the namespace, within these
-# bounds. Victims are scattered over the tables (by last access), so every
-# transaction rewrites most index pages on SQLite: a few large transactions
-# cost far less than many small ones. The queue holds ids only (8 bytes each).
-DELETE_BATCH_MIN, DELETE_BATCH_MAX = 20_000, 250_000
+READ_BATCH = 5000  # rows read per query (dry-run listings, object scans)
+# Entries are deleted by id range, one transaction per range, sized so that a
+# transaction takes about ENTRY_TX_SECS: long enough that each table page is
+# rewritten about once overall, short enough that writers waiting on SQLite's
+# write lock are not held for long.
+ENTRY_RANGE_MIN, ENTRY_TX_SECS = 20_000, 2.0
 # Objects locked per transaction while their blobs are deleted: adapted so that
 # one transaction takes about OBJECT_TX_SECS whatever the blob store's latency.
-OBJECT_BATCH_MIN, OBJECT_BATCH_MAX, OBJECT_TX_SECS = 50, 25_000, 1.0  # max < MAX_PARAMS
+OBJECT_BATCH_MIN, OBJECT_BATCH_MAX, OBJECT_TX_SECS = 100, 200_000, 1.0
 
 
 @dataclass(frozen=True)
@@ -158,18 +163,16 @@ class _Collector:
         self.lease: Lease | None = None
         self.now = datetime.now(UTC)
         self.grace_cutoff = self.now - timedelta(seconds=policy.grace_secs)
+        self.older = (
+            self.now - timedelta(seconds=policy.older_than_secs)
+            if policy.older_than_secs is not None
+            else None
+        )
         self.report = GcReport(store.namespace, policy.dry_run, None)
-        self.remaining = 0
-        # References that chosen but not yet deleted entries (the queue; in dry runs,
-        # every victim) take from an object some other entry still shares.
-        self.pending_refs: dict[str, int] = {}
-        # Chosen, not yet deleted: ids only (8 bytes each), the newest access among them,
-        # and how to tell a deleted row's reason (jaxlib pass, or by its last access).
-        self.queue = array("q")
-        self.queue_newest: datetime | None = None
-        self.reason_of: Callable[[Deleted], str] = lambda _row: "size"
-        self.delete_batch = DELETE_BATCH_MIN
-        self.freed_dry: list[Candidate] = []  # dry runs: objects to report (< READ_BATCH)
+        # What this run has removed so far, as a predicate: a dry run deletes
+        # nothing, so later phases must see the index as if these were gone.
+        self.gone = Victims()
+        self.entry_range = ENTRY_RANGE_MIN
         self.object_batch = OBJECT_BATCH_MIN
 
     def _removed(self, removal: Removal) -> None:
@@ -189,139 +192,102 @@ class _Collector:
             self.lease.keep_alive()
 
     # -- entries ------------------------------------------------------------
-    def _choose(self, cand: Candidate, reason: str, counts: dict[str, int]) -> None:
-        """Queue one entry for deletion; account the object bytes it frees.
+    def _reason(self, last_access: datetime) -> str:
+        return "older-than" if self.older is not None and last_access < self.older else "size"
 
-        `counts` are the index's reference counts (read before the queue is
-        flushed); `pending_refs` holds what the queue has taken from them.
-        """
-        left = counts.get(cand.digest, 0) - self.pending_refs.get(cand.digest, 0) - 1
-        freed = left <= 0
-        if freed:
-            self.pending_refs.pop(cand.digest, None)
-            self.remaining -= cand.size
-        else:
-            self.pending_refs[cand.digest] = self.pending_refs.get(cand.digest, 0) + 1
-        if self.policy.dry_run:
-            self._removed(Removal("entry", cand.key, cand.size, reason, cand.module_name))
-            if freed:
-                self.freed_dry.append(cand)
-            if len(self.freed_dry) >= READ_BATCH:
-                self._report_freed_objects_dry()
-            return
-        self.queue.append(cand.id)
-        if self.queue_newest is None or cand.last_access > self.queue_newest:
-            self.queue_newest = cand.last_access
-        if len(self.queue) >= self.delete_batch:
-            self._flush()
+    def _remove_entries(
+        self, victims: Victims, phase: str, reason: Callable[[datetime], str]
+    ) -> None:
+        """Remove (or, dry, list) the entries `victims` selects, less those already gone."""
+        total = self.ix.count_victims(victims, self.gone)
+        if total and self.policy.dry_run:
+            after: tuple[datetime, int] | None = None
+            while page := self.ix.victims_page(victims, self.gone, after, READ_BATCH):
+                after = (page[-1].last_access, page[-1].id)
+                for c in page:
+                    self._removed(
+                        Removal("entry", c.key, c.size, reason(c.last_access), c.module_name)
+                    )
+                self.progress(phase, len(page), total)
+        elif total:
+            self._delete_entries(victims, phase, total, reason)
+        self.gone = Victims(
+            self.gone.jaxlib_versions + victims.jaxlib_versions,
+            victims.through or self.gone.through,
+        )
 
-    def _flush(self) -> None:
-        """Delete the queued entries in one transaction, reporting what actually went."""
-        if self.policy.dry_run:
-            self._report_freed_objects_dry()
+    def _delete_entries(
+        self, victims: Victims, phase: str, total: int, reason: Callable[[datetime], str]
+    ) -> None:
+        bounds = self.ix.id_bounds()
+        if bounds is None:
             return
-        if not self.queue or self.queue_newest is None:
-            return
-        queue, self.queue = self.queue, array("q")
-        newest, self.queue_newest = self.queue_newest, None
+        low, top = bounds
 
         def report(row: Deleted) -> None:
-            self._removed(Removal("entry", row.key, row.size, self.reason_of(row), row.module_name))
+            self._removed(
+                Removal("entry", row.key, row.size, reason(row.last_access), row.module_name)
+            )
 
-        deleted = self.ix.delete_entries(queue, not_used_since=newest, on_deleted=report)
-        self.pending_refs.clear()  # the index now reflects these deletions
-        if deleted != len(queue):  # some were used meanwhile and kept: recount
-            self.remaining = self.ix.referenced_bytes()
-        self._keep_lease()
-
-    def _report_freed_objects_dry(self) -> None:
-        freed, self.freed_dry = self.freed_dry, []
-        rows = self.ix.object_rows([c.digest for c in freed])
-        for cand in freed:
-            created = rows.get(cand.digest)
-            if created is None or created < self.grace_cutoff:
-                self._removed(Removal("object", cand.digest, cand.size, "unreferenced"))
+        while low <= top:
+            high = low + self.entry_range
+            started = time.monotonic()
+            deleted = self.ix.delete_victims(victims, low, high, report)
+            secs = time.monotonic() - started
+            if secs < ENTRY_TX_SECS / 2:
+                self.entry_range *= 2
+            elif secs > ENTRY_TX_SECS * 2:
+                self.entry_range = max(ENTRY_RANGE_MIN, self.entry_range // 2)
+            low = high
+            self.progress(phase, deleted, total)
+            self._keep_lease()
 
     def drop_old_jaxlib(self) -> None:
         if not self.policy.jaxlib_older_than:
             return
         versions = old_jaxlib_versions(self.ix.jaxlib_versions(), self.policy.jaxlib_older_than)
-        after = 0
-        while versions:
-            self.reason_of = lambda _row: "jaxlib"
-            batch = self.ix.entries_with_jaxlib(versions, after, READ_BATCH)
-            if not batch:
-                break
-            after = batch[-1].id
-            counts = self.ix.reference_counts({c.digest for c in batch})
-            for cand in batch:
-                self._choose(cand, "jaxlib", counts)
-            self.progress("jaxlib", len(batch), None)
-            self._keep_lease()
-        self._flush()
+        if versions:
+            self._remove_entries(
+                Victims(jaxlib_versions=tuple(versions)), "jaxlib", lambda _t: "jaxlib"
+            )
 
     def drop_lru(self, limit: int | None) -> None:
-        older = (
-            self.now - timedelta(seconds=self.policy.older_than_secs)
-            if self.policy.older_than_secs is not None
-            else None
-        )
-        if older is None and (limit is None or self.remaining <= limit):
-            return
-        total = self.remaining - limit if limit is not None and self.remaining > limit else None
-        after: tuple[datetime, int] | None = None
-        self.reason_of = lambda row: (
-            "older-than" if older is not None and row.last_access < older else "size"
-        )
-        done = False
-        while not done:
-            batch = self.ix.oldest_entries(after, READ_BATCH)
-            if not batch:
-                break
-            after = (batch[-1].last_access, batch[-1].id)
-            counts = self.ix.reference_counts({c.digest for c in batch})
-            before = self.remaining
-            for cand in batch:
-                if older is not None and cand.last_access < older:
-                    reason = "older-than"
-                elif limit is not None and self.remaining > limit:
-                    reason = "size"
-                else:
-                    done = True
-                    break
-                self._choose(cand, reason, counts)
-            self.progress("lru", max(0, before - self.remaining), total)
-            self._keep_lease()
-        self._flush()
+        remaining = self.ix.referenced_bytes(self.gone)
+        excess = remaining - limit if limit is not None else 0
+        through = self.ix.lru_cutoff(excess, self.older, self.gone)
+        if through is not None:
+            self._remove_entries(Victims(through=through), "lru", self._reason)
 
     # -- objects ------------------------------------------------------------
-    def _delete_objects(self, digests: list[str]) -> list[tuple[str, int]]:
-        """EvictionIndex.delete_objects, sizing the next batch to about OBJECT_TX_SECS."""
+    def _gone_if_dry(self) -> Victims:
+        """What to read the index without: a real run has deleted its victims (and
+        must count entries used or added meanwhile), a dry run only listed them."""
+        return self.gone if self.policy.dry_run else Victims()
+
+    def _timed(self, sweep: Callable[[], list[tuple[str, int]]]) -> list[tuple[str, int]]:
+        """Run one object transaction, sizing the next to about OBJECT_TX_SECS."""
         started = time.monotonic()
-        gone = self.ix.delete_objects(digests, self.grace_cutoff, self.store.blobs.delete)
+        gone = sweep()
         secs = time.monotonic() - started
-        if secs < OBJECT_TX_SECS / 2 and len(digests) >= self.object_batch:
+        if secs < OBJECT_TX_SECS / 2:
             self.object_batch = min(OBJECT_BATCH_MAX, self.object_batch * 2)
         elif secs > OBJECT_TX_SECS * 2:
             self.object_batch = max(OBJECT_BATCH_MIN, self.object_batch // 2)
         return gone
 
     def delete_unreferenced_objects(self) -> None:
+        """Sweep the object rows in digest ranges of `object_batch` rows each."""
+        delete_blobs = None if self.policy.dry_run else self.store.blobs.delete_many
+        total = self.ix.count_objects()
         after: str | None = ""
-        found: list[tuple[str, int]] = []  # at most READ_BATCH + object_batch long
-        while after is not None or found:
-            if after is not None and len(found) < self.object_batch:
-                page, after = self.ix.unreferenced_objects(after, self.grace_cutoff, READ_BATCH)
-                found += page
-                continue
-            batch, found = found[: self.object_batch], found[self.object_batch :]
-            if self.policy.dry_run:
-                gone = batch
-            else:
-                gone = self._delete_objects([d for d, _ in batch])
+        while after is not None:
+            start, rows = after, self.object_batch
+            after = self.ix.object_range_end(start, rows)
+            sweep = partial(self.ix.sweep_objects, start, after, self.grace_cutoff)
+            gone = self._timed(partial(sweep, delete_blobs, self._gone_if_dry()))
             for digest, size in gone:
                 self._removed(Removal("object", digest, size, "unreferenced"))
-            self.progress("objects", len(batch), None)
+            self.progress("objects", rows, total)
             self._keep_lease()
 
     def reconcile(self) -> None:
@@ -339,13 +305,15 @@ class _Collector:
                     self.ix.adopt_objects(
                         [(b.digest, b.size, datetime.fromtimestamp(b.mtime, UTC)) for b in part]
                     )
-                    gone = self._delete_objects([b.digest for b in part])
+                    digests = [b.digest for b in part]
+                    delete = partial(self.ix.delete_objects, digests, self.grace_cutoff)
+                    gone = self._timed(partial(delete, self.store.blobs.delete_many))
                 for digest, size in gone:
                     self._removed(Removal("object", digest, size, "orphan"))
             missing = [d for d in chunk.unlisted() if not self.store.blobs.exists(d)]
             if missing:
                 if self.policy.dry_run:
-                    dropped = self.ix.keys_for_digests(missing)
+                    dropped = self.ix.keys_for_digests(missing, self.gone)
                 else:
                     dropped = self.ix.drop_dangling(missing)
                 for key, size in dropped:
@@ -363,18 +331,13 @@ class _Collector:
             self.report.accesses_folded = self.ix.fold_accesses()
             limit = effective_limit(self.store, self.policy.max_bytes)
             self.report.limit_bytes = limit
-            self.remaining = self.report.bytes_before = self.ix.referenced_bytes()
-            self.delete_batch = min(
-                DELETE_BATCH_MAX, max(DELETE_BATCH_MIN, self.ix.count_entries() // 8)
-            )
+            self.report.bytes_before = self.ix.referenced_bytes()
             self.drop_old_jaxlib()
             self.drop_lru(limit)
             self.delete_unreferenced_objects()
             if self.policy.reconcile:
                 self.reconcile()
-            self.report.bytes_after = (
-                self.remaining if self.policy.dry_run else self.ix.referenced_bytes()
-            )
+            self.report.bytes_after = self.ix.referenced_bytes(self._gone_if_dry())
         finally:
             self.lease.release()
         return self.report

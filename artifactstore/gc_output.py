@@ -18,7 +18,7 @@ from artifactstore.sizes import format_size
 
 _PHASES = {
     "jaxlib": "dropping old jaxlib entries",
-    "lru": "evicting (bytes)",
+    "lru": "evicting least recently used",
     "objects": "deleting unreferenced objects",
     "reconcile": "reconciling (prefixes)",
 }

@@ -124,6 +124,40 @@ def test_lru_evicts_oldest_until_the_limit_holds_exactly(
     assert again["summary"]["bytes_after"] == out["summary"]["bytes_after"]
 
 
+def test_shared_objects_count_once_and_go_with_their_last_entry(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """Two keys can resolve to one object (same executable and fingerprint): its bytes
+    count once and are freed only with the most recently used of its entries, so
+    gc evicts past an entry whose removal frees nothing."""
+    store = open_store(any_env)
+    by_key = _populate(store, 4)  # keys 0..3, used at T0 + 0..3 minutes
+    shared = store.get(_key(3), _fp().digest)
+    assert shared is not None
+    assert store.put(_key(10), shared.payload, fingerprint=_fp(), module_name="jit_f3",
+                     compile_secs=1.0)  # fmt: skip
+    store.index.record_access({_key(10): (0, T0 - timedelta(minutes=1))})
+    old = _populate(store, 1, jaxlib="0.4.1", start=20)  # dropped by --jaxlib-older-than
+    index = {e.key: e for e in store.index.iter_entries()}
+    assert index[_key(10)].digest == index[_key(3)].digest
+    # LRU order 10, 0, 1, 2, 3: removing 10 frees nothing while 3 holds its object.
+    limit = by_key[_key(1)] + by_key[_key(2)] + by_key[_key(3)]
+    args = ("--max-size", str(limit), "--jaxlib-older-than", "0.4.30", "--grace", "0")
+
+    dry = _gc(any_env, "--dry-run", *args)
+    real = _gc(any_env, *args)
+    for kind in ("entry", "object"):
+        assert _removed(dry, kind) == _removed(real, kind)
+    assert dry["summary"]["bytes_after"] == real["summary"]["bytes_after"] == limit
+    assert _removed(real, "entry") == {_key(10), _key(0), _key(20)}
+    assert _removed(real, "object") == {index[_key(0)].digest, index[_key(20)].digest}
+    assert real["summary"]["bytes_before"] == sum(by_key.values()) + sum(old.values())
+    assert real["summary"]["reasons"] == {"jaxlib": 1, "size": 2, "unreferenced": 2}
+    assert _keys(store) == {_key(1), _key(2), _key(3)}
+    hit = store.get(_key(3), _fp().digest)
+    assert hit is not None and hit.payload == shared.payload
+
+
 def test_objects_wait_for_the_grace_period(any_env: dict[str, str], open_store: OpenStore) -> None:
     store = open_store(any_env)
     _populate(store, 3)
@@ -327,7 +361,7 @@ def test_writer_restores_an_object_gc_deleted_under_it(
     def put_then_gc(digest: str, data: bytes) -> bool:
         uploaded = real_put(digest, data)
         if not deleted:
-            deleted.extend(ix.delete_objects([digest], datetime.now(UTC), store.blobs.delete))
+            deleted.extend(ix.delete_objects([digest], datetime.now(UTC), store.blobs.delete_many))
         return uploaded
 
     store.blobs.put = put_then_gc  # type: ignore[method-assign]

@@ -161,6 +161,21 @@ def test_delete(store: S3BlobStore) -> None:
     assert store.delete(digest) is False
 
 
+def test_delete_many_batches_and_tolerates_missing(store: S3BlobStore) -> None:
+    """gc frees thousands of objects at a time: DeleteObjects, 1000 keys a request."""
+    kept, data = blob(b"kept")
+    store.put(kept, data)
+    doomed = dict(blob(f"doomed {i}".encode()) for i in range(3))
+    for digest, body in doomed.items():
+        store.put(digest, body)
+    missing = [hashlib.sha256(f"never stored {i}".encode()).hexdigest() for i in range(1500)]
+    requests = count_calls(store, "DeleteObjects")
+    store.delete_many([*doomed, *missing])
+    assert len(requests) == 2  # 1503 keys: two requests, no HEAD or DELETE per key
+    assert [b.digest for b in store.iter_blobs()] == [kept]
+    store.delete_many([])
+
+
 def test_quarantine_moves_object(store: S3BlobStore) -> None:
     digest, data = blob(b"corrupt")
     store.put(digest, data)

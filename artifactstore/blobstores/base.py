@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 _DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -47,6 +47,12 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, digest: str) -> bool:
         """Remove; True if something was removed."""
+
+    def delete_many(self, digests: Sequence[str]) -> None:
+        """Remove each of `digests`, present or not (gc deletes thousands at once;
+        backends with a batch call override this)."""
+        for digest in digests:
+            self.delete(digest)
 
     @abc.abstractmethod
     def quarantine(self, digest: str) -> None:

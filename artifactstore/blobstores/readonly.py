@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from artifactstore.blobstores.base import BlobInfo, BlobStore
 from artifactstore.errors import ReadOnlyError
@@ -24,6 +24,9 @@ class ReadOnlyBlobStore(BlobStore):
         raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
 
     def delete(self, digest: str) -> bool:
+        raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to delete")
+
+    def delete_many(self, digests: Sequence[str]) -> None:
         raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to delete")
 
     def quarantine(self, digest: str) -> None:

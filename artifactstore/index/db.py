@@ -86,6 +86,10 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
         except sqlite3.OperationalError:
             pass
     cur.execute("PRAGMA synchronous=FULL")
+    # Up to 64 MiB of page cache (2 MiB by default), taken only as pages are
+    # read: a hit reads a few pages, while gc and `ls` over a large index
+    # rewrite or scan most of it and would otherwise go back to the OS per page.
+    cur.execute("PRAGMA cache_size=-65536")
     cur.close()
 
 

@@ -1,12 +1,14 @@
-"""Index queries for `artstore gc`: fold reader accesses, walk entries oldest first,
-count references, delete objects safely, and per-namespace quotas.
+"""Index queries for `artstore gc`: fold reader accesses, find the LRU cutoff,
+delete entries and objects set-wise and safely, and per-namespace quotas.
 
-Every query is bounded (batches with keyset pagination on an index), so gc's
-memory does not grow with the size of the index.
+Every query is bounded (id or digest ranges, keyset pages, one row back from
+the cutoff query), so gc's memory does not grow with the size of the index,
+and sorting happens in the database.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,15 +17,20 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     Connection,
     Engine,
     String,
+    and_,
     any_,
     bindparam,
     case,
     delete,
+    false,
     func,
     literal,
+    not_,
+    or_,
     select,
     tuple_,
     union,
@@ -55,8 +62,7 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
         conn.commit()
 
 
-# Bound parameters per statement: SQLite allows 32766, PostgreSQL 65535.
-MAX_PARAMS = 30000
+DeleteBlobs = Callable[[list[str]], object]
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,29 @@ class Candidate:
     jaxlib_version: str
 
 
+@dataclass(frozen=True)
+class Victims:
+    """The entries one gc run removes, as a predicate rather than a list: those built
+    by an old jaxlib, and the least recently used ones up to and including the
+    (last_access, id) cursor `through`. A hit moves an entry past the cursor, so
+    an entry used while gc runs is kept; a dry run evaluates the same predicate.
+    """
+
+    jaxlib_versions: tuple[str, ...] = ()
+    through: tuple[datetime, int] | None = None
+
+    def clause(self) -> ColumnElement[bool]:
+        parts: list[ColumnElement[bool]] = []
+        if self.jaxlib_versions:
+            parts.append(Entry.jaxlib_version.in_(self.jaxlib_versions))
+        if self.through is not None:
+            parts.append(tuple_(Entry.last_access, Entry.id) <= tuple_(*self.through))
+        return or_(*parts) if parts else false()
+
+
+NO_VICTIMS = Victims()
+
+
 _CANDIDATE_COLUMNS = (
     Entry.id,
     Entry.key,
@@ -97,24 +126,18 @@ class EvictionIndex:
         self.namespace = namespace
 
     def _one_of(self, column: Any, values: Sequence[Any]) -> Any:
-        """`column IN (values)`; on PostgreSQL `= ANY(array)`: one parameter instead of
-        thousands, which PostgreSQL plans far faster."""
+        """`column IN (values)` as one bound parameter rather than one per value:
+        `= ANY(array)` on PostgreSQL, a json_each() table on SQLite. Both plan and
+        bind in constant time, where thousands of placeholders cost seconds."""
         if self.engine.dialect.name == "postgresql":
             from sqlalchemy.dialects.postgresql import ARRAY
 
             item = BigInteger() if column is Entry.id else String()
             return column == any_(literal(list(values), type_=ARRAY(item)))
-        return column.in_(values)
-
-    def _referenced(self, conn: Connection, digests: list[str]) -> set[str]:
-        """Which of `digests` some entry of the namespace still points at."""
-        return set(
-            conn.scalars(
-                select(Entry.digest)
-                .where(Entry.namespace == self.namespace, self._one_of(Entry.digest, digests))
-                .distinct()
-            )
+        table = func.json_each(literal(json.dumps(list(values)), type_=String())).table_valued(
+            "value"
         )
+        return column.in_(select(table.c.value))
 
     # -- accesses -----------------------------------------------------------
     def fold_accesses(self, batch: int = 1000) -> int:
@@ -151,25 +174,134 @@ class EvictionIndex:
             return int(result.rowcount)
 
     # -- entries ------------------------------------------------------------
-    def referenced_bytes(self) -> int:
+    def _entries(self, excluding: Victims = NO_VICTIMS) -> ColumnElement[bool]:
+        """The namespace's entries, less `excluding` (what a dry run has already counted
+        as gone; in a real run those rows are deleted and the clause is moot)."""
+        return and_(Entry.namespace == self.namespace, not_(excluding.clause()))
+
+    def referenced_bytes(self, excluding: Victims = NO_VICTIMS) -> int:
         """Bytes of the distinct objects the namespace's entries reference."""
         per_digest = (
             select(func.max(Entry.size).label("size"))
-            .where(Entry.namespace == self.namespace)
+            .where(self._entries(excluding))
             .group_by(Entry.digest)
             .subquery()
         )
         with self.engine.connect() as conn:
             return int(conn.scalar(select(func.coalesce(func.sum(per_digest.c.size), 0))) or 0)
 
-    def oldest_entries(self, after: tuple[datetime, int] | None, limit: int) -> list[Candidate]:
-        """The next `limit` entries by (last_access, id), after the keyset cursor `after`."""
-        stmt = select(*_CANDIDATE_COLUMNS).where(Entry.namespace == self.namespace)
+    def lru_cutoff(
+        self, free_bytes: int, older_than: datetime | None, excluding: Victims = NO_VICTIMS
+    ) -> tuple[datetime, int] | None:
+        """The shortest least-recently-used prefix of entries, as its last (last_access, id),
+        whose removal frees at least `free_bytes` of objects and takes every entry
+        last used before `older_than`; None when nothing needs to go.
+
+        An object is freed with the newest entry that references it, so one
+        query ranks each digest's entries and sums object sizes in LRU order:
+        the database sorts, gc holds one row.
+        """
+        key = (Entry.last_access, Entry.id)
+        cutoffs: list[tuple[datetime, int]] = []
+        with self.engine.connect() as conn:
+            if free_bytes > 0:
+                newest = func.row_number().over(
+                    partition_by=Entry.digest, order_by=(Entry.last_access.desc(), Entry.id.desc())
+                )
+                frees = (
+                    select(*key, case((newest == 1, Entry.size), else_=0).label("frees"))
+                    .where(self._entries(excluding))
+                    .subquery()
+                )
+                running = select(
+                    frees.c.last_access,
+                    frees.c.id,
+                    func.sum(frees.c.frees)
+                    .over(order_by=(frees.c.last_access, frees.c.id), rows=(None, 0))
+                    .label("freed"),
+                ).subquery()
+                row = conn.execute(
+                    select(running.c.last_access, running.c.id)
+                    .where(running.c.freed >= free_bytes)
+                    .order_by(running.c.last_access, running.c.id)
+                    .limit(1)
+                ).first()
+                if row is None:  # entries went meanwhile: all that is left must go
+                    row = conn.execute(
+                        select(*key)
+                        .where(self._entries(excluding))
+                        .order_by(Entry.last_access.desc(), Entry.id.desc())
+                        .limit(1)
+                    ).first()
+                if row is not None:
+                    cutoffs.append((row[0], int(row[1])))
+            if older_than is not None:
+                row = conn.execute(
+                    select(*key)
+                    .where(self._entries(excluding), Entry.last_access < older_than)
+                    .order_by(Entry.last_access.desc(), Entry.id.desc())
+                    .limit(1)
+                ).first()
+                if row is not None:
+                    cutoffs.append((row[0], int(row[1])))
+        return max(cutoffs) if cutoffs else None
+
+    def count_victims(self, victims: Victims, excluding: Victims = NO_VICTIMS) -> int:
+        with self.engine.connect() as conn:
+            stmt = select(func.count()).where(self._entries(excluding), victims.clause())
+            return int(conn.scalar(stmt) or 0)
+
+    def victims_page(
+        self,
+        victims: Victims,
+        excluding: Victims,
+        after: tuple[datetime, int] | None,
+        limit: int,
+    ) -> list[Candidate]:
+        """What a dry run reports: the next `limit` victims in LRU order after `after`."""
+        stmt = select(*_CANDIDATE_COLUMNS).where(self._entries(excluding), victims.clause())
         if after is not None:
             stmt = stmt.where(tuple_(Entry.last_access, Entry.id) > tuple_(*after))
         stmt = stmt.order_by(Entry.last_access, Entry.id).limit(limit)
         with self.engine.connect() as conn:
             return [Candidate(*row) for row in conn.execute(stmt)]
+
+    def id_bounds(self) -> tuple[int, int] | None:
+        """The namespace's lowest and highest entry id (None: no entries)."""
+        with self.engine.connect() as conn:
+            low, high = conn.execute(
+                select(func.min(Entry.id), func.max(Entry.id)).where(
+                    Entry.namespace == self.namespace
+                )
+            ).one()
+        return None if low is None else (int(low), int(high))
+
+    def delete_victims(
+        self, victims: Victims, low: int, high: int, on_deleted: Callable[[Deleted], None]
+    ) -> int:
+        """Delete the victims with low <= id < high in one transaction; how many went.
+
+        Victims go by id ranges, not in LRU order: a range is a contiguous run
+        of table pages, so each page is rewritten once over the whole run
+        rather than once per batch (on SQLite that is most of the cost).
+        `on_deleted` sees each deleted row as it streams back.
+        """
+        stmt = (
+            delete(Entry)
+            .where(
+                Entry.namespace == self.namespace,
+                Entry.id >= low,
+                Entry.id < high,
+                victims.clause(),
+            )
+            .returning(Entry.key, Entry.size, Entry.module_name, Entry.last_access)
+        )
+        deleted = 0
+        with write_transaction(self.engine) as conn:
+            for row in conn.execute(stmt):
+                on_deleted(Deleted(str(row[0]), int(row[1]), str(row[2]), row[3]))
+                deleted += 1
+        return deleted
 
     def jaxlib_versions(self) -> list[str]:
         with self.engine.connect() as conn:
@@ -180,62 +312,6 @@ class EvictionIndex:
                 )
             ]
 
-    def entries_with_jaxlib(self, versions: list[str], after: int, limit: int) -> list[Candidate]:
-        stmt = (
-            select(*_CANDIDATE_COLUMNS)
-            .where(
-                Entry.namespace == self.namespace,
-                Entry.jaxlib_version.in_(versions),
-                Entry.id > after,
-            )
-            .order_by(Entry.id)
-            .limit(limit)
-        )
-        with self.engine.connect() as conn:
-            return [Candidate(*row) for row in conn.execute(stmt)]
-
-    def reference_counts(self, digests: set[str]) -> dict[str, int]:
-        if not digests:
-            return {}
-        stmt = (
-            select(Entry.digest, func.count())
-            .where(Entry.namespace == self.namespace, self._one_of(Entry.digest, sorted(digests)))
-            .group_by(Entry.digest)
-        )
-        with self.engine.connect() as conn:
-            return {str(d): int(n) for d, n in conn.execute(stmt)}
-
-    def count_entries(self) -> int:
-        with self.engine.connect() as conn:
-            return int(
-                conn.scalar(select(func.count()).where(Entry.namespace == self.namespace)) or 0
-            )
-
-    def delete_entries(
-        self, ids: Sequence[int], *, not_used_since: datetime, on_deleted: Callable[[Deleted], None]
-    ) -> int:
-        """Delete these entries in one transaction, except any used after `not_used_since`.
-
-        Calls `on_deleted` for each row deleted (streamed, not collected) and
-        returns how many there were.
-        """
-        deleted = 0
-        with write_transaction(self.engine) as conn:
-            for start in range(0, len(ids), MAX_PARAMS):
-                stmt = (
-                    delete(Entry)
-                    .where(
-                        Entry.namespace == self.namespace,
-                        self._one_of(Entry.id, list(ids[start : start + MAX_PARAMS])),
-                        Entry.last_access <= not_used_since,
-                    )
-                    .returning(Entry.key, Entry.size, Entry.module_name, Entry.last_access)
-                )
-                for row in conn.execute(stmt):
-                    on_deleted(Deleted(str(row[0]), int(row[1]), str(row[2]), row[3]))
-                    deleted += 1
-        return deleted
-
     def referenced_between(self, low: str, high: str | None) -> set[str]:
         """Digests referenced by entries with low <= digest < high (one listing chunk)."""
         stmt = select(Entry.digest).where(Entry.namespace == self.namespace, Entry.digest >= low)
@@ -244,9 +320,11 @@ class EvictionIndex:
         with self.engine.connect() as conn:
             return {str(d) for d in conn.scalars(stmt.distinct())}
 
-    def keys_for_digests(self, digests: list[str]) -> list[tuple[str, int]]:
+    def keys_for_digests(
+        self, digests: list[str], excluding: Victims = NO_VICTIMS
+    ) -> list[tuple[str, int]]:
         stmt = select(Entry.key, Entry.size).where(
-            Entry.namespace == self.namespace, self._one_of(Entry.digest, digests)
+            self._entries(excluding), self._one_of(Entry.digest, digests)
         )
         with self.engine.connect() as conn:
             return [(str(k), int(s)) for k, s in conn.execute(stmt.order_by(Entry.key))]
@@ -270,29 +348,110 @@ class EvictionIndex:
         return sorted((str(k), int(s)) for k, s in gone)
 
     # -- objects ------------------------------------------------------------
-    def unreferenced_objects(
-        self, after: str, created_before: datetime, scan: int
-    ) -> tuple[list[tuple[str, int]], str | None]:
-        """Scan the next `scan` object rows older than the cutoff, by digest after `after`:
-        those no entry references, and the cursor to continue from (None: done).
+    def count_objects(self) -> int:
+        with self.engine.connect() as conn:
+            stmt = select(func.count()).where(StoredObject.namespace == self.namespace)
+            return int(conn.scalar(stmt) or 0)
 
-        Two index range queries per page rather than one anti-join: PostgreSQL
-        plans `NOT EXISTS ... ORDER BY ... LIMIT` as a hash anti-join over both
-        tables, on every page.
-        """
+    def object_range_end(self, after: str, rows: int) -> str | None:
+        """The digest `rows` object rows past `after` (None: fewer are left), so that one
+        sweep covers a bounded range whatever the digests look like."""
         o = StoredObject
-        page = (
-            select(o.digest, o.size)
-            .where(o.namespace == self.namespace, o.digest > after, o.created_at < created_before)
+        stmt = (
+            select(o.digest)
+            .where(o.namespace == self.namespace, o.digest > after)
             .order_by(o.digest)
-            .limit(scan)
+            .offset(max(rows - 1, 0))
+            .limit(1)
         )
         with self.engine.connect() as conn:
-            rows = [(str(d), int(s)) for d, s in conn.execute(page)]
-            if not rows:
-                return [], None
-            referenced = self._referenced(conn, [d for d, _ in rows])
-        return [(d, n) for d, n in rows if d not in referenced], rows[-1][0]
+            found = conn.scalar(stmt)
+        return None if found is None else str(found)
+
+    def sweep_objects(
+        self,
+        after: str,
+        through: str | None,
+        created_before: datetime,
+        delete_blobs: DeleteBlobs | None,
+        excluding: Victims = NO_VICTIMS,
+    ) -> list[tuple[str, int]]:
+        """Delete the objects with after < digest <= through (None: no end) that are
+        older than the cutoff and that no entry references; (digest, size) of each.
+        With `delete_blobs` None (a dry run) nothing is deleted and entries in
+        `excluding` count as gone."""
+
+        def in_range(column: Any) -> list[ColumnElement[bool]]:
+            return [column > after] if through is None else [column > after, column <= through]
+
+        return self._sweep(
+            in_range(StoredObject.digest),
+            in_range(Entry.digest),
+            created_before,
+            delete_blobs,
+            excluding,
+        )
+
+    def delete_objects(
+        self, digests: list[str], created_before: datetime, delete_blobs: DeleteBlobs
+    ) -> list[tuple[str, int]]:
+        """`sweep_objects` for a list of digests (reconciliation's adopted orphans)."""
+        if not digests:
+            return []
+        return self._sweep(
+            [self._one_of(StoredObject.digest, digests)],
+            [self._one_of(Entry.digest, digests)],
+            created_before,
+            delete_blobs,
+        )
+
+    def _sweep(
+        self,
+        where: list[ColumnElement[bool]],
+        entries_where: list[ColumnElement[bool]],
+        created_before: datetime,
+        delete_blobs: DeleteBlobs | None,
+        excluding: Victims = NO_VICTIMS,
+    ) -> list[tuple[str, int]]:
+        """Delete objects that are still unreferenced and old.
+
+        Safe against a writer committing an entry for one of these digests at
+        the same time without locking anything first: the writer touches the
+        object row (created_at = now, Index.add_entry) in the entry's own
+        transaction, and the DELETE re-tests `created_at < cutoff` on the row
+        as it stands when it gets there (PostgreSQL re-evaluates the condition
+        on a row another transaction changed, SQLite's write lock orders the
+        two). So an entry committed before the DELETE either shows in the
+        reference check or has moved its row out of reach, and a writer
+        committing after it finds the blob gone and uploads it again
+        (Store.put). References are read by the same range or list (`entries_where`)
+        and compared here, never by an anti-join whose plan depends on
+        statistics that a large gc has just made stale. Blobs go before the
+        transaction commits: if that fails, the rows stay and the next gc
+        deletes them.
+        """
+        o = StoredObject
+        old = and_(o.namespace == self.namespace, o.created_at < created_before)
+        with write_transaction(self.engine) if delete_blobs else self.engine.connect() as conn:
+            rows = conn.execute(select(o.digest, o.size).where(old, *where)).all()
+            referenced = set(
+                conn.scalars(
+                    select(Entry.digest).where(self._entries(excluding), *entries_where).distinct()
+                )
+            )
+            unreferenced = [(str(d), int(n)) for d, n in rows if d not in referenced]
+            if delete_blobs is None or not unreferenced:
+                return unreferenced
+            gone = [
+                (str(d), int(n))
+                for d, n in conn.execute(
+                    delete(o)
+                    .where(old, self._one_of(o.digest, [d for d, _ in unreferenced]))
+                    .returning(o.digest, o.size)
+                )
+            ]
+            delete_blobs([d for d, _ in gone])
+        return gone
 
     def object_rows(self, digests: list[str]) -> dict[str, datetime]:
         """created_at of the object rows that exist among `digests`."""
@@ -315,44 +474,6 @@ class EvictionIndex:
         ]
         with write_transaction(self.engine) as conn:
             conn.execute(_insert(self.engine, StoredObject).on_conflict_do_nothing(), rows)
-
-    def delete_objects(
-        self, digests: list[str], created_before: datetime, delete_blob: Callable[[str], object]
-    ) -> list[tuple[str, int]]:
-        """Delete objects that are still unreferenced and old; (digest, size) deleted.
-
-        Within one transaction: lock the object rows (older than the cutoff),
-        then, in a later statement (a fresh snapshot under READ COMMITTED),
-        check that no entry references them, delete the blobs, delete the rows,
-        commit. A writer committing an entry for one of these digests touches
-        its object row in the same transaction (Index.add_entry), so it either
-        committed before our lock, and we see its entry, or waits for our
-        commit and then finds the blob gone and uploads it again (Store.put).
-        On SQLite the write lock serialises the same steps.
-        """
-        if not digests:
-            return []
-        o = StoredObject
-        with write_transaction(self.engine) as conn:
-            locked = conn.execute(
-                select(o.digest, o.size)
-                .where(o.namespace == self.namespace, self._one_of(o.digest, digests))
-                .where(o.created_at < created_before)
-                .with_for_update()
-            ).all()
-            if not locked:
-                return []
-            referenced = self._referenced(conn, [d for d, _ in locked])
-            gone = [(str(d), int(s)) for d, s in locked if d not in referenced]
-            for digest, _ in gone:
-                delete_blob(digest)
-            if gone:
-                conn.execute(
-                    delete(o).where(
-                        o.namespace == self.namespace, self._one_of(o.digest, [d for d, _ in gone])
-                    )
-                )
-        return gone
 
 
 # -- quotas (across namespaces) ---------------------------------------------
