@@ -65,6 +65,7 @@ class Settings:
     cache_callbacks: bool = True
     local_tier: str | None = None  # a directory, "off", or None for the default place
     local_tier_bytes: int = DEFAULT_LOCAL_TIER_BYTES
+    enforce_quota: bool = False  # a background gc pass after this process's writes
     embedded: bool = field(default=False)
 
 
@@ -193,6 +194,7 @@ _OPTIONS: dict[str, str] = {
     "cache_callbacks": "CACHE_CALLBACKS",
     "local_tier": "LOCAL_TIER",
     "local_tier_size": "LOCAL_TIER_SIZE",
+    "enforce_quota": "ENFORCE_QUOTA",
 }
 
 
@@ -260,6 +262,7 @@ def resolve(
         ),
         local_tier=_parse_tier(values.get("local_tier")),
         local_tier_bytes=_parse_tier_size(values.get("local_tier_size")),
+        enforce_quota=parse_bool(ENV_PREFIX + "ENFORCE_QUOTA", values.get("enforce_quota", False)),
         embedded=embedded,
     )
 

@@ -252,7 +252,11 @@ class _Collector:
             )
 
     def drop_lru(self, limit: int | None) -> None:
-        remaining = self.ix.referenced_bytes(self.gone)
+        if self.older is None and limit is None:
+            return
+        remaining = self.report.bytes_before
+        if self.gone.jaxlib_versions:  # the jaxlib pass chose some: count without them
+            remaining = self.ix.referenced_bytes(self.gone)
         excess = remaining - limit if limit is not None else 0
         through = self.ix.lru_cutoff(excess, self.older, self.gone)
         if through is not None:

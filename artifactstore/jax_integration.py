@@ -27,6 +27,7 @@ from artifactstore.background import call_with_timeout
 from artifactstore.errors import ArtstoreError, one_line
 
 if TYPE_CHECKING:
+    from artifactstore.quota_pass import QuotaPass
     from artifactstore.store import Store
     from artifactstore.tier import LocalTier
 
@@ -126,6 +127,7 @@ class _State:
         except Exception as exc:
             log.debug("artifactstore: no local tier: %s", one_line(exc))
         self._fold_timer: threading.Timer | None = None
+        self.quota: QuotaPass | None = None
 
     def tier_hit(self) -> None:
         """Count a tier hit; a process that lives on opens the index later to record it."""
@@ -150,6 +152,8 @@ class _State:
         if store is not None:
             if self.tier is not None:
                 store.add_accesses(self.tier.take_accesses())
+            if self.quota is not None:
+                store.worker.submit("quota pass", self.quota.finish)
             store.flush()
         elif self.tier is not None:
             try:
@@ -169,6 +173,10 @@ class _State:
                         lambda: Store.open(self.settings), self.settings.timeout_secs
                     )
                     log.debug("artifactstore: using %s", self._store.describe())
+                    if self.settings.enforce_quota and not self.settings.read_only:
+                        from artifactstore.quota_pass import QuotaPass
+
+                        self.quota = QuotaPass.attach(self._store)
                     _flush_before_thread_shutdown()
                 except Exception as exc:
                     self.fail(exc)

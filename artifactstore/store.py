@@ -13,6 +13,7 @@ import logging
 import socket
 import threading
 from collections import Counter as _Counts
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -77,6 +78,10 @@ class Store:
         self._warned: set[str] = set()
         self.worker = worker or Worker("artifactstore-writer", on_tick=self.flush_access)
         self.tier = tier
+        # Called (on the writing thread) after each entry this process creates;
+        # layers above subscribe here (the opt-in quota pass) without the store
+        # importing them.
+        self.on_stored: list[Callable[[], None]] = []
 
     # -- opening ------------------------------------------------------------
     @classmethod
@@ -288,6 +293,9 @@ class Store:
             # byte-identical across processes): drop our now-unreferenced copy.
             self.blobs.delete(encoded.digest)
             self.index.forget_objects([encoded.digest])
+        if created:
+            for listener in self.on_stored:
+                listener()
         return created
 
     def submit_put(

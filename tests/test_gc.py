@@ -22,8 +22,9 @@ from sqlalchemy import create_engine, text
 
 from artifactstore import codec, config, fingerprint, gc, sizes
 from artifactstore.errors import ConfigError
-from artifactstore.index.eviction import EvictionIndex
+from artifactstore.index.eviction import EvictionIndex, set_quota
 from artifactstore.index.lease import Lease
+from artifactstore.quota_pass import QuotaPass
 from artifactstore.store import Store
 
 OpenStore = Callable[..., Store]
@@ -370,6 +371,60 @@ def test_writer_restores_an_object_gc_deleted_under_it(
     assert store.blobs.exists(encoded.digest)  # and the writer put it back
     hit = store.get(_key(1), _fp().digest)
     assert hit is not None and hit.payload == payload
+
+
+# -- the opt-in quota pass after writes ---------------------------------------
+def test_quota_pass_runs_after_writes_throttled_and_at_finish(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    store = open_store(any_env)
+    ix = EvictionIndex(store.engine, store.namespace)
+    passes = QuotaPass.attach(store, interval_secs=3600)
+    by_key = _populate(store, 4)  # the first put ran a pass: no quota, nothing to do
+    assert passes.runs == 0 and len(_keys(store)) == 4
+    by_key |= _populate(store, 1, start=4)  # within the interval: only marked as due
+    assert len(_keys(store)) == 5
+    limit = sum(by_key[_key(i)] for i in (2, 3, 4))
+    set_quota(store.engine, store.namespace, limit)
+    passes.finish()  # the exit pass: the two least recently used go
+    assert passes.runs == 1
+    assert _keys(store) == {_key(i) for i in (2, 3, 4)}
+    assert ix.referenced_bytes() == limit
+    passes.finish()  # nothing written since: no pass
+    assert passes.runs == 1
+
+    # Another gc holds the lease: the pass steps aside without an error.
+    _populate(store, 2, start=5)
+    other = Lease(store.engine, "gc:default", holder="cron-host:1")
+    other.acquire()
+    assert passes.run() is None and ix.referenced_bytes() > limit
+    other.release()
+    report = passes.run()
+    assert report is not None and report.entries_removed >= 1
+    assert ix.referenced_bytes() <= limit
+
+
+@pytest.mark.slow
+def test_writer_with_enforce_quota_leaves_its_namespace_within_quota(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    store = open_store(any_env)
+    ix = EvictionIndex(store.engine, store.namespace)
+    first = run_program("job.py", _job_env(any_env))
+    quota = ix.referenced_bytes()
+    old_keys = _keys(store)
+    assert artstore("quota", "set", "default", str(quota), env=any_env).returncode == 0
+
+    enforced = run_program("job.py", _job_env(any_env, JOB_VARIANT="1", ARTSTORE_ENFORCE_QUOTA="1"))
+    assert enforced["store"]["stored"] >= 1
+    assert ix.referenced_bytes() <= quota
+    assert not old_keys <= _keys(store)  # least recently used entries made room
+
+    # The control: the same kind of write without the option overshoots the quota.
+    plain = run_program("job.py", _job_env(any_env, JOB_VARIANT="2"))
+    assert plain["store"]["stored"] >= 1
+    assert ix.referenced_bytes() > quota
+    assert first["results"] != enforced["results"] != plain["results"]
 
 
 def _job_env(env: dict[str, str], **extra: str) -> dict[str, str]:
