@@ -45,12 +45,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from artifactstore import reconcile
 from artifactstore.errors import ConfigError
-from artifactstore.index.eviction import Deleted, EvictionIndex, Victims, get_quota
+from artifactstore.index.eviction import EvictionIndex, VictimRow, Victims, get_quota
 from artifactstore.index.lease import Lease
 from artifactstore.store import Store
 
@@ -64,6 +63,32 @@ ENTRY_RANGE_MIN, ENTRY_TX_SECS = 20_000, 2.0
 # Objects locked per transaction while their blobs are deleted: adapted so that
 # one transaction takes about OBJECT_TX_SECS whatever the blob store's latency.
 OBJECT_BATCH_MIN, OBJECT_BATCH_MAX, OBJECT_TX_SECS = 100, 200_000, 1.0
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Batch:
+    """A batch size (ids or rows per transaction) adapted so that one transaction
+    takes about `target_secs`: doubled when one took under half, halved over twice."""
+
+    low: int  # also the first size
+    target_secs: float
+    high: int = 2**62
+    size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.size = self.low
+
+    def run(self, transaction: Callable[..., T], *args: Any) -> T:
+        started = time.monotonic()
+        result = transaction(*args)
+        secs = time.monotonic() - started
+        if secs < self.target_secs / 2:
+            self.size = min(self.high, self.size * 2)
+        elif secs > self.target_secs * 2:
+            self.size = max(self.low, self.size // 2)
+        return result
 
 
 @dataclass(frozen=True)
@@ -172,8 +197,8 @@ class _Collector:
         # What this run has removed so far, as a predicate: a dry run deletes
         # nothing, so later phases must see the index as if these were gone.
         self.gone = Victims()
-        self.entry_range = ENTRY_RANGE_MIN
-        self.object_batch = OBJECT_BATCH_MIN
+        self.entry_range = _Batch(ENTRY_RANGE_MIN, ENTRY_TX_SECS)
+        self.object_batch = _Batch(OBJECT_BATCH_MIN, OBJECT_TX_SECS, OBJECT_BATCH_MAX)
 
     def _removed(self, removal: Removal) -> None:
         self.report.reasons[removal.reason] = self.report.reasons.get(removal.reason, 0) + 1
@@ -195,6 +220,9 @@ class _Collector:
     def _reason(self, last_access: datetime) -> str:
         return "older-than" if self.older is not None and last_access < self.older else "size"
 
+    def _entry_removed(self, row: VictimRow, reason: Callable[[datetime], str]) -> None:
+        self._removed(Removal("entry", row.key, row.size, reason(row.last_access), row.module_name))
+
     def _remove_entries(
         self, victims: Victims, phase: str, reason: Callable[[datetime], str]
     ) -> None:
@@ -204,10 +232,8 @@ class _Collector:
             after: tuple[datetime, int] | None = None
             while page := self.ix.victims_page(victims, self.gone, after, READ_BATCH):
                 after = (page[-1].last_access, page[-1].id)
-                for c in page:
-                    self._removed(
-                        Removal("entry", c.key, c.size, reason(c.last_access), c.module_name)
-                    )
+                for row in page:
+                    self._entry_removed(row, reason)
                 self.progress(phase, len(page), total)
         elif total:
             self._delete_entries(victims, phase, total, reason)
@@ -223,21 +249,15 @@ class _Collector:
         if bounds is None:
             return
         low, top = bounds
-
-        def report(row: Deleted) -> None:
-            self._removed(
-                Removal("entry", row.key, row.size, reason(row.last_access), row.module_name)
-            )
-
         while low <= top:
-            high = low + self.entry_range
-            started = time.monotonic()
-            deleted = self.ix.delete_victims(victims, low, high, report)
-            secs = time.monotonic() - started
-            if secs < ENTRY_TX_SECS / 2:
-                self.entry_range *= 2
-            elif secs > ENTRY_TX_SECS * 2:
-                self.entry_range = max(ENTRY_RANGE_MIN, self.entry_range // 2)
+            high = low + self.entry_range.size
+            deleted = self.entry_range.run(
+                self.ix.delete_victims,
+                victims,
+                low,
+                high,
+                lambda row: self._entry_removed(row, reason),
+            )
             low = high
             self.progress(phase, deleted, total)
             self._keep_lease()
@@ -268,27 +288,22 @@ class _Collector:
         must count entries used or added meanwhile), a dry run only listed them."""
         return self.gone if self.policy.dry_run else Victims()
 
-    def _timed(self, sweep: Callable[[], list[tuple[str, int]]]) -> list[tuple[str, int]]:
-        """Run one object transaction, sizing the next to about OBJECT_TX_SECS."""
-        started = time.monotonic()
-        gone = sweep()
-        secs = time.monotonic() - started
-        if secs < OBJECT_TX_SECS / 2:
-            self.object_batch = min(OBJECT_BATCH_MAX, self.object_batch * 2)
-        elif secs > OBJECT_TX_SECS * 2:
-            self.object_batch = max(OBJECT_BATCH_MIN, self.object_batch // 2)
-        return gone
-
     def delete_unreferenced_objects(self) -> None:
         """Sweep the object rows in digest ranges of `object_batch` rows each."""
         delete_blobs = None if self.policy.dry_run else self.store.blobs.delete_many
         total = self.ix.count_objects()
         after: str | None = ""
         while after is not None:
-            start, rows = after, self.object_batch
+            start, rows = after, self.object_batch.size
             after = self.ix.object_range_end(start, rows)
-            sweep = partial(self.ix.sweep_objects, start, after, self.grace_cutoff)
-            gone = self._timed(partial(sweep, delete_blobs, self._gone_if_dry()))
+            gone = self.object_batch.run(
+                self.ix.sweep_objects,
+                start,
+                after,
+                self.grace_cutoff,
+                delete_blobs,
+                self._gone_if_dry(),
+            )
             for digest, size in gone:
                 self._removed(Removal("object", digest, size, "unreferenced"))
             self.progress("objects", rows, total)
@@ -302,16 +317,20 @@ class _Collector:
             # Blobs with an object row were handled (or protected) by the pass above.
             rowless = [b for b in orphans if b.digest not in rows]
             while rowless:
-                part, rowless = rowless[: self.object_batch], rowless[self.object_batch :]
+                n = self.object_batch.size
+                part, rowless = rowless[:n], rowless[n:]
                 if self.policy.dry_run:
                     gone = [(b.digest, b.size) for b in part]
                 else:
                     self.ix.adopt_objects(
                         [(b.digest, b.size, datetime.fromtimestamp(b.mtime, UTC)) for b in part]
                     )
-                    digests = [b.digest for b in part]
-                    delete = partial(self.ix.delete_objects, digests, self.grace_cutoff)
-                    gone = self._timed(partial(delete, self.store.blobs.delete_many))
+                    gone = self.object_batch.run(
+                        self.ix.delete_objects,
+                        [b.digest for b in part],
+                        self.grace_cutoff,
+                        self.store.blobs.delete_many,
+                    )
                 for digest, size in gone:
                     self._removed(Removal("object", digest, size, "orphan"))
             missing = [d for d in chunk.unlisted() if not self.store.blobs.exists(d)]

@@ -188,15 +188,15 @@ class S3BlobStore(BlobStore):
     def delete_many(self, digests: Sequence[str]) -> None:
         """DeleteObjects, 1000 keys a request, instead of a HEAD and a DELETE per key."""
         for start in range(0, len(digests), DELETE_BATCH):
-            keys = [{"Key": self.key(d)} for d in digests[start : start + DELETE_BATCH]]
+            chunk = digests[start : start + DELETE_BATCH]
+            keys = [{"Key": self.key(d)} for d in chunk]
             try:
                 answer = self.client.delete_objects(
                     Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True}
                 )
             except Exception as exc:
                 if _code(exc) == "NotImplemented":  # stores without the batch call
-                    for digest in digests[start : start + DELETE_BATCH]:
-                        self.delete(digest)
+                    super().delete_many(chunk)
                     continue
                 self._fail("delete", exc)
             errors = answer.get("Errors") or []

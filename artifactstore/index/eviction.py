@@ -66,24 +66,17 @@ DeleteBlobs = Callable[[list[str]], object]
 
 
 @dataclass(frozen=True)
-class Deleted:
-    key: str
-    size: int
-    module_name: str
-    last_access: datetime
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """An entry as gc sees it: enough to decide and report, nothing more."""
+class VictimRow:
+    """An entry gc removes (or, dry, would): enough to report it and page on."""
 
     id: int
     key: str
-    digest: str
     size: int
-    last_access: datetime
     module_name: str
-    jaxlib_version: str
+    last_access: datetime
+
+
+_VICTIM_COLUMNS = (Entry.id, Entry.key, Entry.size, Entry.module_name, Entry.last_access)
 
 
 @dataclass(frozen=True)
@@ -107,17 +100,6 @@ class Victims:
 
 
 NO_VICTIMS = Victims()
-
-
-_CANDIDATE_COLUMNS = (
-    Entry.id,
-    Entry.key,
-    Entry.digest,
-    Entry.size,
-    Entry.last_access,
-    Entry.module_name,
-    Entry.jaxlib_version,
-)
 
 
 class EvictionIndex:
@@ -257,14 +239,14 @@ class EvictionIndex:
         excluding: Victims,
         after: tuple[datetime, int] | None,
         limit: int,
-    ) -> list[Candidate]:
+    ) -> list[VictimRow]:
         """What a dry run reports: the next `limit` victims in LRU order after `after`."""
-        stmt = select(*_CANDIDATE_COLUMNS).where(self._entries(excluding), victims.clause())
+        stmt = select(*_VICTIM_COLUMNS).where(self._entries(excluding), victims.clause())
         if after is not None:
             stmt = stmt.where(tuple_(Entry.last_access, Entry.id) > tuple_(*after))
         stmt = stmt.order_by(Entry.last_access, Entry.id).limit(limit)
         with self.engine.connect() as conn:
-            return [Candidate(*row) for row in conn.execute(stmt)]
+            return [VictimRow(*row) for row in conn.execute(stmt)]
 
     def id_bounds(self) -> tuple[int, int] | None:
         """The namespace's lowest and highest entry id (None: no entries)."""
@@ -277,7 +259,7 @@ class EvictionIndex:
         return None if low is None else (int(low), int(high))
 
     def delete_victims(
-        self, victims: Victims, low: int, high: int, on_deleted: Callable[[Deleted], None]
+        self, victims: Victims, low: int, high: int, on_deleted: Callable[[VictimRow], None]
     ) -> int:
         """Delete the victims with low <= id < high in one transaction; how many went.
 
@@ -294,12 +276,12 @@ class EvictionIndex:
                 Entry.id < high,
                 victims.clause(),
             )
-            .returning(Entry.key, Entry.size, Entry.module_name, Entry.last_access)
+            .returning(*_VICTIM_COLUMNS)
         )
         deleted = 0
         with write_transaction(self.engine) as conn:
             for row in conn.execute(stmt):
-                on_deleted(Deleted(str(row[0]), int(row[1]), str(row[2]), row[3]))
+                on_deleted(VictimRow(*row))
                 deleted += 1
         return deleted
 
