@@ -3,9 +3,9 @@
 Part of the JAX adapter (imported only by `jax_integration`, kept apart for size):
 it reads JAX's private MLIR module, so a JAX upgrade may need to touch it too.
 
-JAX never caches a program with host callbacks (jax.debug.print, pure_callback,
-io_callback, equinox's runtime checks): they are Python functions of this
-process. XLA's FFI callbacks refer to them only by position in host_callbacks
+JAX before 0.11 never caches a program with host callbacks (jax.debug.print,
+pure_callback, io_callback, equinox's runtime checks): they are Python functions
+of this process. XLA's FFI callbacks refer to them only by position in host_callbacks
 (`mhlo.backend_config = {index = N}`) and deserialize_executable takes the
 current trace's list, so the executable can be stored and the callbacks bound
 on load, provided the key says exactly what the executable expects of that list.
@@ -70,7 +70,7 @@ def callback_signature(computation: Any, count: int, drop_partitioning: bool) ->
             results = ",".join(str(r.type) for r in op.results)
             calls.append(f"{target}/{api}/{side}/{index}/({operands})->({results})")
         elif target == PARTITIONING_TARGET:
-            if not drop_partitioning:  # IgnoreCallbacks.ALL would drop its pointer
+            if not drop_partitioning:  # its pointer would be in the key
                 refused.append(target)
         elif target in POINTER_TARGETS or "callback" in target.lower():
             refused.append(target)

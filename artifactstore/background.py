@@ -3,7 +3,9 @@
 Work items are plain callables. `drain(timeout)` waits for everything queued so
 far, and never longer than `timeout`: at interpreter exit a slow object store
 delays the program by at most the flush bound, and what was not stored is
-reported instead of silently dropped.
+reported instead of silently dropped. Where no thread can be started (Python
+3.12+ refuses new threads once the interpreter shuts down), `drain` runs the
+queued work on the calling thread, still checking the bound between items.
 """
 
 from __future__ import annotations
@@ -33,17 +35,22 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
 
-    def _ensure_started(self) -> None:
+    def _ensure_started(self) -> bool:
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # interpreter shutdown: drain() runs the queue itself
+                    return False
+                self._thread = thread
+        return True
 
     def submit(self, label: str, fn: Callable[[], None]) -> None:
         with self._cond:
             self._pending += 1
-        self._ensure_started()
         self._queue.put((label, fn))
+        self._ensure_started()
 
     def pending(self) -> int:
         with self._cond:
@@ -58,15 +65,17 @@ class Worker:
                 continue
             if item is None:
                 return
-            label, fn = item
-            try:
-                fn()
-            except Exception as exc:  # reported, never raised into the program
-                log.debug("artifactstore: background task %s failed: %s", label, exc)
-            finally:
-                with self._cond:
-                    self._pending -= 1
-                    self._cond.notify_all()
+            self._execute(*item)
+
+    def _execute(self, label: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # reported, never raised into the program
+            log.debug("artifactstore: background task %s failed: %s", label, exc)
+        finally:
+            with self._cond:
+                self._pending -= 1
+                self._cond.notify_all()
 
     def _tick(self) -> None:
         if self._on_tick is not None:
@@ -78,6 +87,14 @@ class Worker:
     def drain(self, timeout: float) -> bool:
         """Wait until everything submitted so far ran; False if the bound ran out."""
         deadline = time.monotonic() + timeout
+        if not self._ensure_started():
+            while time.monotonic() < deadline:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    self._execute(*item)
         with self._cond:
             while self._pending:
                 left = deadline - time.monotonic()

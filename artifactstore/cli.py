@@ -527,6 +527,25 @@ def demo_cmd(layers: int, keep: bool) -> None:
     demo.run(layers=layers, keep=keep, echo=click.echo)
 
 
+@cli.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def doctor_cmd(obj: _Ctx, as_json: bool) -> None:
+    """Say whether the store would be used here and, if not, why and what to do."""
+    from artifactstore import doctor
+
+    report = doctor.gather(obj.overrides)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        status = {"ok": "ok", "fail": "FAIL", "warn": "warn", "skip": "-"}
+        rows = [[c.label, status[c.status], c.detail] for c in report.checks.values()]
+        click.echo(_table(["CHECK", "STATUS", "DETAIL"], rows))
+        click.echo(f"verdict: {report.verdict}")
+    if not report.ok:
+        sys.exit(EXIT_FAIL)
+
+
 def _dispatch_errors(fn: Any) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 

@@ -2,7 +2,9 @@
 
 Runs the bundled compile-heavy example twice, each in a fresh Python process,
 against a fresh temporary store (local directory + SQLite): the first compiles
-and stores, the second loads. Checks both computed the same result.
+and stores, the second loads. Checks both computed the same result, and fails
+(saying why) unless the first stored and the second loaded: a store that runs
+inert must never look like a success.
 """
 
 from __future__ import annotations
@@ -27,15 +29,47 @@ def run_example(store_dir: Path, *, layers: int, extra_env: dict[str, str] | Non
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSTORE_")}
     env.update({"ARTSTORE_URL": str(store_dir), "JAX_PLATFORMS": env.get("JAX_PLATFORMS", "cpu")})
     env.update(extra_env or {})
-    cmd = [sys.executable, "-m", "artifactstore.examples.compile_heavy", "--store",
+    # -P: never let the current directory shadow the installed package (run from
+    # a source checkout, `artifactstore/` there has no `examples`).
+    cmd = [sys.executable, "-P", "-m", "artifactstore.examples.compile_heavy", "--store",
            "--layers", str(layers)]  # fmt: skip
     started = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
-    if proc.returncode != 0:
+    lines = proc.stdout.strip().splitlines()
+    said = [line.strip() for line in proc.stderr.splitlines() if "artifactstore:" in line]
+    if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ArtstoreError(f"example program failed (exit {proc.returncode}): {tail}")
-    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+        cause = f" after logging '{said[0]}'" if said else ""
+        raise ArtstoreError(f"example program failed (exit {proc.returncode}){cause}: {tail}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    result["_log"] = said
+    return result, wall
+
+
+def _require_hook() -> None:
+    """Refuse at once on a JAX whose internals the store cannot hook."""
+    from artifactstore._jax_compat import probe
+
+    found = probe()
+    if found.hooks is None:
+        raise ArtstoreError(
+            f"JAX {found.jax_version} cannot be hooked ({'; '.join(found.problems)}), so the "
+            "store would never be used: install a JAX this artifactstore supports "
+            "(see README, 'Supported JAX') or upgrade artifactstore"
+        )
+
+
+def _why_no_hit(cold: dict[str, Any], warm: dict[str, Any], stored: int) -> str | None:
+    """Why the warm run did not load what the cold run stored, or None if it did."""
+    hits = int(warm["store"].get("hits", 0))
+    if hits and stored:
+        return None
+    said = [*cold["_log"], *warm["_log"]]
+    detail = f" (the program logged '{said[0]}')" if said else ""
+    if not stored:
+        return f"the cold run stored nothing{detail}; run `artstore doctor`"
+    return f"the warm run loaded nothing from the store{detail}; run `artstore doctor`"
 
 
 def run(*, layers: int = 10, keep: bool = False, echo: Callable[[str], None] = print) -> None:
@@ -43,6 +77,7 @@ def run(*, layers: int = 10, keep: bool = False, echo: Callable[[str], None] = p
     from artifactstore.sizes import format_size
     from artifactstore.store import Store
 
+    _require_hook()
     tmp = Path(tempfile.mkdtemp(prefix="artstore-demo-"))
     try:
         echo(f"store: {tmp} (fresh, embedded: local directory + SQLite)")
@@ -73,6 +108,9 @@ def run(*, layers: int = 10, keep: bool = False, echo: Callable[[str], None] = p
         echo(f"speedup (first call): {cold_t / max(warm_t, 1e-9):.1f}x")
         echo(f"entries stored: {stats.entries}, {format_size(stats.bytes)}")
         echo(f"results identical: yes (checksum {cold['checksum']})")
+        why = _why_no_hit(cold, warm, stats.entries)
+        if why is not None:
+            raise ArtstoreError(f"demo failed: {why}")
     finally:
         if keep:
             echo(f"kept store at {tmp}")

@@ -3,22 +3,23 @@
 `configure()` replaces `jax._src.compiler.compile_or_get_cached` with a wrapper
 that looks the compile up in the store first and stores what it compiled, and
 adds the platform fingerprint to JAX's cache key through `cache_key.custom_hook`.
-If this JAX's internals do not look as expected, it warns once and leaves JAX
-untouched: the program runs, it just compiles. Programs with host callbacks are
-stored too (JAX's cache skips them): keyed with the callbacks' identities
-stripped plus their signature (`_jax_callbacks`), loaded with this trace's.
+If this JAX's internals do not look as expected (`_jax_compat` decides, and holds
+every difference between JAX releases), it warns once and leaves JAX untouched:
+the program runs, it just compiles. Programs with host callbacks are stored too
+(JAX's own cache skips them before 0.11): keyed with their signature
+(`_jax_callbacks`), loaded with this trace's callbacks.
 """
 
 from __future__ import annotations
 
 import atexit
-import inspect
 import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from artifactstore import _jax_compat as _compat
 from artifactstore import config as _config
 from artifactstore import fingerprint as _fp
 from artifactstore._jax_callbacks import NotStorable as _NotStorable
@@ -36,14 +37,6 @@ log = logging.getLogger("artifactstore")
 # Hashed into every key as JAX's "compression algorithm": it names our payload
 # format, so our keys never collide with JAX's own cache's.
 KEY_FORMAT = "artifactstore-v1"
-_EXPECTED_PARAMS = (
-    "backend",
-    "computation",
-    "devices",
-    "compile_options",
-    "host_callbacks",
-    "executable_devices",
-)
 
 # A process still running this long after its first local-tier hit opens the
 # index in the background to record its hits (LRU must see them).
@@ -51,6 +44,7 @@ FOLD_AFTER_SECS = 30.0
 
 _lock = threading.RLock()
 _state: _State | None = None
+_hooks: _compat.Hooks | None = None
 _original: Any = None
 _previous_hook: Any = None
 _local = threading.local()
@@ -64,38 +58,18 @@ def _warn_once(topic: str, message: str, *args: object) -> None:
 
 
 # -- compatibility ----------------------------------------------------------
-def _jax_internals() -> tuple[Any, Any, Any] | None:
-    """(compiler, cache_key, monitoring) if this JAX has the hooks we need."""
-    try:
-        from jax._src import cache_key, compiler, monitoring
-    except ImportError as exc:
-        _warn_once("compat", "this JAX has no compiler hooks (%s); store disabled", exc)
-        return None
-    fn = getattr(compiler, "compile_or_get_cached", None)
-    problems = []
-    if fn is None or not callable(getattr(compiler, "backend_compile_and_load", None)):
-        problems.append("compile_or_get_cached/backend_compile_and_load missing")
-    else:
-        target = getattr(fn, "__wrapped_original__", fn)
-        params = tuple(inspect.signature(target).parameters)
-        if params[: len(_EXPECTED_PARAMS)] != _EXPECTED_PARAMS:
-            problems.append(f"compile_or_get_cached{params}")
-    if not callable(getattr(cache_key, "get", None)) or not hasattr(cache_key, "custom_hook"):
-        problems.append("cache_key.get/custom_hook missing")
-    if not hasattr(cache_key, "IgnoreCallbacks"):
-        problems.append("cache_key.IgnoreCallbacks missing")
-    if problems:
-        import jax
-
+def _jax_internals() -> _compat.Hooks | None:
+    """This JAX's hooks, or None after one warning naming what does not fit."""
+    probe = _compat.probe()
+    if probe.hooks is None:
         _warn_once(
             "compat",
             "JAX %s internals do not match what this artifactstore supports (%s); "
             "JAX left untouched, compiling as usual",
-            jax.__version__,
-            "; ".join(problems),
+            probe.jax_version,
+            "; ".join(probe.problems),
         )
-        return None
-    return compiler, cache_key, monitoring
+    return probe.hooks
 
 
 # -- per-process state ------------------------------------------------------
@@ -254,7 +228,7 @@ def _compile_or_get_cached(
         or args
         or kwargs
         or (bool(host_callbacks) and not state.settings.cache_callbacks)  # JAX's behaviour
-        or _expects_pgle()
+        or _compat.expects_pgle()
     )
     if passthrough:
         return _original(
@@ -366,33 +340,19 @@ def _record_load(state: _State, compile_secs: float, started: float) -> None:
     _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
 
 
-def _expects_pgle() -> bool:
-    try:
-        from jax._src import config as jax_config
-
-        return bool(jax_config.compilation_cache_expect_pgle.value)
-    except Exception:
-        return False
-
-
 def _prepare(
     state: _State, backend: Any, computation: Any, devices: Any, compile_options: Any,
     host_callbacks: Any,
 ) -> _Prepared | None:  # fmt: skip
-    from jax._src import cache_key
-    from jax._src import config as jax_config
     from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
 
-    if not getattr(backend, "supports_executable_serialization", True):
+    hooks = _hooks
+    if hooks is None or not getattr(backend, "supports_executable_serialization", True):
         return None
     fingerprint = state.fingerprint(backend, devices)
-    ignore = cache_key.IgnoreCallbacks.NO
-    if getattr(jax_config, "remove_custom_partitioning_ptr_from_cache_key", None) is not None:
-        if jax_config.remove_custom_partitioning_ptr_from_cache_key.value:
-            ignore = cache_key.IgnoreCallbacks.CUSTOM_PARTITIONING
+    drop_partitioning = _compat.drop_partitioning_pointers()
     extra = ""
     if host_callbacks:
-        drop_partitioning = ignore == cache_key.IgnoreCallbacks.CUSTOM_PARTITIONING
         try:
             extra = _callback_signature(computation, len(host_callbacks), drop_partitioning)
         except _NotStorable:
@@ -401,10 +361,10 @@ def _prepare(
             _warn_once("callbacks", "could not read a program's host callbacks (%s); "
                        "compiling such programs without the store", one_line(exc))  # fmt: skip
             raise _NotStorable("host callbacks unreadable") from exc
-        ignore = cache_key.IgnoreCallbacks.ALL  # their identities: rebound on load
     _local.fingerprint = fingerprint.digest + (f"|callbacks:{extra}" if extra else "")
     try:
-        full = cache_key.get(computation, devices, compile_options, backend, KEY_FORMAT, ignore)
+        full = hooks.key(computation, devices, compile_options, backend, KEY_FORMAT,
+                         drop_partitioning, bool(host_callbacks))  # fmt: skip
     finally:
         _local.fingerprint = None
     module_name, _, digest = full.rpartition("-")
@@ -492,9 +452,10 @@ def configure(
     return settings
 
 
-def _install(internals: tuple[Any, Any, Any]) -> None:
-    global _original, _previous_hook
-    compiler, cache_key, _ = internals
+def _install(hooks: _compat.Hooks) -> None:
+    global _hooks, _original, _previous_hook
+    compiler, cache_key = hooks.compiler, hooks.cache_key
+    _hooks = hooks
     if _original is None:
         _original = compiler.compile_or_get_cached
         _compile_or_get_cached.__wrapped_original__ = _original  # type: ignore[attr-defined]

@@ -89,9 +89,8 @@ class Store:
         """Open blob store and index; the embedded default migrates itself."""
         engine = db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs)
         status = db.schema_status(engine)
-        auto = settings.embedded or engine.dialect.name == "sqlite" if migrate is None else migrate
         if status.state is not db.SchemaState.CURRENT:
-            if auto and not settings.read_only and status.state is not db.SchemaState.AHEAD:
+            if migrates_on_open(settings, engine.dialect.name, status.state, migrate):
                 status = db.upgrade(engine)
             status.require_current()
         blobs = open_blobstore(settings)
@@ -347,6 +346,20 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def migrates_on_open(
+    settings: Settings, dialect: str, state: db.SchemaState, migrate: bool | None = None
+) -> bool:
+    """Whether `Store.open` brings an index in `state` to head itself.
+
+    The embedded default and SQLite indexes do (when writable), so a single user
+    never runs migrations; a shared index waits for its admin's `artstore db upgrade`.
+    """
+    auto = settings.embedded or dialect == "sqlite" if migrate is None else migrate
+    return (
+        auto and not settings.read_only and state in (db.SchemaState.EMPTY, db.SchemaState.BEHIND)
+    )
 
 
 def _open_tier(settings: Settings) -> LocalTier | None:

@@ -6,10 +6,15 @@ import datetime as dt
 import json
 import os
 import platform
+import statistics
 import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+# (column header, metric, baseline config): the metric's median over the baseline's.
+RatioCol = tuple[str, str, str]
 
 
 def run_info() -> dict[str, Any]:
@@ -34,3 +39,56 @@ def write(out: Path, report: dict[str, Any], table: str) -> None:
     out.write_text(json.dumps(report, indent=2) + "\n")
     out.with_suffix(".txt").write_text(table + "\n")
     print(f"\nwrote {out} and {out.with_suffix('.txt')}")
+
+
+def default_out(name: str) -> Path:
+    """`bench/results/NAME-jaxVERSION.json`: results of each JAX release are kept side by side."""
+    return RESULTS / f"{name}-jax{version('jax')}.json"
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def table(
+    res: dict[str, dict[str, Any]],
+    columns: list[tuple[str, str]],
+    ratio_cols: list[RatioCol],
+    targets: list[tuple[str, float]],
+    baseline: str,
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Rows of median (min-max) per (header, metric) column and ratio columns, then one
+    line per target (`config` wall <= ratio x `baseline` wall). Adds `ratios` to `res`."""
+
+    def med(name: str, key: str) -> float | None:
+        return res[name][key]["median"] if name in res else None
+
+    w = max(len(n) for n in res) + 1
+    lines = [f"{'config':<{w}}" + "".join(f"{h:>22}" for h, _ in columns)
+             + "".join(f"{h:>16}" for h, _, _ in ratio_cols)]  # fmt: skip
+    for name, r in res.items():
+        r["ratios"] = {h: ratio(med(name, k), med(base, k)) for h, k, base in ratio_cols}
+        cells = [f"{r[k]['median']:.3f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})" for _, k in columns]
+        shown = [f"{x:.3f}x" if x is not None else "-" for x in r["ratios"].values()]
+        lines.append(f"{name:<{w}}" + "".join(f"{c:>22}" for c in cells)
+                     + "".join(f"{x:>16}" for x in shown))  # fmt: skip
+    verdicts = []
+    for t_name, t_max in targets:
+        got = ratio(med(t_name, "wall_secs"), med(baseline, "wall_secs"))
+        verdict = "n/a" if got is None else ("PASS" if got <= t_max else "MISS")
+        verdicts.append({"config": t_name, "ratio_max": t_max, "wall_vs_jax_warm": got,
+                         "verdict": verdict})  # fmt: skip
+    return lines, verdicts
+
+
+def target_lines(verdicts: list[dict[str, Any]], baseline: str) -> list[str]:
+    out = []
+    for t in verdicts:
+        got = t["wall_vs_jax_warm"]
+        shown = "n/a" if got is None else f"{got:.3f}x {t['verdict']}"
+        out.append(f"target: {t['config']} wall <= {t['ratio_max']:.2f}x {baseline} wall: {shown}")
+    return out

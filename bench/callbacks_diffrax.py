@@ -1,13 +1,16 @@
 """Host callbacks, side by side: a diffrax neural-ODE gradient step with equinox checks.
 
-JAX never writes a program with host callbacks to its persistent cache, and
-equinox's runtime checks (which diffrax adds by default) are host callbacks, so
-such a program compiles in every fresh process, warm JAX cache or not.
+Before JAX 0.11, JAX never writes a program with host callbacks to its
+persistent cache, and equinox's runtime checks (which diffrax adds by default)
+are host callbacks, so such a program compiles in every fresh process, warm JAX
+cache or not; JAX 0.11 and later cache them, and are the baseline to match.
 artifactstore stores it and binds the new process's callbacks on load.
 
 Each configuration runs this file with --child in fresh subprocesses
 (JAX_PLATFORMS=cpu, no inherited ARTSTORE_* or JAX cache variables): no cache,
-JAX's persistent cache and artifactstore (both warm: one untimed prefill run).
+JAX's persistent cache and artifactstore, embedded and S3+PostgreSQL (all warm:
+one untimed prefill run). Targets as in warm_start.py: warm wall <= 1.05x
+(embedded) and <= 1.10x (S3+PostgreSQL) of JAX's warm wall.
 Timed runs are interleaved round-robin. Reported: first call of the jitted step
 (trace + compile or load + run) and seconds spent in XLA compiles (timed around
 JAX's `backend_compile_and_load`). All losses must agree, and warm artifactstore
@@ -28,23 +31,29 @@ from typing import Any
 import _results
 from artifactstore.examples.compile_heavy import use_cache
 from warm_start import (
+    JAX_WARM,
     NO_CACHE,
+    RATIO_COLS,
+    S3PG_NAME,
+    TARGET_NAME,
+    TARGETS,
     Config,
     Result,
+    config_records,
     embedded_env,
     interleaved,
-    ratio,
     run_child,
-    summary,
+    s3pg_env,
 )
 
-JAX_WARM, STORE_WARM = "jax local cache (warm)", "artifactstore embedded (warm)"
 CONFIGS: list[Config] = [
     Config(NO_CACHE),
     Config(JAX_WARM, args=lambda tmp: ["--jax-cache", str(tmp)], prefill=True),
-    Config(STORE_WARM, env=embedded_env, prefill=True, store=True),
+    Config(TARGET_NAME, env=embedded_env, prefill=True, store=True),
+    Config(S3PG_NAME, env=s3pg_env, prefill=True, store=True),
 ]
-METRICS = ("first_call_secs", "xla_compile_secs", "wall_secs")
+COLUMNS = [("first call (s)", "first_call_secs"), ("XLA compile (s)", "xla_compile_secs"),
+           ("process wall (s)", "wall_secs")]  # fmt: skip
 
 
 def child(args: argparse.Namespace) -> None:
@@ -132,7 +141,7 @@ def run_once(cfg: Config, tmp: Path) -> Result:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=3, help="timed runs per configuration")
-    p.add_argument("--out", type=Path, default=Path("bench/results/callbacks_diffrax.json"))
+    p.add_argument("--out", type=Path, default=_results.default_out("callbacks_diffrax"))
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--jax-cache", help=argparse.SUPPRESS)
     p.add_argument("--store", action="store_true", help=argparse.SUPPRESS)
@@ -154,26 +163,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"FAIL: losses differ across runs: {sorted(losses)}")
     callbacks = raw[NO_CACHE][0]["step_host_callbacks"]
 
-    res = {c.name: {k: summary([r[k] for r in raw[c.name]]) for k in METRICS} for c in CONFIGS}
-    base = res[NO_CACHE]["first_call_secs"]["median"]
-    lines = [f"{'config':<31}{'first call (s)':>22}{'XLA compile (s)':>22}"
-             f"{'process wall (s)':>22}{'first/no-cache':>16}"]  # fmt: skip
-    for name, r in res.items():
-        r["ratios"] = {"first/no-cache": ratio(r["first_call_secs"]["median"], base)}
-        cells = [f"{r[k]['median']:.3f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})" for k in METRICS]
-        lines.append(f"{name:<31}" + "".join(f"{x:>22}" for x in cells)
-                     + f"{r['ratios']['first/no-cache']:>15.3f}x")  # fmt: skip
+    res = {c.name: {k: _results.summary([r[k] for r in raw[c.name]]) for _, k in COLUMNS}
+           for c in CONFIGS}  # fmt: skip
+    lines, targets = _results.table(res, COLUMNS, RATIO_COLS, TARGETS, JAX_WARM)
     lines += ["", f"median (min-max) over {a.runs} interleaved runs; the step has "
               f"{callbacks} host callbacks; identical loss in all runs (prefills too): "
-              f"{next(iter(losses))}"]  # fmt: skip
+              f"{next(iter(losses))}", *_results.target_lines(targets, JAX_WARM)]  # fmt: skip
     text = "\n".join(lines)
     print("\n" + text)
     report = {
         **_results.run_info(), "runs": a.runs, "loss": next(iter(losses)),
-        "step_host_callbacks": callbacks,
-        "configs": [{"name": c.name, "prefill": c.prefill, "store": c.store,
-                     "args": c.args(Path("<tmp>")), "env": c.env(Path("<tmp>")),
-                     **res[c.name], "raw": raw[c.name]} for c in CONFIGS],
+        "step_host_callbacks": callbacks, "targets": targets,
+        "configs": config_records(CONFIGS, res, raw),
     }  # fmt: skip
     _results.write(a.out, report, text)
     return 0

@@ -15,7 +15,6 @@ import argparse
 import atexit
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,11 @@ TARGET_NAME, TARGET_RATIO = "artifactstore embedded (warm)", 1.05
 S3PG_NAME, S3PG_RATIO = "artifactstore S3+PostgreSQL (warm)", 1.10
 S3PG_NO_TIER = "artifactstore S3+PostgreSQL (new host, no local tier)"
 TARGETS = [(TARGET_NAME, TARGET_RATIO), (S3PG_NAME, S3PG_RATIO)]  # wall <= ratio x JAX_WARM
+COLUMNS = [("first call (s)", "first_call_secs"), ("process wall (s)", "wall_secs")]
+RATIO_COLS = [("first/no-cache", "first_call_secs", NO_CACHE),
+              ("first/jax-warm", "first_call_secs", JAX_WARM),
+              ("wall/jax-warm", "wall_secs", JAX_WARM)]  # fmt: skip
+summary, ratio = _results.summary, _results.ratio
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 S3PG_BUCKET, S3PG_DATABASE = "artstore-bench-warm", "artstore_bench_warm"
 
@@ -160,19 +164,21 @@ def interleaved(
     return raw, prefills
 
 
-def summary(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
+def config_records(
+    configs: list[Config], res: dict[str, dict[str, Any]], raw: dict[str, list[Result]]
+) -> list[dict[str, Any]]:
+    """Each config's settings (secrets masked), summaries and raw runs, for the JSON report."""
+    return [{"name": c.name, "prefill": c.prefill, "store": c.store,
+             "args": c.args(Path("<tmp>")),
+             "env": {k: ("***" if "SECRET" in k else v) for k, v in c.env(Path("<tmp>")).items()},
+             **res[c.name], "raw": raw[c.name]} for c in configs]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=5, help="timed runs per configuration")
     p.add_argument("--layers", type=int, default=10, help="example model depth")
-    p.add_argument("--out", type=Path, default=Path("bench/results/warm_start.json"))
+    p.add_argument("--out", type=Path, default=_results.default_out("warm_start"))
     p.add_argument("--configs", help="comma-separated substrings of config names to run "
                    f"(default all: {'; '.join(c.name for c in CONFIGS)})")  # fmt: skip
     a = p.parse_args(argv)
@@ -197,41 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         c.name: {k: summary([r[k] for r in raw[c.name]]) for k in ("first_call_secs", "wall_secs")}
         for c in configs
     }
-
-    def med(name: str, key: str) -> float | None:
-        return res[name][key]["median"] if name in res else None
-
-    def cell(s: dict[str, float]) -> str:
-        return f"{s['median']:.3f} ({s['min']:.2f}-{s['max']:.2f})"
-
-    ratio_cols = [("first/no-cache", "first_call_secs", NO_CACHE),
-                  ("first/jax-warm", "first_call_secs", JAX_WARM),
-                  ("wall/jax-warm", "wall_secs", JAX_WARM)]  # fmt: skip
-    w = max(len(n) for n in res) + 1
-    lines = [f"{'config':<{w}}{'first call (s)':>22}{'process wall (s)':>22}"
-             + "".join(f"{h:>16}" for h, _, _ in ratio_cols)]  # fmt: skip
-    for name, r in res.items():
-        r["ratios"] = {h: ratio(med(name, k), med(base, k)) for h, k, base in ratio_cols}
-        cells = [f"{x:.3f}x" if x is not None else "-" for x in r["ratios"].values()]
-        lines.append(f"{name:<{w}}{cell(r['first_call_secs']):>22}{cell(r['wall_secs']):>22}"
-                     + "".join(f"{x:>16}" for x in cells))  # fmt: skip
-    targets = []
-    for t_name, t_max in TARGETS:
-        got = ratio(med(t_name, "wall_secs"), med(JAX_WARM, "wall_secs"))
-        verdict = "n/a" if got is None else ("PASS" if got <= t_max else "MISS")
-        targets.append({"config": t_name, "ratio_max": t_max, "wall_vs_jax_warm": got,
-                        "verdict": verdict})  # fmt: skip
+    lines, targets = _results.table(res, COLUMNS, RATIO_COLS, TARGETS, JAX_WARM)
     n_runs = sum(map(len, raw.values())) + sum(c.prefill for c in configs)
     lines += [
         "",
         f"median (min-max) over {a.runs} interleaved runs; layers={a.layers}; "
         f"identical checksum in all {n_runs} runs (prefills too): {next(iter(checksums))}",
+        *_results.target_lines(targets, JAX_WARM),
     ]
-    for t in targets:
-        got = t["wall_vs_jax_warm"]
-        shown = "n/a" if got is None else f"{got:.3f}x {t['verdict']}"
-        lines.append(f"target: {t['config']} wall <= {t['ratio_max']:.2f}x {JAX_WARM} wall: "
-                     f"{shown}")  # fmt: skip
     text = "\n".join(lines)
     print("\n" + text)
 
@@ -241,11 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": {k: v for k, v in targets[0].items() if k != "config"},  # embedded
         "targets": targets,
         "checksum": next(iter(checksums)),
-        "configs": [{"name": c.name, "prefill": c.prefill, "store": c.store,
-                     "args": c.args(Path("<tmp>")),
-                     "env": {k: ("***" if "SECRET" in k else v)
-                             for k, v in c.env(Path("<tmp>")).items()},
-                     **res[c.name], "raw": raw[c.name]} for c in configs],
+        "configs": config_records(configs, res, raw),
     }  # fmt: skip
     _results.write(a.out, report, text)
     return 0

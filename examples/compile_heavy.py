@@ -6,6 +6,8 @@ milliseconds: exactly the cost artifactstore removes from every new process.
 
 Run it directly (`python -m artifactstore.examples.compile_heavy --store`) or
 through `artstore demo`. It prints one JSON line with timings and a checksum.
+With `--store` it exits 1, saying why on stderr, if the store neither loaded
+nor stored anything: an inert store must not pass for a working one.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 
@@ -102,7 +105,15 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     if args.store:
         import artifactstore
 
-        result["store"] = artifactstore.process_stats()
+        artifactstore.flush()
+        stats = artifactstore.process_stats()
+        result["store"] = stats
+        if not stats.get("active") or not (stats.get("hits") or stats.get("stored")):
+            why = "configure() did not activate the store" if not stats else "store unavailable"
+            if stats.get("active"):
+                why = "the store neither loaded nor stored an executable"
+            print(json.dumps(result), flush=True)
+            sys.exit(f"compile_heavy: {why} (see the log above; run `artstore doctor`)")
     print(json.dumps(result), flush=True)
     return result
 

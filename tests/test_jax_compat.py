@@ -1,4 +1,4 @@
-"""The adapter leaves JAX alone when its internals do not match, and the off switch works."""
+"""The adapter hooks the installed JAX, leaves a mismatching one alone, and the off switch works."""
 
 from __future__ import annotations
 
@@ -7,6 +7,16 @@ import sys
 from pathlib import Path
 
 from conftest import clean_env
+
+
+def test_installed_jax_can_be_hooked() -> None:
+    """A JAX release that breaks our hooks must turn CI red, not ship an inert store."""
+    from artifactstore._jax_compat import probe
+
+    found = probe()
+    assert found.problems == [], f"JAX {found.jax_version}: {found.problems}"
+    assert found.hooks is not None
+
 
 MISMATCH = """
 import jax

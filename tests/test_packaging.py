@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
+import pytest
 from conftest import REPO, clean_env
+
+# A future JAX, as far as the adapter can tell: imported at every interpreter start
+# through PYTHONPATH, before artifactstore or the program runs.
+MISMATCHING_JAX = """
+from jax._src import compiler
+_original = compiler.compile_or_get_cached
+def compile_or_get_cached(backend, module, devs, opts, *rest):
+    return _original(backend, module, devs, opts, *rest)
+compiler.compile_or_get_cached = compile_or_get_cached
+"""
 
 
 def test_non_editable_install_upgrades_db_and_has_example(tmp_path: Path) -> None:
@@ -52,3 +65,65 @@ def test_demo_runs_cold_then_warm() -> None:
     assert "entries stored: 2" in proc.stdout
     hits_row = next(line for line in proc.stdout.splitlines() if line.startswith("store hits"))
     assert hits_row.split()[-2:] == ["0", "2"]
+
+
+@pytest.mark.slow
+def test_readme_demo_command_from_repo_root_with_plain_install(tmp_path: Path) -> None:
+    """The README's first command where a new user stands: the repository root, a fresh
+    venv, a non-editable install. Dependencies come from this venv's site-packages (a
+    .pth line) so the test installs nothing from the network."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # This venv's pip, aimed at the fresh one: it installs there and touches nothing here.
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+         "--no-deps", "."],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    fresh_site = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", where], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    (Path(fresh_site) / "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    demo = subprocess.run(
+        [str(venv / "bin" / "artstore"), "demo", "--layers", "2"],
+        cwd=REPO, env=clean_env(), capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stderr
+    assert "entries stored: 2" in demo.stdout
+    hits_row = next(line for line in demo.stdout.splitlines() if line.startswith("store hits"))
+    assert hits_row.split()[-2:] == ["0", "2"]
+
+
+def _with_mismatching_jax(tmp_path: Path) -> dict[str, str]:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(MISMATCHING_JAX)
+    path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)
+    return clean_env(PYTHONPATH=path)
+
+
+def test_demo_fails_when_jax_cannot_be_hooked(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "artifactstore", "demo", "--layers", "1"],
+        env=_with_mismatching_jax(tmp_path), capture_output=True, text=True, check=False,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "cannot be hooked (compiler.compile_or_get_cached(" in err
+    assert "store would never be used" in err
+
+
+def test_example_exits_nonzero_when_the_store_stays_inert(tmp_path: Path) -> None:
+    env = _with_mismatching_jax(tmp_path)
+    env["ARTSTORE_URL"] = str(tmp_path / "store")
+    proc = subprocess.run(
+        [sys.executable, "-m", "artifactstore.examples.compile_heavy", "--store", "--layers", "1"],
+        env=env, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "internals do not match" in proc.stderr
+    assert "configure() did not activate the store" in proc.stderr

@@ -85,6 +85,13 @@ class S3BlobStore(BlobStore):
             multipart_chunksize=multipart_chunksize,
             max_concurrency=4,
         )
+        # The same transfer on the calling thread: from Python 3.12 on, an exit
+        # flush may not start the threads s3transfer's pool needs.
+        self.serial_config = TransferConfig(
+            multipart_threshold=multipart_threshold,
+            multipart_chunksize=multipart_chunksize,
+            use_threads=False,
+        )
         self._client: Any = None
         self._lock = threading.Lock()
 
@@ -163,16 +170,24 @@ class S3BlobStore(BlobStore):
         if self._head(key):
             return False
         try:
-            self.client.upload_fileobj(
-                io.BytesIO(data),
-                self.bucket,
-                key,
-                ExtraArgs={"ContentType": "application/octet-stream"},
-                Config=self.transfer_config,
-            )
+            try:
+                self._upload(key, data, self.transfer_config)
+            except RuntimeError as exc:  # "can't create new thread at interpreter shutdown"
+                if "thread" not in str(exc):
+                    raise
+                self._upload(key, data, self.serial_config)
         except Exception as exc:
             self._fail("put", exc)
         return True
+
+    def _upload(self, key: str, data: bytes, config: TransferConfig) -> None:
+        self.client.upload_fileobj(
+            io.BytesIO(data),
+            self.bucket,
+            key,
+            ExtraArgs={"ContentType": "application/octet-stream"},
+            Config=config,
+        )
 
     def delete(self, digest: str) -> bool:
         key = self.key(digest)

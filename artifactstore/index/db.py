@@ -106,18 +106,24 @@ class SchemaStatus:
     current: str | None
     head: str
 
-    def require_current(self) -> None:
+    def problem(self) -> str | None:
+        """What is wrong with a schema that is not current, naming the fix; else None."""
         if self.state is SchemaState.CURRENT:
-            return
+            return None
         if self.state is SchemaState.AHEAD:
-            raise SchemaMismatch(
+            return (
                 f"index schema {self.current} is newer than this artifactstore understands "
                 f"(head {self.head}): upgrade artifactstore (pip install -U artifactstore)"
             )
-        raise SchemaMismatch(
+        return (
             f"index schema is {self.current or 'not created'}, this artifactstore needs "
             f"{self.head}: run `artstore db upgrade`"
         )
+
+    def require_current(self) -> None:
+        problem = self.problem()
+        if problem is not None:
+            raise SchemaMismatch(problem)
 
 
 def _alembic_config(connection: Connection | None = None) -> Any:

@@ -1,0 +1,146 @@
+"""Every difference between the JAX releases we support, in one place.
+
+Part of the JAX adapter. Support is decided by what the installed JAX has
+(functions, parameter names, attributes), never by its version string, so a
+release we have not seen is used if its hooks fit and left alone, with the
+missing internal named, if they do not.
+
+What differs today:
+- JAX <= 0.10: `cache_key.get(..., compression_algorithm, ignore_callbacks)`
+  with the `IgnoreCallbacks` enum; host-callback programs are keyed with the
+  callbacks' backend configs stripped (`IgnoreCallbacks.ALL`).
+- JAX >= 0.11: `cache_key.get(..., compression_algorithm,
+  ignore_custom_partitioning: bool)`; callbacks are referred to by index only,
+  so their modules hash deterministically without stripping.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# The parameters our wrapper of `compiler.compile_or_get_cached` passes on, in order.
+COMPILE_PARAMS = (
+    "backend",
+    "computation",
+    "devices",
+    "compile_options",
+    "host_callbacks",
+    "executable_devices",
+)
+
+# (computation, devices, compile_options, backend, key_format, drop_partitioning,
+#  host_callbacks) -> JAX's cache key with our hook's string in it.
+KeyFn = Callable[[Any, Any, Any, Any, str, bool, bool], str]
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The JAX internals the adapter uses, bound to this JAX's calling convention."""
+
+    compiler: Any
+    cache_key: Any
+    key: KeyFn
+    style: str  # which convention `key` follows, for `artstore doctor`
+
+
+@dataclass
+class Probe:
+    """The result of looking at the installed JAX: hooks, or what is missing."""
+
+    jax_version: str
+    jaxlib_version: str
+    hooks: Hooks | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _params(fn: Any) -> tuple[str, ...]:
+    target = getattr(fn, "__wrapped_original__", fn)
+    try:
+        return tuple(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return ()
+
+
+def _key_fn(cache_key: Any) -> tuple[KeyFn, str] | str:
+    """How to call `cache_key.get` on this JAX, or what does not fit."""
+    get = getattr(cache_key, "get", None)
+    if not callable(get):
+        return "cache_key.get missing"
+    if not hasattr(cache_key, "custom_hook"):
+        return "cache_key.custom_hook missing"
+    params = _params(get)
+    if params[:5] != ("module", "devices", "compile_options", "backend", "compression_algorithm"):
+        return f"cache_key.get{params}"
+    extra = params[5:6]
+    if extra == ("ignore_callbacks",):
+        ignore = getattr(cache_key, "IgnoreCallbacks", None)
+        if ignore is None or not all(hasattr(ignore, n) for n in ("NO", "ALL")):
+            return "cache_key.IgnoreCallbacks missing"
+
+        def enum_key(m: Any, d: Any, o: Any, b: Any, fmt: str, drop: bool, cbs: bool) -> str:
+            mode = ignore.ALL if cbs else ignore.CUSTOM_PARTITIONING if drop else ignore.NO
+            return str(get(m, d, o, b, fmt, mode))
+
+        return enum_key, "ignore_callbacks enum (JAX <= 0.10)"
+    if extra == ("ignore_custom_partitioning",):
+
+        def bool_key(m: Any, d: Any, o: Any, b: Any, fmt: str, drop: bool, cbs: bool) -> str:
+            return str(get(m, d, o, b, fmt, drop))
+
+        return bool_key, "ignore_custom_partitioning flag (JAX >= 0.11)"
+    if not extra:
+
+        def plain_key(m: Any, d: Any, o: Any, b: Any, fmt: str, drop: bool, cbs: bool) -> str:
+            return str(get(m, d, o, b, fmt))
+
+        return plain_key, "no callback options"
+    return f"cache_key.get{params}"
+
+
+def probe() -> Probe:
+    """Look at the installed JAX without changing anything."""
+    try:
+        import jax
+        import jaxlib
+    except ImportError as exc:
+        return Probe("not installed", "not installed", problems=[f"import jax: {exc}"])
+    result = Probe(jax.__version__, str(getattr(jaxlib, "__version__", "unknown")))
+    try:
+        from jax._src import cache_key, compiler
+    except ImportError as exc:
+        result.problems.append(f"jax._src compiler hooks: {exc}")
+        return result
+    fn = getattr(compiler, "compile_or_get_cached", None)
+    if fn is None or not callable(getattr(compiler, "backend_compile_and_load", None)):
+        result.problems.append("compiler.compile_or_get_cached/backend_compile_and_load missing")
+    else:
+        params = _params(fn)
+        if params[: len(COMPILE_PARAMS)] != COMPILE_PARAMS:
+            result.problems.append(f"compiler.compile_or_get_cached{params}")
+    key = _key_fn(cache_key)
+    if isinstance(key, str):
+        result.problems.append(key)
+    if not result.problems:
+        assert not isinstance(key, str)
+        result.hooks = Hooks(compiler, cache_key, key[0], key[1])
+    return result
+
+
+def drop_partitioning_pointers() -> bool:
+    """JAX was told that custom-partitioning pointers may be left out of cache keys."""
+    from jax._src import config as jax_config
+
+    flag = getattr(jax_config, "remove_custom_partitioning_ptr_from_cache_key", None)
+    return bool(flag is not None and flag.value)
+
+
+def expects_pgle() -> bool:
+    try:
+        from jax._src import config as jax_config
+
+        return bool(jax_config.compilation_cache_expect_pgle.value)
+    except Exception:
+        return False
