@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from artifactstore import codec
-from artifactstore.blobstores.local import LocalBlobStore
+from artifactstore.blobstores.local import LocalBlobStore, write_atomic
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject
 
@@ -128,7 +128,7 @@ class LocalTier:
         path = self._key_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         body = json.dumps({"d": entry.digest, "f": entry.fingerprint, "c": entry.compile_secs})
-        _write_atomic(path, body.encode())
+        write_atomic(path, body.encode(), durable=False)
         if self.owns_objects and self.max_bytes is not None and not self._pruned:
             self._pruned = True  # one scan per process bounds the cost
             self.prune(self.max_bytes)
@@ -179,7 +179,7 @@ class LocalTier:
             return
         self.journal.mkdir(parents=True, exist_ok=True)
         name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
-        _write_atomic(self.journal / name, json.dumps(accesses).encode())
+        write_atomic(self.journal / name, json.dumps(accesses).encode(), durable=False)
 
     def drain_journals(self) -> Iterator[Accesses]:
         """Each journal once: claimed by an atomic rename, so two folders never both count it."""
@@ -203,16 +203,6 @@ class LocalTier:
                 with contextlib.suppress(OSError):
                     claimed.unlink()
 
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def open_tier(settings: Settings) -> LocalTier | None:

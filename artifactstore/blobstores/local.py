@@ -41,18 +41,7 @@ class LocalBlobStore(BlobStore):
         if path.is_file():
             return False
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(path.parent)
+        write_atomic(path, data)
         return True
 
     def touch(self, digest: str) -> None:
@@ -94,6 +83,28 @@ def _scan(directory: Path, *, nested: bool) -> Iterator[BlobInfo]:
                 with contextlib.suppress(FileNotFoundError):
                     st = entry.stat()
                     yield BlobInfo(entry.name, st.st_size, st.st_mtime)
+
+
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Readers see the old file or all of `data`, never a part (temp file + rename).
+
+    `durable`: fsync the file and its directory before returning, for what was
+    reported as stored; caches that can be rebuilt (key maps, journals) skip it.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(path: Path) -> None:
