@@ -5,12 +5,20 @@ One line routes every JAX compile in the program through the store::
     import artifactstore
     artifactstore.configure()                      # embedded default
     artifactstore.configure("s3://team-jax/cache", index="postgresql+psycopg://...")
+
+The JAX adapter is imported on first use of these names, so that importing a
+lower layer (`artifactstore.codec`, `artifactstore.index.db`) loads neither it
+nor JAX.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from artifactstore.errors import ArtstoreError, ConfigError
-from artifactstore.jax_integration import configure, deactivate, flush, process_stats
+
+if TYPE_CHECKING:
+    from artifactstore.jaxhook import configure, deactivate, flush, process_stats
 
 __version__ = "0.1.0"
 __all__ = [
@@ -22,3 +30,12 @@ __all__ = [
     "flush",
     "process_stats",
 ]
+_ADAPTER = frozenset({"configure", "deactivate", "flush", "process_stats"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ADAPTER:
+        from artifactstore import jaxhook
+
+        return getattr(jaxhook, name)
+    raise AttributeError(f"module 'artifactstore' has no attribute {name!r}")

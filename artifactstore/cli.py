@@ -175,7 +175,7 @@ def stats_cmd(obj: _Ctx, as_json: bool) -> None:
 @click.pass_obj
 def verify_cmd(obj: _Ctx, as_json: bool, repair: bool, grace: str) -> None:
     """Check every object's digest and cross-check objects against entries."""
-    from artifactstore import maintenance
+    from artifactstore.gc.verify import verify
     from artifactstore.sizes import parse_duration
 
     grace_secs = parse_duration(grace)
@@ -184,8 +184,7 @@ def verify_cmd(obj: _Ctx, as_json: bool, repair: bool, grace: str) -> None:
         show = sys.stderr.isatty() and not as_json
         with click.progressbar(length=store.index.stats().objects or 1, label="verifying",
                                file=sys.stderr if show else io.StringIO()) as bar:  # fmt: skip
-            report = maintenance.verify(store, repair=repair, progress=bar.update,
-                                        grace_secs=grace_secs)  # fmt: skip
+            report = verify(store, repair=repair, progress=bar.update, grace_secs=grace_secs)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -217,7 +216,7 @@ def verify_cmd(obj: _Ctx, as_json: bool, repair: bool, grace: str) -> None:
 @click.pass_obj
 def rm_cmd(obj: _Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool) -> None:
     """Remove entries by KEY (or a unique prefix of 8+ characters, as `ls` shows)."""
-    from artifactstore import maintenance
+    from artifactstore.gc.remove import remove, resolve_keys
 
     if bool(keys) == remove_all:
         _fail("give KEY... or --all (not both): see `artstore rm --help`", EXIT_USAGE)
@@ -229,12 +228,12 @@ def rm_cmd(obj: _Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool) -> Non
         if remove_all:
             if not yes and sys.stdin.isatty():
                 click.confirm(f"remove every entry in namespace {store.namespace!r}?", abort=True)
-            report = maintenance.remove(store, None)
+            report = remove(store, None)
         else:
-            full, unknown = maintenance.resolve_keys(store, keys)
+            full, unknown = resolve_keys(store, keys)
             if unknown:
                 _fail(f"no entry matches {unknown[0]!r}: check `artstore ls`")
-            report = maintenance.remove(store, full)
+            report = remove(store, full)
     click.echo(f"removed {report.entries} entries, {report.objects} objects "
                f"({format_size(report.bytes)})")  # fmt: skip
 
@@ -292,7 +291,7 @@ def gc_cmd(
 ) -> None:  # fmt: skip
     """Evict entries (LRU, quotas, age, old jaxlib), then objects nothing references."""
     from artifactstore import gc
-    from artifactstore.gc_output import Bars, Output
+    from artifactstore.gc.output import Bars, Output
     from artifactstore.sizes import parse_duration, parse_size
 
     if namespaces and all_namespaces:
@@ -309,7 +308,7 @@ def gc_cmd(
     )
     targets: list[str | None] = list(namespaces) or [None]
     if all_namespaces:
-        from artifactstore.index.eviction import namespaces as all_ns
+        from artifactstore.index.quotas import namespaces as all_ns
 
         with obj.store() as store:
             targets = list(all_ns(store.engine)) or [None]
@@ -339,7 +338,7 @@ def quota_group() -> None:
 @click.pass_obj
 def quota_set(obj: _Ctx, namespace: str, size: str) -> None:
     """Limit NAMESPACE to SIZE (500G, 1.5TiB, 800MB)."""
-    from artifactstore.index import eviction
+    from artifactstore.index import quotas
     from artifactstore.sizes import parse_size
 
     _config.check_namespace(namespace)
@@ -347,7 +346,7 @@ def quota_set(obj: _Ctx, namespace: str, size: str) -> None:
     with obj.store() as store:
         if store.read_only:
             _fail("quotas are kept in the index: unset ARTSTORE_READ_ONLY to set one")
-        eviction.set_quota(store.engine, namespace, max_bytes)
+        quotas.set_quota(store.engine, namespace, max_bytes)
     click.echo(f"quota of {namespace}: {format_size(max_bytes)} ({max_bytes} bytes)")
 
 
@@ -356,12 +355,13 @@ def quota_set(obj: _Ctx, namespace: str, size: str) -> None:
 @click.pass_obj
 def quota_ls(obj: _Ctx, as_json: bool) -> None:
     """Quotas with each namespace's current size."""
-    from artifactstore.index import eviction
+    from artifactstore.index import quotas
+    from artifactstore.index.eviction import EvictionIndex
 
     with obj.store() as store:
         rows = [
-            (ns, limit, eviction.EvictionIndex(store.engine, ns).referenced_bytes())
-            for ns, limit in eviction.list_quotas(store.engine)
+            (ns, limit, EvictionIndex(store.engine, ns).referenced_bytes())
+            for ns, limit in quotas.list_quotas(store.engine)
         ]
     if as_json:
         click.echo(json.dumps([{"namespace": ns, "max_bytes": limit, "bytes": used}
@@ -380,10 +380,10 @@ def quota_ls(obj: _Ctx, as_json: bool) -> None:
 @click.pass_obj
 def quota_rm(obj: _Ctx, namespace: str) -> None:
     """Remove NAMESPACE's quota."""
-    from artifactstore.index import eviction
+    from artifactstore.index import quotas
 
     with obj.store() as store:
-        if not eviction.remove_quota(store.engine, namespace):
+        if not quotas.remove_quota(store.engine, namespace):
             _fail(f"namespace {namespace!r} has no quota: see `artstore quota ls`")
     click.echo(f"quota of {namespace} removed")
 
@@ -395,7 +395,7 @@ def quota_rm(obj: _Ctx, namespace: str) -> None:
 @click.option("--backend", help="JAX backend to describe (default: JAX's default).")
 def fingerprint_cmd(as_json: bool, backend: str | None) -> None:
     """Print this host's platform fingerprint."""
-    from artifactstore.jax_integration import host_fingerprint
+    from artifactstore.jaxhook import host_fingerprint
 
     try:
         fp = host_fingerprint(backend)

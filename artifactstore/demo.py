@@ -49,7 +49,7 @@ def run_example(store_dir: Path, *, layers: int, extra_env: dict[str, str] | Non
 
 def _require_hook() -> None:
     """Refuse at once on a JAX whose internals the store cannot hook."""
-    from artifactstore._jax_compat import probe
+    from artifactstore.jaxhook.compat import probe
 
     found = probe()
     if found.hooks is None:

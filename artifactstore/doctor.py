@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from artifactstore import config as _config
-from artifactstore._jax_compat import Probe, probe
 from artifactstore.background import call_with_timeout
 from artifactstore.errors import ArtstoreError, ConfigError, one_line
+from artifactstore.jaxhook.compat import Probe, probe
 
 Status = Literal["ok", "fail", "warn", "skip"]
 # Values of these variables are masked wherever they might surface in a message.
@@ -278,7 +278,7 @@ def _check_tier(settings: _config.Settings) -> Check:
 def _check_fingerprint() -> Check:
     """What this host's executables are keyed by (needs JAX and its default backend)."""
     try:
-        from artifactstore.jax_integration import host_fingerprint
+        from artifactstore.jaxhook import host_fingerprint
 
         fp = host_fingerprint()
     except Exception as exc:

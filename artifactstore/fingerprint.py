@@ -79,6 +79,24 @@ class Fingerprint:
         return cls(**fields)
 
 
+# Every field of `Fingerprint`, in the order people compare them: devices first, then
+# software, then the host CPU (e.g. `artstore warm --expect-fingerprint` differences).
+# The class keeps its own order, which `to_dict` and callers' JSON follow; a unit test
+# keeps the two the same set.
+FIELDS: tuple[str, ...] = (
+    "platform",
+    "device_kind",
+    "device_count",
+    "platform_version",
+    "jax_version",
+    "jaxlib_version",
+    "cpu_arch",
+    "cpu_features",
+    "os",
+    "version",
+)
+
+
 def _read_cpuinfo() -> tuple[set[str], str]:
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")

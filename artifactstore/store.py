@@ -27,7 +27,7 @@ from artifactstore.errors import CorruptObject, one_line
 from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import db
 from artifactstore.index.models import utcnow
-from artifactstore.index.repo import EntryInfo, Index, NewEntry
+from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
 from artifactstore.tier import Accesses, LocalTier, TierEntry, open_tier
 
 log = logging.getLogger("artifactstore")
@@ -40,7 +40,7 @@ class Hit:
 
 
 @dataclass
-class Counters:
+class ProcessCounters:
     """What this process saw; `artstore stats` shows the persistent totals."""
 
     counts: _Counts[str] = field(default_factory=_Counts)
@@ -70,8 +70,8 @@ class Store:
         self.read_only = settings.read_only
         self.blobs = blobs
         self.engine = engine
-        self.index = Index(engine, settings.namespace)
-        self.counters = Counters()
+        self.index = EntryIndex(engine, settings.namespace)
+        self.counters = ProcessCounters()
         self._touch_lock = threading.Lock()
         self._touches: dict[str, tuple[int, datetime]] = {}
         self._pending_counts: _Counts[str] = _Counts()
@@ -85,17 +85,21 @@ class Store:
 
     # -- opening ------------------------------------------------------------
     @classmethod
-    def open(cls, settings: Settings, *, migrate: bool | None = None) -> Store:
-        """Open blob store and index; the embedded default migrates itself."""
+    def open(cls, settings: Settings, *, tier: LocalTier | None = None) -> Store:
+        """Open blob store and index; the embedded default migrates itself.
+
+        `tier`: this host's tier when the caller already holds it (a session),
+        so one process never has two; otherwise the store opens it.
+        """
         engine = db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs)
         status = db.schema_status(engine)
         if status.state is not db.SchemaState.CURRENT:
-            if migrates_on_open(settings, engine.dialect.name, status.state, migrate):
+            if migrates_on_open(settings, engine.dialect.name, status.state):
                 status = db.upgrade(engine)
             status.require_current()
         blobs = open_blobstore(settings)
         blobs.check()
-        store = cls(settings, blobs, engine, tier=_open_tier(settings))
+        store = cls(settings, blobs, engine, tier=tier or _open_tier(settings))
         store.fold_tier_journals()
         return store
 
@@ -348,15 +352,13 @@ class Store:
         self.engine.dispose()
 
 
-def migrates_on_open(
-    settings: Settings, dialect: str, state: db.SchemaState, migrate: bool | None = None
-) -> bool:
+def migrates_on_open(settings: Settings, dialect: str, state: db.SchemaState) -> bool:
     """Whether `Store.open` brings an index in `state` to head itself.
 
     The embedded default and SQLite indexes do (when writable), so a single user
     never runs migrations; a shared index waits for its admin's `artstore db upgrade`.
     """
-    auto = settings.embedded or dialect == "sqlite" if migrate is None else migrate
+    auto = settings.embedded or dialect == "sqlite"
     return (
         auto and not settings.read_only and state in (db.SchemaState.EMPTY, db.SchemaState.BEHIND)
     )

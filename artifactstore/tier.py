@@ -7,6 +7,7 @@ load executables this host already holds. The tier keeps, per namespace,
     keys/ab/<key>      {"d": digest, "f": fingerprint digest, "c": compile secs}
     objects/ab/<dig>   the object itself (for a writable local store: the store's own)
     access/*.json      hits served here, folded into the index by the next Store.open
+    below-threshold.json  keys whose compile was too quick to store (see below)
 
 A key file only says where to look: the object's digest, envelope and
 fingerprint are verified on every read exactly as on the full path, so a stale
@@ -16,6 +17,12 @@ does not reach other hosts' tiers (their copies remain valid executables for
 the key); `invalidate()` drops this host's key map when an operator removes
 entries from a local store. Tiers of remote stores are bounded by
 ARTSTORE_LOCAL_TIER_SIZE, least recently used objects going first.
+
+Ordinary programs also compile small jits (`jnp.ones`, reshapes) faster than
+ARTSTORE_MIN_COMPILE_SECS; they are never stored, so looking them up is a
+certain miss that would open the index (and import SQLAlchemy) in every warm
+process. The tier remembers those keys with their compile time, bounded in
+number and expiring, so a warm process answers them without opening anything.
 """
 
 from __future__ import annotations
@@ -43,6 +50,13 @@ log = logging.getLogger("artifactstore")
 
 # key -> (hits, latest access as seconds since the epoch)
 Accesses = dict[str, tuple[int, float]]
+# key -> (compile seconds, expiry as seconds since the epoch)
+BelowThreshold = dict[str, tuple[float, float]]
+# A week: long enough for every warm process of a project, short enough that a
+# key whose compile grew past the threshold (new flags, a slower host) is
+# looked up again soon; the bound keeps the file small to read at start.
+BELOW_THRESHOLD_TTL_SECS = 7 * 86400.0
+BELOW_THRESHOLD_MAX = 20_000
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,8 @@ class LocalTier:
         self._lock = threading.Lock()
         self._accesses: Accesses = {}
         self._pruned = False
+        self._below: BelowThreshold | None = None  # read on first use
+        self._below_added: BelowThreshold = {}
 
     def _key_path(self, key: str) -> Path:
         if len(key) < 8 or not key.isalnum():
@@ -161,6 +177,50 @@ class LocalTier:
                 removed += 1
         return removed
 
+    # -- keys too quick to store ---------------------------------------------
+    def below_threshold(self, key: str) -> float | None:
+        """The compile seconds last seen for `key` if it was too quick to store, else None."""
+        with self._lock:
+            if self._below is None:
+                self._below = self._read_below()
+            item = self._below.get(key)
+        return item[0] if item is not None and item[1] > time.time() else None
+
+    def remember_below_threshold(self, key: str, compile_secs: float) -> None:
+        item = (compile_secs, time.time() + BELOW_THRESHOLD_TTL_SECS)
+        with self._lock:
+            self._below_added[key] = item
+            if self._below is not None:
+                self._below[key] = item
+
+    def save_below_threshold(self) -> None:
+        """Merge this process's additions into the file (last writer wins on a race)."""
+        with self._lock:
+            added, self._below_added = self._below_added, {}
+        if not added:
+            return
+        now = time.time()
+        merged = {k: v for k, v in {**self._read_below(), **added}.items() if v[1] > now}
+        if len(merged) > BELOW_THRESHOLD_MAX:
+            newest = sorted(merged.items(), key=lambda kv: kv[1][1])[-BELOW_THRESHOLD_MAX:]
+            merged = dict(newest)
+        self.base.mkdir(parents=True, exist_ok=True)
+        write_atomic(self._below_path, json.dumps(merged).encode(), durable=False)
+
+    @property
+    def _below_path(self) -> Path:
+        return self.base / "below-threshold.json"
+
+    def _read_below(self) -> BelowThreshold:
+        try:
+            raw = json.loads(self._below_path.read_bytes())
+            return {str(k): (float(c), float(t)) for k, (c, t) in raw.items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, TypeError, AttributeError):
+            log.debug("artifactstore: ignoring an unreadable %s", self._below_path)
+            return {}
+
     # -- access journal -----------------------------------------------------
     def record_access(self, key: str, when: float | None = None) -> None:
         with self._lock:
@@ -202,7 +262,6 @@ class LocalTier:
             finally:
                 with contextlib.suppress(OSError):
                     claimed.unlink()
-
 
 
 def open_tier(settings: Settings) -> LocalTier | None:

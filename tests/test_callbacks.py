@@ -148,7 +148,7 @@ def _two_callbacks(host: Any, dtype: Any = None) -> Any:
 def test_signature_counts_callbacks_and_ignores_their_identity() -> None:
     import numpy as np
 
-    from artifactstore._jax_callbacks import NotStorable, callback_signature
+    from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
 
     sin, callbacks = _lowered(_two_callbacks(np.sin))
     cos, _ = _lowered(_two_callbacks(np.cos))
@@ -190,7 +190,7 @@ def test_only_callbacks_bound_by_index_are_storable(
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
-    from artifactstore._jax_callbacks import NotStorable, callback_signature
+    from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
 
     text = _MODULE.replace("TARGET", target).replace("CONFIG", backend_config)
     # The module's one host callback, or none where the custom call is something else.

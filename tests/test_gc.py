@@ -22,9 +22,10 @@ from sqlalchemy import create_engine, text
 
 from artifactstore import codec, config, fingerprint, gc, sizes
 from artifactstore.errors import ConfigError
-from artifactstore.index.eviction import EvictionIndex, set_quota
-from artifactstore.index.lease import Lease
-from artifactstore.quota_pass import QuotaPass
+from artifactstore.gc.quota_pass import QuotaPass
+from artifactstore.index.eviction import EvictionIndex
+from artifactstore.index.leases import Lease
+from artifactstore.index.quotas import set_quota
 from artifactstore.store import Store
 
 OpenStore = Callable[..., Store]

@@ -11,7 +11,7 @@ from conftest import clean_env
 
 def test_installed_jax_can_be_hooked() -> None:
     """A JAX release that breaks our hooks must turn CI red, not ship an inert store."""
-    from artifactstore._jax_compat import probe
+    from artifactstore.jaxhook.compat import probe
 
     found = probe()
     assert found.problems == [], f"JAX {found.jax_version}: {found.problems}"

@@ -31,7 +31,7 @@ def test_non_editable_install_upgrades_db_and_has_example(tmp_path: Path) -> Non
     )  # fmt: skip
     assert (target / "artifactstore" / "migrations" / "versions" / "0001_initial.py").is_file()
     assert (target / "artifactstore" / "examples" / "compile_heavy.py").is_file()
-    assert (target / "artifactstore" / "_activate" / "sitecustomize.py").is_file()  # warm's hook
+    assert (target / "artifactstore" / "warm" / "_activate" / "sitecustomize.py").is_file()
     env = clean_env(PYTHONPATH=str(target), ARTSTORE_INDEX=f"sqlite:///{tmp_path}/i.db",
                     ARTSTORE_URL=str(tmp_path / "objects"))  # fmt: skip
     run = subprocess.run(
@@ -62,9 +62,17 @@ def test_demo_runs_cold_then_warm() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "results identical: yes" in proc.stdout
-    assert "entries stored: 2" in proc.stdout
-    hits_row = next(line for line in proc.stdout.splitlines() if line.startswith("store hits"))
-    assert hits_row.split()[-2:] == ["0", "2"]
+    _assert_cold_stored_warm_loaded(proc.stdout)
+
+
+def _assert_cold_stored_warm_loaded(stdout: str) -> None:
+    """The two training programs at least (a trivial jit may also compile past the
+    0.1 s threshold on a loaded machine, and is then stored too); the warm run loads
+    every entry the cold run stored."""
+    stored = int(stdout.split("entries stored: ")[1].split(",")[0])
+    assert stored >= 2, stdout
+    hits_row = next(line for line in stdout.splitlines() if line.startswith("store hits"))
+    assert hits_row.split()[-2:] == ["0", str(stored)], stdout
 
 
 @pytest.mark.slow
@@ -91,9 +99,7 @@ def test_readme_demo_command_from_repo_root_with_plain_install(tmp_path: Path) -
         cwd=REPO, env=clean_env(), capture_output=True, text=True, check=False, timeout=600,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr
-    assert "entries stored: 2" in demo.stdout
-    hits_row = next(line for line in demo.stdout.splitlines() if line.startswith("store hits"))
-    assert hits_row.split()[-2:] == ["0", "2"]
+    _assert_cold_stored_warm_loaded(demo.stdout)
 
 
 def _with_mismatching_jax(tmp_path: Path) -> dict[str, str]:

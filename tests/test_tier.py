@@ -42,6 +42,26 @@ def test_warm_host_loads_from_its_tier_while_the_store_is_down(
     assert "artifactstore" not in b["_stderr"]  # the store was never needed
 
 
+def test_warm_process_opens_neither_index_nor_object_store(any_env: dict[str, str]) -> None:
+    """A normal program's trivial jits compile under ARTSTORE_MIN_COMPILE_SECS and are
+    never stored; the tier remembers them, so a warm process answers every compile
+    without importing SQLAlchemy, psycopg or boto3."""
+    env = dict(any_env, ARTSTORE_MIN_COMPILE_SECS="1", JOB_SLOW_COMPILE_SECS="1.2",
+               JOB_SMALL_JITS="1")  # fmt: skip
+    a = run_program("job.py", env)
+    small = [m for m in a["xla_compiles"] if "mlp" not in m and "loss_and_grad" not in m]
+    assert small and a["store"]["stored"] == 2
+    b = run_program("job.py", env)
+    assert b["results"] == a["results"]
+    assert b["store"]["tier_hits"] == 2 and b["store"]["below_threshold"] == len(small)
+    assert sorted(b["xla_compiles"]) == sorted(small)  # only the trivial ones compiled
+    assert b["imported"] == [], b["imported"]
+    assert "artifactstore" not in b["_stderr"]
+    # The tier's below-threshold hits never become misses in the index's counters.
+    stats = json.loads(artstore("stats", "--json", env=env).stdout)
+    assert stats["misses"] == len(a["xla_compiles"])
+
+
 def test_tier_hits_reach_the_index_once(team_env: dict[str, str]) -> None:
     a = run_program("job.py", team_env)
     n = len(a["xla_compiles"])

@@ -152,6 +152,11 @@ def _fp(**changes: object) -> fingerprint.Fingerprint:
     return fingerprint.Fingerprint.from_dict({**base.to_dict(), **changes})
 
 
+def test_fingerprint_fields_name_every_field_once() -> None:
+    assert sorted(fingerprint.FIELDS) == sorted(_fp().to_dict())
+    assert len(set(fingerprint.FIELDS)) == len(fingerprint.FIELDS)
+
+
 class CountingBlobs(LocalBlobStore):
     gets = 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import PROGRAMS, artstore, clean_env, run_program
 
-from artifactstore.warm import ACTIVATE_DIR
+from artifactstore.warm import ACTIVATE_DIR, ENV_VAR
 
 SCRIPT = str(PROGRAMS / "warm_script.py")
 
@@ -199,8 +200,23 @@ def test_activation_hook_is_inert_without_the_variable(tmp_path: Path) -> None:
     assert _probe(tmp_path, no_jax, ARTSTORE_WARM=str(report)) == {"m": [], "chained": True}
     active = _probe(tmp_path, PROBE, ARTSTORE_WARM=str(report))
     assert active["wrapped"] and active["chained"]
-    assert "artifactstore._warm_child" in active["artifactstore"]
+    assert "artifactstore.warm.child" in active["artifactstore"]
     assert len(list(report.glob("*.json"))) == 1  # its record for the parent
+
+
+def test_activation_hook_reads_the_same_variable_as_the_package() -> None:
+    # The hook cannot import the package, so it keeps a copy of the name; read it
+    # without running the hook (it would chain to the next sitecustomize).
+    hook = ast.parse((ACTIVATE_DIR / "sitecustomize.py").read_text())
+    [value] = [
+        node.value.value
+        for node in hook.body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["ENV_VAR"]
+        and isinstance(node.value, ast.Constant)
+    ]
+    assert value == ENV_VAR == "ARTSTORE_WARM"
+    assert [p.name for p in ACTIVATE_DIR.iterdir() if p.suffix == ".py"] == ["sitecustomize.py"]
 
 
 # -- warm MODULE:FUNCTION ---------------------------------------------------------

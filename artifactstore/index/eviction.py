@@ -1,5 +1,6 @@
-"""Index queries for `artstore gc`: fold reader accesses, find the LRU cutoff,
-delete entries and objects set-wise and safely, and per-namespace quotas.
+"""Index queries for `artstore gc`: the LRU cutoff, set-wise and race-safe deletion of
+entries and objects, and the per-prefix reads that reconciliation compares with the
+blob store's listing.
 
 Every query is bounded (id or digest ranges, keyset pages, one row back from
 the cutoff query), so gc's memory does not grow with the size of the index,
@@ -8,59 +9,27 @@ and sorting happens in the database.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     ColumnElement,
-    Connection,
     Engine,
-    String,
     and_,
-    any_,
-    bindparam,
     case,
     delete,
     false,
     func,
-    literal,
     not_,
     or_,
     select,
     tuple_,
-    union,
-    update,
 )
 
-from artifactstore.index.models import Access, Entry, Quota, StoredObject, utcnow
-from artifactstore.index.repo import _insert
-
-
-@contextmanager
-def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """A transaction holding the write lock from its first statement.
-
-    On SQLite a transaction that reads first and writes later can fail with
-    SQLITE_BUSY when another process commits in between; BEGIN IMMEDIATE waits
-    for the lock instead. PostgreSQL locks rows as statements touch them.
-    """
-    with engine.connect() as conn:
-        if engine.dialect.name == "sqlite":
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            conn.begin()
-        try:
-            yield conn
-        except BaseException:
-            conn.rollback()
-            raise
-        conn.commit()
-
+from artifactstore.index.models import Entry, StoredObject
+from artifactstore.index.sql import one_of, upsert, write_transaction
 
 DeleteBlobs = Callable[[list[str]], object]
 
@@ -106,54 +75,6 @@ class EvictionIndex:
     def __init__(self, engine: Engine, namespace: str) -> None:
         self.engine = engine
         self.namespace = namespace
-
-    def _one_of(self, column: Any, values: Sequence[Any]) -> Any:
-        """`column IN (values)` as one bound parameter rather than one per value:
-        `= ANY(array)` on PostgreSQL, a json_each() table on SQLite. Both plan and
-        bind in constant time, where thousands of placeholders cost seconds."""
-        if self.engine.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import ARRAY
-
-            item = BigInteger() if column is Entry.id else String()
-            return column == any_(literal(list(values), type_=ARRAY(item)))
-        table = func.json_each(literal(json.dumps(list(values)), type_=String())).table_valued(
-            "value"
-        )
-        return column.in_(select(table.c.value))
-
-    # -- accesses -----------------------------------------------------------
-    def fold_accesses(self, batch: int = 1000) -> int:
-        """Apply read-only readers' hits to entries exactly once; rows folded."""
-        ns = self.namespace
-        t = bindparam("t", type_=Entry.last_access.type)
-        apply = (
-            update(Entry)
-            .where(Entry.namespace == ns, Entry.key == bindparam("k"))
-            .values(
-                hits=Entry.hits + bindparam("n"),
-                last_access=case((Entry.last_access < t, t), else_=Entry.last_access),
-            )
-            .execution_options(synchronize_session=False)
-        )
-        with write_transaction(self.engine) as conn:
-            top = conn.scalar(select(func.max(Access.id)).where(Access.namespace == ns))
-            if top is None:
-                return 0
-            after = ""
-            while True:
-                rows = conn.execute(
-                    select(Access.key, func.sum(Access.hits), func.max(Access.last_access))
-                    .where(Access.namespace == ns, Access.id <= top, Access.key > after)
-                    .group_by(Access.key)
-                    .order_by(Access.key)
-                    .limit(batch)
-                ).all()
-                if not rows:
-                    break
-                conn.execute(apply, [{"k": k, "n": int(n), "t": when} for k, n, when in rows])
-                after = rows[-1][0]
-            result = conn.execute(delete(Access).where(Access.namespace == ns, Access.id <= top))
-            return int(result.rowcount)
 
     # -- entries ------------------------------------------------------------
     def _entries(self, excluding: Victims = NO_VICTIMS) -> ColumnElement[bool]:
@@ -306,7 +227,7 @@ class EvictionIndex:
         self, digests: list[str], excluding: Victims = NO_VICTIMS
     ) -> list[tuple[str, int]]:
         stmt = select(Entry.key, Entry.size).where(
-            self._entries(excluding), self._one_of(Entry.digest, digests)
+            self._entries(excluding), one_of(self.engine, Entry.digest, digests)
         )
         with self.engine.connect() as conn:
             return [(str(k), int(s)) for k, s in conn.execute(stmt.order_by(Entry.key))]
@@ -318,13 +239,15 @@ class EvictionIndex:
         with write_transaction(self.engine) as conn:
             gone = conn.execute(
                 delete(Entry)
-                .where(Entry.namespace == self.namespace, self._one_of(Entry.digest, digests))
+                .where(
+                    Entry.namespace == self.namespace, one_of(self.engine, Entry.digest, digests)
+                )
                 .returning(Entry.key, Entry.size)
             ).all()
             conn.execute(
                 delete(StoredObject).where(
                     StoredObject.namespace == self.namespace,
-                    self._one_of(StoredObject.digest, digests),
+                    one_of(self.engine, StoredObject.digest, digests),
                 )
             )
         return sorted((str(k), int(s)) for k, s in gone)
@@ -381,8 +304,8 @@ class EvictionIndex:
         if not digests:
             return []
         return self._sweep(
-            [self._one_of(StoredObject.digest, digests)],
-            [self._one_of(Entry.digest, digests)],
+            [one_of(self.engine, StoredObject.digest, digests)],
+            [one_of(self.engine, Entry.digest, digests)],
             created_before,
             delete_blobs,
         )
@@ -399,7 +322,7 @@ class EvictionIndex:
 
         Safe against a writer committing an entry for one of these digests at
         the same time without locking anything first: the writer touches the
-        object row (created_at = now, Index.add_entry) in the entry's own
+        object row (created_at = now, EntryIndex.add_entry) in the entry's own
         transaction, and the DELETE re-tests `created_at < cutoff` on the row
         as it stands when it gets there (PostgreSQL re-evaluates the condition
         on a row another transaction changed, SQLite's write lock orders the
@@ -428,7 +351,7 @@ class EvictionIndex:
                 (str(d), int(n))
                 for d, n in conn.execute(
                     delete(o)
-                    .where(old, self._one_of(o.digest, [d for d, _ in unreferenced]))
+                    .where(old, one_of(self.engine, o.digest, [d for d, _ in unreferenced]))
                     .returning(o.digest, o.size)
                 )
             ]
@@ -440,7 +363,8 @@ class EvictionIndex:
         if not digests:
             return {}
         stmt = select(StoredObject.digest, StoredObject.created_at).where(
-            StoredObject.namespace == self.namespace, self._one_of(StoredObject.digest, digests)
+            StoredObject.namespace == self.namespace,
+            one_of(self.engine, StoredObject.digest, digests),
         )
         with self.engine.connect() as conn:
             return {str(d): t for d, t in conn.execute(stmt)}
@@ -455,46 +379,4 @@ class EvictionIndex:
             for d, s, t in blobs
         ]
         with write_transaction(self.engine) as conn:
-            conn.execute(_insert(self.engine, StoredObject).on_conflict_do_nothing(), rows)
-
-
-# -- quotas (across namespaces) ---------------------------------------------
-def set_quota(engine: Engine, namespace: str, max_bytes: int) -> None:
-    ins = _insert(engine, Quota).values(
-        namespace=namespace, max_bytes=max_bytes, updated_at=utcnow()
-    )
-    with engine.begin() as conn:
-        conn.execute(
-            ins.on_conflict_do_update(
-                index_elements=["namespace"],
-                set_={"max_bytes": max_bytes, "updated_at": utcnow()},
-            )
-        )
-
-
-def get_quota(engine: Engine, namespace: str) -> int | None:
-    with engine.connect() as conn:
-        value = conn.scalar(select(Quota.max_bytes).where(Quota.namespace == namespace))
-    return int(value) if value is not None else None
-
-
-def list_quotas(engine: Engine) -> list[tuple[str, int]]:
-    with engine.connect() as conn:
-        rows = conn.execute(select(Quota.namespace, Quota.max_bytes).order_by(Quota.namespace))
-        return [(str(ns), int(b)) for ns, b in rows]
-
-
-def remove_quota(engine: Engine, namespace: str) -> bool:
-    with engine.begin() as conn:
-        return bool(conn.execute(delete(Quota).where(Quota.namespace == namespace)).rowcount)
-
-
-def namespaces(engine: Engine) -> list[str]:
-    """Every namespace with entries, objects or a quota."""
-    stmt = union(
-        select(Entry.namespace).distinct(),
-        select(StoredObject.namespace).distinct(),
-        select(Quota.namespace),
-    )
-    with engine.connect() as conn:
-        return sorted({str(ns) for ns in conn.scalars(stmt)})
+            conn.execute(upsert(self.engine, StoredObject).on_conflict_do_nothing(), rows)

@@ -114,7 +114,7 @@ class FingerprintRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class Counter(Base):
+class CounterRow(Base):
     """Per-namespace event counts that have no row of their own (misses, corrupt objects)."""
 
     __tablename__ = "counters"
@@ -153,7 +153,7 @@ class Quota(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class Lease(Base):
+class LeaseRow(Base):
     """A named, expiring lock in the index (e.g. `gc:NAMESPACE`), so one gc runs at a time."""
 
     __tablename__ = "leases"

@@ -12,17 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, delete, func, insert, select, update
+from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from artifactstore.index.models import (
-    Access,
-    Counter,
-    Entry,
-    FingerprintRow,
-    StoredObject,
-    utcnow,
-)
+from artifactstore.index.accesses import append_accesses
+from artifactstore.index.models import CounterRow, Entry, FingerprintRow, StoredObject, utcnow
+from artifactstore.index.sql import upsert
 
 
 @dataclass(frozen=True)
@@ -95,19 +90,8 @@ class IndexStats:
     object_bytes: int
 
 
-def _insert(engine: Engine, model: Any) -> Any:
-    # Imported here: each dialect module costs tens of ms at start-up.
-    if engine.dialect.name == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        return postgresql.insert(model)
-    from sqlalchemy.dialects import sqlite
-
-    return sqlite.insert(model)
-
-
-class Index:
-    """Index rows of one namespace (or all, for `namespaces=None` listings)."""
+class EntryIndex:
+    """The entries, objects and counters of one namespace, as the store and the CLI use them."""
 
     def __init__(self, engine: Engine, namespace: str) -> None:
         self.engine = engine
@@ -128,23 +112,23 @@ class Index:
         values = {name: getattr(entry, name) for name in entry.__dataclass_fields__}
         with self.engine.begin() as conn:
             conn.execute(
-                _insert(self.engine, FingerprintRow)
+                upsert(self.engine, FingerprintRow)
                 .values(digest=entry.fingerprint, body=fingerprint_json, created_at=now)
                 .on_conflict_do_nothing()
             )
             conn.execute(
-                _insert(self.engine, StoredObject)
+                upsert(self.engine, StoredObject)
                 .values(
                     namespace=self.namespace, digest=entry.digest, size=entry.size, created_at=now
                 )
                 # Touch, not skip: the row lock and fresh timestamp make a concurrent
-                # gc either see this entry or finish deleting first (see gc.py).
+                # gc either see this entry or finish deleting first (EvictionIndex._sweep).
                 .on_conflict_do_update(
                     index_elements=["namespace", "digest"], set_={"created_at": now}
                 )
             )
             result = conn.execute(
-                _insert(self.engine, Entry)
+                upsert(self.engine, Entry)
                 .values(namespace=self.namespace, created_at=now, last_access=now, hits=0, **values)
                 .on_conflict_do_nothing(index_elements=["namespace", "key"])
                 .returning(Entry.id)  # rowcount is -1 for this statement on psycopg
@@ -169,14 +153,7 @@ class Index:
 
     def record_reader_access(self, touches: dict[str, tuple[int, datetime]]) -> None:
         """Append a read-only reader's batched hits; `artstore gc` folds them into entries."""
-        if not touches:
-            return
-        rows = [
-            {"namespace": self.namespace, "key": k, "hits": n, "last_access": t}
-            for k, (n, t) in touches.items()
-        ]
-        with self.engine.begin() as conn:
-            conn.execute(insert(Access), rows)
+        append_accesses(self.engine, self.namespace, touches)
 
     def add_counters(self, counts: dict[str, int]) -> None:
         counts = {k: v for k, v in counts.items() if v}
@@ -184,13 +161,13 @@ class Index:
             return
         with self.engine.begin() as conn:
             for name, value in counts.items():
-                ins = _insert(self.engine, Counter).values(
+                ins = upsert(self.engine, CounterRow).values(
                     namespace=self.namespace, name=name, value=value
                 )
                 conn.execute(
                     ins.on_conflict_do_update(
                         index_elements=["namespace", "name"],
-                        set_={"value": Counter.value + ins.excluded.value},
+                        set_={"value": CounterRow.value + ins.excluded.value},
                     )
                 )
 
@@ -281,7 +258,9 @@ class Index:
             ).one()
             counters = dict(
                 session.execute(
-                    select(Counter.name, Counter.value).where(Counter.namespace == self.namespace)
+                    select(CounterRow.name, CounterRow.value).where(
+                        CounterRow.namespace == self.namespace
+                    )
                 ).all()
             )
             objects, object_bytes = session.execute(

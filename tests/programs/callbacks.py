@@ -26,14 +26,14 @@ from xla_probe import count_compiles
 xla_compiles = count_compiles()
 
 import artifactstore  # noqa: E402
-from artifactstore import jax_integration  # noqa: E402
+from artifactstore.jaxhook import compile as hook_compile  # noqa: E402
 
 if os.environ.get("CALLBACKS_BREAK"):
 
     def _broken(*args: Any) -> str:
         raise RuntimeError("simulated MLIR API change")
 
-    jax_integration._callback_signature = _broken
+    hook_compile.callback_signature = _broken
 
 if os.environ.get("CALLBACKS_CONFIGURE") == "off":
     artifactstore.configure(cache_callbacks=False)

@@ -9,6 +9,8 @@ Environment knobs (tests only):
   JOB_NO_STORE=1         do not configure artifactstore
   JOB_VARIANT            changes the program (a different module, so a different key)
   JOB_SKIP_FLUSH=1       leave queued uploads to the store's own exit flush
+  JOB_SMALL_JITS=1       also run trivial jits (ones, arange, reshape), as real programs do
+  JOB_SLOW_COMPILE_SECS  the two main functions' compiles take this much longer
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ jax.monitoring.register_event_listener(lambda name, **kw: events.update([name]))
 jax.monitoring.register_event_duration_secs_listener(
     lambda name, secs, **kw: durations.update({name: secs})
 )
-xla_compiles = count_compiles()
+slow_secs = float(os.environ.get("JOB_SLOW_COMPILE_SECS", "0"))
+xla_compiles = count_compiles(("mlp", "loss_and_grad"), slow_secs)
 
 if os.environ.get("JOB_FAKE_CPU_FEATURES"):
     from artifactstore import fingerprint
@@ -62,6 +65,9 @@ def loss_and_grad(w, x):  # type: ignore[no-untyped-def]
     return jax.value_and_grad(loss)(w)
 
 
+if os.environ.get("JOB_SMALL_JITS"):
+    small = jnp.ones((8,)) + jnp.arange(8.0).reshape(2, 4).ravel()
+    jax.block_until_ready(jnp.zeros((2, 2)).T + small[:2])
 x = jnp.linspace(-1.0, 1.0, 64, dtype=jnp.float32).reshape(8, 8)
 r1 = mlp(x)
 value, grad = loss_and_grad(jnp.eye(8, dtype=jnp.float32) * 0.5, x)
@@ -83,6 +89,7 @@ print(
             "events": dict(events),
             "xla_compiles": xla_compiles,
             "store": stats,
+            "imported": sorted(m for m in ("sqlalchemy", "boto3", "psycopg") if m in sys.modules),
         }
     ),
     flush=True,

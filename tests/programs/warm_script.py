@@ -69,11 +69,13 @@ if opts.child:
     child = json.loads(proc.stdout.strip().splitlines()[-1])
 
 stats = {}
-if "artifactstore.jax_integration" in sys.modules:
+if "artifactstore.jaxhook" in sys.modules:
     import artifactstore
 
     artifactstore.flush()
     stats = artifactstore.process_stats()
-print(json.dumps({"results": results, "xla_compiles": xla_compiles, "store": stats,
-                  "child": child}), flush=True)  # fmt: skip
+print(
+    json.dumps({"results": results, "xla_compiles": xla_compiles, "store": stats, "child": child}),
+    flush=True,
+)
 sys.exit(opts.exit)

@@ -47,8 +47,10 @@ def named() -> dict[str, Any]:
 
 def one_fails() -> list[Any]:
     """The middle one cannot lower (shapes do not multiply); the others must still be stored."""
-    bad = (jax.ShapeDtypeStruct((16, FEATURES + 1), jnp.float32),
-           jax.ShapeDtypeStruct((FEATURES, FEATURES), jnp.float32))  # fmt: skip
+    bad = (
+        jax.ShapeDtypeStruct((16, FEATURES + 1), jnp.float32),
+        jax.ShapeDtypeStruct((FEATURES, FEATURES), jnp.float32),
+    )
     return [(embed, _specs(16)), ("mismatched", embed, bad), (embed, _specs(32))]
 
 
@@ -100,8 +102,8 @@ def _main() -> None:
         tokens = np.linspace(-1.0, 1.0, n * FEATURES, dtype=np.float32).reshape(n, FEATURES)
         results.append([repr(float(v)) for v in embed(tokens, w).tolist()])
     artifactstore.flush()
-    print(json.dumps({"results": results, "xla_compiles": xla_compiles,
-                      "store": artifactstore.process_stats()}), flush=True)  # fmt: skip
+    out = {"results": results, "xla_compiles": xla_compiles, "store": artifactstore.process_stats()}
+    print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

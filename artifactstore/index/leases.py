@@ -19,9 +19,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine, delete, select, update
 
 from artifactstore.errors import LeaseHeld
-from artifactstore.index.models import Lease as LeaseRow
-from artifactstore.index.models import utcnow
-from artifactstore.index.repo import _insert
+from artifactstore.index.models import LeaseRow, utcnow
+from artifactstore.index.sql import upsert
 
 DEFAULT_TTL_SECS = 300.0
 
@@ -32,6 +31,8 @@ def holder_name() -> str:
 
 @dataclass
 class Lease:
+    """One named lease as this process holds it (its row is `LeaseRow`)."""
+
     engine: Engine
     name: str
     ttl_secs: float = DEFAULT_TTL_SECS
@@ -48,7 +49,7 @@ class Lease:
         values = {"holder": self.holder, "token": self.token, "expires_at": self._expiry()}
         with self.engine.begin() as conn:
             taken = conn.execute(
-                _insert(self.engine, LeaseRow)
+                upsert(self.engine, LeaseRow)
                 .values(name=self.name, **values)
                 .on_conflict_do_nothing()
                 .returning(LeaseRow.name)

@@ -4,7 +4,7 @@
 process CMD starts imports this module at startup. It does nothing unless
 ARTSTORE_WARM is set; then it waits for `jax` to be imported (a meta path
 finder, so processes that never import JAX, such as pip or shell helpers, pay
-nothing) and calls `artifactstore._warm_child.activate()`. Any other
+nothing) and calls `artifactstore.warm.child.activate()`. Any other
 `sitecustomize` further down sys.path (Debian, conda) still runs: we must not
 shadow it. Standard library only, and never raises into the program.
 """
@@ -19,6 +19,9 @@ import sys
 from types import ModuleType
 from typing import Any
 
+# A copy of artifactstore.warm.ENV_VAR, the one definition (a unit test keeps them
+# equal): this file runs in every Python process under `warm`, including interpreters
+# without artifactstore, and imports nothing of it until JAX is imported.
 ENV_VAR = "ARTSTORE_WARM"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -82,7 +85,7 @@ def _remove_hook() -> None:
 
 def _activate() -> None:
     try:
-        from artifactstore import _warm_child  # type: ignore[attr-defined,unused-ignore]
+        from artifactstore.warm import child
     except Exception as exc:
         print(
             f"artstore warm: {sys.executable} cannot import artifactstore ({exc!r}); "
@@ -90,7 +93,7 @@ def _activate() -> None:
             file=sys.stderr,
         )
         return
-    _warm_child.activate()
+    child.activate()
 
 
 def _install() -> None:

@@ -1,19 +1,22 @@
-"""Operator work over a whole namespace: verify and remove.
+"""`artstore verify`: every object's digest and envelope, and the index cross-checked.
 
-Functions here stream over the index and the blob store rather than loading
-either into memory, and report what they found as plain data for the CLI.
+Streams over the blob store one prefix at a time (`reconcile.chunks`) rather
+than loading the listing or the index, and reports plain data for the CLI.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from artifactstore import codec
+from artifactstore.gc import reconcile
+from artifactstore.gc.policy import DEFAULT_GRACE_SECS
+from artifactstore.index.eviction import EvictionIndex
 from artifactstore.store import Store
 
-Progress = Callable[[int], None]
+CountProgress = Callable[[int], None]  # objects checked since the last call
 
 
 @dataclass
@@ -47,7 +50,7 @@ def verify(
     store: Store,
     *,
     repair: bool = False,
-    progress: Progress | None = None,
+    progress: CountProgress | None = None,
     grace_secs: float | None = None,
 ) -> VerifyReport:
     """Check the digest and envelope of every object and cross-check the index.
@@ -59,10 +62,6 @@ def verify(
     missing or corrupt objects are removed, so the next compile stores them
     anew; `artstore gc` deletes orphaned objects.
     """
-    from artifactstore import reconcile
-    from artifactstore.gc import DEFAULT_GRACE_SECS
-    from artifactstore.index.eviction import EvictionIndex
-
     report = VerifyReport()
     grace = DEFAULT_GRACE_SECS if grace_secs is None else grace_secs
     cutoff = time.time() - grace
@@ -95,45 +94,4 @@ def verify(
         if bad:
             store.entries_removed()
         report.repaired = True
-    return report
-
-
-@dataclass
-class RemoveReport:
-    entries: int = 0
-    objects: int = 0
-    bytes: int = 0
-    unknown: list[str] = field(default_factory=list)
-
-
-def resolve_keys(store: Store, prefixes: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Expand key prefixes (as `ls` prints them) to full keys; also the unmatched ones."""
-    keys: list[str] = []
-    unknown: list[str] = []
-    for prefix in prefixes:
-        found = store.index.keys_with_prefix(prefix.lower())
-        if found:
-            keys.extend(found)
-        else:
-            unknown.append(prefix)
-    return sorted(set(keys)), unknown
-
-
-def remove(store: Store, keys: list[str] | None) -> RemoveReport:
-    """Delete entries (all of the namespace if `keys` is None), then their orphaned objects."""
-    report = RemoveReport()
-    before = dict(store.index.referenced_digests())
-    if keys is None:
-        report.entries = store.index.delete_all_entries()
-    else:
-        report.entries = store.index.delete_entries(keys)
-    if report.entries:
-        store.entries_removed()
-    still = dict(store.index.referenced_digests())
-    orphans = [d for d in before if d not in still]
-    for digest in orphans:
-        if store.blobs.delete(digest):
-            report.objects += 1
-            report.bytes += before[digest]
-    store.index.forget_objects(orphans)
     return report

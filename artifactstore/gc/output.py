@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 import click
 
-from artifactstore.gc import GcReport, Removal
+from artifactstore.gc.report import GcReport, Removal
 from artifactstore.sizes import format_size
 
 _PHASES = {

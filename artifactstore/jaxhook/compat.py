@@ -1,6 +1,6 @@
 """Every difference between the JAX releases we support, in one place.
 
-Part of the JAX adapter. Support is decided by what the installed JAX has
+Support is decided by what the installed JAX has
 (functions, parameter names, attributes), never by its version string, so a
 release we have not seen is used if its hooks fit and left alone, with the
 missing internal named, if they do not.

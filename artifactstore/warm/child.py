@@ -21,28 +21,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from artifactstore import jax_integration as _ji
+from artifactstore.blobstores.local import write_atomic
 from artifactstore.errors import one_line
+from artifactstore.jaxhook import api as _ji
+from artifactstore.warm import ENV_VAR, SUMMARY_FIELDS
 
 log = logging.getLogger("artifactstore")
 
-ENV_VAR = "ARTSTORE_WARM"  # the report directory; set only by `artstore warm`
-# Warming is the point of the process: wait long for uploads at exit.
-DEFAULT_FLUSH_SECS = 600.0
+# How long a warming process waits at exit for its uploads (unless
+# ARTSTORE_FLUSH_TIMEOUT says otherwise): ten times config.DEFAULT_FLUSH_SECS,
+# which bounds an ordinary program's exit, because here storing is the point.
+WARM_FLUSH_SECS = 600.0
 
 
 def summarize_fingerprint(source: Any) -> dict[str, Any]:
     """The facts a report shows about a fingerprint (a Fingerprint or an index entry)."""
     digest = getattr(source, "fingerprint", None) or getattr(source, "digest", "")
-    return {
-        "digest": str(digest),
-        "platform": str(source.platform),
-        "device_kind": str(source.device_kind),
-        "device_count": int(source.device_count),
-        "jax_version": str(source.jax_version),
-        "jaxlib_version": str(source.jaxlib_version),
-        "cpu_arch": str(source.cpu_arch),
-    }
+    summary: dict[str, Any] = {"digest": str(digest)}
+    for name in SUMMARY_FIELDS:
+        value = getattr(source, name)
+        summary[name] = int(value) if name == "device_count" else str(value)
+    return summary
 
 
 @dataclass
@@ -146,7 +145,7 @@ class Recorder:
 
 def configure_for_warming(journal: Path | None = None) -> Recorder | None:
     """Configure the store for writing everything compiled; None if it is unusable here."""
-    flush_secs = None if os.environ.get("ARTSTORE_FLUSH_TIMEOUT") else DEFAULT_FLUSH_SECS
+    flush_secs = None if os.environ.get("ARTSTORE_FLUSH_TIMEOUT") else WARM_FLUSH_SECS
     options: dict[str, Any] = {"min_compile_secs": 0.0}
     if flush_secs is not None:
         options["flush_secs"] = flush_secs
@@ -162,7 +161,7 @@ def configure_for_warming(journal: Path | None = None) -> Recorder | None:
 
 def flush_secs() -> float:
     store = _ji.active_store()
-    return store.settings.flush_secs if store is not None else DEFAULT_FLUSH_SECS
+    return store.settings.flush_secs if store is not None else WARM_FLUSH_SECS
 
 
 def activate() -> None:
@@ -172,12 +171,14 @@ def activate() -> None:
         return
     pid = os.getpid()
     try:
+        records = Path(report_dir)
         started = {"pid": pid, "argv": sys.argv[:8]}
-        _write_json(Path(report_dir) / f"{pid}.started", started)
-        recorder = configure_for_warming(Path(report_dir) / f"{pid}.events")
+        # Atomic, so the parent never reads half a record; not durable: read within this run.
+        write_atomic(records / f"{pid}.started", json.dumps(started).encode(), durable=False)
+        recorder = configure_for_warming(records / f"{pid}.events")
         if recorder is not None:
             _follow_reconfiguration(recorder)
-        atexit.register(_report_at_exit, Path(report_dir), started, recorder)
+        atexit.register(_report_at_exit, records, started, recorder)
     except Exception as exc:
         print(
             f"artstore warm: could not activate the store in this process ({one_line(exc)})",
@@ -214,16 +215,11 @@ def _report_at_exit(report_dir: Path, started: dict[str, Any], recorder: Recorde
         "flushed": flushed,
         "stats": stats,
     }
+    record = report_dir / f"{started['pid']}.json"
     try:
-        _write_json(report_dir / f"{started['pid']}.json", data)
+        write_atomic(record, json.dumps(data).encode(), durable=False)
     except OSError as exc:
         print(
             f"artstore warm: could not write this process's report ({one_line(exc)})",
             file=sys.stderr,
         )
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)

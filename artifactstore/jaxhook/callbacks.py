@@ -1,7 +1,7 @@
 """Host callbacks in a lowered module: can a stored executable be given this process's?
 
-Part of the JAX adapter (imported only by `jax_integration`, kept apart for size):
-it reads JAX's private MLIR module, so a JAX upgrade may need to touch it too.
+Part of the JAX adapter: it reads JAX's private MLIR module, so a JAX upgrade
+may need to touch it too.
 
 JAX before 0.11 never caches a program with host callbacks (jax.debug.print,
 pure_callback, io_callback, equinox's runtime checks): they are Python functions

@@ -1,7 +1,7 @@
 """A worker process of `artstore warm MODULE:FUNCTION`: lower and compile, never run.
 
-Started by `artifactstore.warm` as `python -m artifactstore._warm_worker TARGET`
-(a fresh interpreter: JAX never forks). It imports MODULE, calls FUNCTION,
+Started by `warm.specs` as `python -m artifactstore.warm.worker TARGET` (a
+fresh interpreter: JAX never forks). It imports MODULE, calls FUNCTION,
 validates what it returned, and announces the specializations' names. Then it
 reads item indices on stdin and answers one JSON line per item on the
 protocol stream (the original stdout; the program's own prints and C-level
@@ -15,18 +15,16 @@ import importlib
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
-from artifactstore import _warm_child
-from artifactstore import jax_integration as _ji
 from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.jaxhook import api as _ji
+from artifactstore.warm import TARGET_RE, child
 
-TARGET_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _SHORT_DTYPES = {
     "float32": "f32",
     "float64": "f64",
@@ -243,7 +241,7 @@ class Warnings(logging.Handler):
         return new[-1] if new else fallback
 
 
-def warm_one(item: Item, recorder: _warm_child.Recorder, warnings: Warnings) -> dict[str, Any]:
+def warm_one(item: Item, recorder: child.Recorder, warnings: Warnings) -> dict[str, Any]:
     """Lower and compile `item` through the store; what happened, as a JSON-able dict."""
     result: dict[str, Any] = {
         "name": item.name,
@@ -265,7 +263,7 @@ def warm_one(item: Item, recorder: _warm_child.Recorder, warnings: Warnings) -> 
     except Exception as exc:
         result["error"] = f"does not compile: {one_line(exc)}"
         return result
-    flushed = _ji.flush(_warm_child.flush_secs())
+    flushed = _ji.flush(child.flush_secs())
     after = _ji.process_stats()
     result["secs"] = time.monotonic() - started
     added, present = recorder.since(mark)
@@ -310,14 +308,14 @@ def main(argv: list[str]) -> int:
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     if len(argv) != 1:
-        _send(proto, {"fatal": "usage: python -m artifactstore._warm_worker MODULE:FUNCTION"})
+        _send(proto, {"fatal": "usage: python -m artifactstore.warm.worker MODULE:FUNCTION"})
         return 2
     warnings = Warnings()
     log = logging.getLogger("artifactstore")
     log.addHandler(warnings)
     log.addHandler(logging.StreamHandler(sys.stderr))
     try:
-        recorder = _warm_child.configure_for_warming()
+        recorder = child.configure_for_warming()
     except ArtstoreError as exc:
         _send(proto, {"fatal": str(exc)})
         return 1

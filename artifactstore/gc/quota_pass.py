@@ -17,9 +17,12 @@ import logging
 import threading
 import time
 
-from artifactstore import gc
 from artifactstore.errors import LeaseHeld, one_line
-from artifactstore.index.eviction import EvictionIndex, get_quota
+from artifactstore.gc.collect import collect
+from artifactstore.gc.policy import Policy
+from artifactstore.gc.report import GcReport
+from artifactstore.index.eviction import EvictionIndex
+from artifactstore.index.quotas import get_quota
 from artifactstore.sizes import format_size
 from artifactstore.store import Store
 
@@ -56,7 +59,7 @@ class QuotaPass:
         if self._dirty:
             self.run()
 
-    def run(self) -> gc.GcReport | None:
+    def run(self) -> GcReport | None:
         """One pass; the report when it evicted something, else None."""
         with self._lock:
             self._dirty = False
@@ -71,7 +74,7 @@ class QuotaPass:
                     log.warning("artifactstore: quota pass failed: %s", one_line(exc))
             return None
 
-    def _run(self) -> gc.GcReport | None:
+    def _run(self) -> GcReport | None:
         store = self.store
         limit = get_quota(store.engine, store.namespace)
         if (
@@ -79,7 +82,7 @@ class QuotaPass:
             or EvictionIndex(store.engine, store.namespace).referenced_bytes() <= limit
         ):
             return None
-        report = gc.collect(store, gc.Policy(reconcile=False))
+        report = collect(store, Policy(reconcile=False))
         self.runs += 1
         log.info(
             "artifactstore: quota pass removed %d entries and %d objects; namespace %s "

@@ -1,0 +1,153 @@
+"""The phases of `collect` over one namespace, in order, under the namespace's gc lease."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from artifactstore.errors import ConfigError
+from artifactstore.gc import reconcile
+from artifactstore.gc.policy import Policy, effective_limit, old_jaxlib_versions
+from artifactstore.gc.report import GcReport, OnRemove, PhaseProgress, Removal
+from artifactstore.gc.run import GcRun
+from artifactstore.index.accesses import fold_accesses
+from artifactstore.index.eviction import VictimRow, Victims
+from artifactstore.index.leases import Lease
+from artifactstore.store import Store
+
+READ_BATCH = 5000  # rows read per query (dry-run listings)
+
+Reason = Callable[[datetime], str]  # why an entry goes, from its last access
+
+
+def collect(
+    store: Store,
+    policy: Policy,
+    *,
+    on_remove: OnRemove | None = None,
+    progress: PhaseProgress | None = None,
+    wait: bool = False,
+) -> GcReport:
+    """Run gc on the store's namespace; see `artifactstore.gc` for what and in which order."""
+    if store.read_only:
+        raise ConfigError("gc deletes entries and objects: unset ARTSTORE_READ_ONLY to run it")
+    started = time.monotonic()
+    report = _run(GcRun(store, policy, on_remove, progress), wait=wait)
+    if report.entries_removed and not policy.dry_run:
+        store.entries_removed()  # this host's tier must not serve evicted entries
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+def _run(run: GcRun, *, wait: bool) -> GcReport:
+    run.lease = Lease(run.store.engine, f"gc:{run.store.namespace}")
+    run.lease.acquire(wait=wait)
+    try:
+        # Also in dry runs: folding deletes nothing, and without it the dry
+        # run would choose by other access times than the real run.
+        run.report.accesses_folded = fold_accesses(run.store.engine, run.store.namespace)
+        limit = effective_limit(run.store, run.policy.max_bytes)
+        run.report.limit_bytes = limit
+        run.report.bytes_before = run.ix.referenced_bytes()
+        drop_old_jaxlib(run)
+        drop_lru(run, limit)
+        delete_unreferenced_objects(run)
+        if run.policy.reconcile:
+            reconcile.remove_orphans(run)
+        run.report.bytes_after = run.ix.referenced_bytes(run.gone_if_dry())
+    finally:
+        run.lease.release()
+    return run.report
+
+
+# -- entries ----------------------------------------------------------------
+def drop_old_jaxlib(run: GcRun) -> None:
+    if not run.policy.jaxlib_older_than:
+        return
+    versions = old_jaxlib_versions(run.ix.jaxlib_versions(), run.policy.jaxlib_older_than)
+    if versions:
+        _remove_entries(
+            run, Victims(jaxlib_versions=tuple(versions)), "jaxlib", lambda _t: "jaxlib"
+        )
+
+
+def drop_lru(run: GcRun, limit: int | None) -> None:
+    if run.older is None and limit is None:
+        return
+    remaining = run.report.bytes_before
+    if run.gone.jaxlib_versions:  # the jaxlib pass chose some: count without them
+        remaining = run.ix.referenced_bytes(run.gone)
+    excess = remaining - limit if limit is not None else 0
+    through = run.ix.lru_cutoff(excess, run.older, run.gone)
+    if through is not None:
+
+        def reason(last_access: datetime) -> str:
+            older = run.older is not None and last_access < run.older
+            return "older-than" if older else "size"
+
+        _remove_entries(run, Victims(through=through), "lru", reason)
+
+
+def _entry_removed(run: GcRun, row: VictimRow, reason: Reason) -> None:
+    run.removed(Removal("entry", row.key, row.size, reason(row.last_access), row.module_name))
+
+
+def _remove_entries(run: GcRun, victims: Victims, phase: str, reason: Reason) -> None:
+    """Remove (or, dry, list) the entries `victims` selects, less those already gone."""
+    total = run.ix.count_victims(victims, run.gone)
+    if total and run.policy.dry_run:
+        after: tuple[datetime, int] | None = None
+        while page := run.ix.victims_page(victims, run.gone, after, READ_BATCH):
+            after = (page[-1].last_access, page[-1].id)
+            for row in page:
+                _entry_removed(run, row, reason)
+            run.progress(phase, len(page), total)
+    elif total:
+        _delete_entries(run, victims, phase, total, reason)
+    run.gone = Victims(
+        run.gone.jaxlib_versions + victims.jaxlib_versions,
+        victims.through or run.gone.through,
+    )
+
+
+def _delete_entries(run: GcRun, victims: Victims, phase: str, total: int, reason: Reason) -> None:
+    bounds = run.ix.id_bounds()
+    if bounds is None:
+        return
+    low, top = bounds
+    while low <= top:
+        high = low + run.entry_range.size
+        deleted = run.entry_range.run(
+            run.ix.delete_victims,
+            victims,
+            low,
+            high,
+            lambda row: _entry_removed(run, row, reason),
+        )
+        low = high
+        run.progress(phase, deleted, total)
+        run.keep_lease()
+
+
+# -- objects ----------------------------------------------------------------
+def delete_unreferenced_objects(run: GcRun) -> None:
+    """Sweep the object rows in digest ranges of `object_batch` rows each."""
+    delete_blobs = None if run.policy.dry_run else run.store.blobs.delete_many
+    total = run.ix.count_objects()
+    after: str | None = ""
+    while after is not None:
+        start, rows = after, run.object_batch.size
+        after = run.ix.object_range_end(start, rows)
+        gone = run.object_batch.run(
+            run.ix.sweep_objects,
+            start,
+            after,
+            run.grace_cutoff,
+            delete_blobs,
+            run.gone_if_dry(),
+        )
+        for digest, size in gone:
+            run.removed(Removal("object", digest, size, "unreferenced"))
+        run.progress("objects", rows, total)
+        run.keep_lease()

@@ -1,0 +1,95 @@
+"""Cross-check the blob store against the index, one digest prefix at a time.
+
+Both `artstore verify` (reports) and `artstore gc` (fixes, in `remove_orphans`)
+walk the object listing in chunks of one two-hex-digit prefix (the blob stores'
+own layout: `objects/ab/ab...`) and compare each chunk with the digests the
+index references in the same range, so memory holds one chunk (about 1/256 of
+the store), never the whole listing or index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from artifactstore.blobstores.base import BlobInfo, BlobStore
+from artifactstore.errors import ArtstoreError
+from artifactstore.gc.report import Removal
+from artifactstore.gc.run import GcRun
+from artifactstore.index.eviction import EvictionIndex
+
+_HEX = set("0123456789abcdef")
+PREFIXES = [f"{i:02x}" for i in range(256)]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    prefix: str
+    blobs: list[BlobInfo]  # what the blob store holds under this prefix
+    referenced: set[str]  # digests under this prefix that entries point at
+
+    def unreferenced(self) -> list[BlobInfo]:
+        return [b for b in self.blobs if b.digest not in self.referenced]
+
+    def unlisted(self) -> list[str]:
+        """Referenced digests the listing did not show (re-check before acting: a put
+        may have finished after the listing passed)."""
+        listed = {b.digest for b in self.blobs}
+        return sorted(d for d in self.referenced if d not in listed)
+
+
+def chunks(blobs: BlobStore, index: EvictionIndex) -> Iterator[Chunk]:
+    """One Chunk per prefix 00..ff; the listing must come grouped by prefix in order."""
+    listing = (b for b in blobs.iter_blobs() if len(b.digest) == 64 and set(b.digest) <= _HEX)
+    pending = next(listing, None)
+    for i, prefix in enumerate(PREFIXES):
+        found: list[BlobInfo] = []
+        while pending is not None and pending.digest[:2] <= prefix:
+            if pending.digest[:2] < prefix:
+                raise ArtstoreError(
+                    f"object listing of {blobs.describe()} is not ordered by digest prefix "
+                    f"({pending.digest[:12]} after prefix {prefix}): cannot cross-check safely"
+                )
+            found.append(pending)
+            pending = next(listing, None)
+        high = PREFIXES[i + 1] if i + 1 < len(PREFIXES) else None
+        yield Chunk(prefix, found, index.referenced_between(prefix, high))
+
+
+def remove_orphans(run: GcRun) -> None:
+    """gc's last phase: delete blobs that neither an entry nor an object row knows,
+    once older than the grace period, and drop entries whose object is gone."""
+    ix, blobs, dry_run = run.ix, run.store.blobs, run.policy.dry_run
+    cutoff = run.grace_cutoff.timestamp()
+    for chunk in chunks(blobs, ix):
+        orphans = [b for b in chunk.unreferenced() if b.mtime < cutoff]
+        rows = ix.object_rows([b.digest for b in orphans])
+        # Blobs with an object row were handled (or protected) by the object sweep.
+        rowless = [b for b in orphans if b.digest not in rows]
+        while rowless:
+            n = run.object_batch.size
+            part, rowless = rowless[:n], rowless[n:]
+            if dry_run:
+                gone = [(b.digest, b.size) for b in part]
+            else:
+                ix.adopt_objects(
+                    [(b.digest, b.size, datetime.fromtimestamp(b.mtime, UTC)) for b in part]
+                )
+                gone = run.object_batch.run(
+                    ix.delete_objects,
+                    [b.digest for b in part],
+                    run.grace_cutoff,
+                    blobs.delete_many,
+                )
+            for digest, size in gone:
+                run.removed(Removal("object", digest, size, "orphan"))
+        missing = [d for d in chunk.unlisted() if not blobs.exists(d)]
+        if missing:
+            dropped = (
+                ix.keys_for_digests(missing, run.gone) if dry_run else ix.drop_dangling(missing)
+            )
+            for key, size in dropped:
+                run.removed(Removal("entry", key, size, "missing-object"))
+        run.progress("reconcile", 1, len(PREFIXES))
+        run.keep_lease()

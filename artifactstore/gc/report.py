@@ -1,0 +1,55 @@
+"""What a gc run tells its caller: each removal as it happens, and a summary at the end.
+
+Kept apart from the run so that the output module depends on these records only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Removal:
+    """One thing gc removes (or, in a dry run, would remove)."""
+
+    kind: str  # "entry" | "object"
+    name: str  # key or digest
+    size: int
+    reason: str  # jaxlib | older-than | size | unreferenced | orphan | missing-object
+    module: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind, self._id_field(): self.name, "size": self.size}
+        data["reason"] = self.reason
+        if self.module:
+            data["module"] = self.module
+        return data
+
+    def _id_field(self) -> str:
+        return "key" if self.kind == "entry" else "digest"
+
+
+@dataclass
+class GcReport:
+    namespace: str
+    dry_run: bool
+    limit_bytes: int | None
+    bytes_before: int = 0
+    bytes_after: int = 0
+    accesses_folded: int = 0
+    entries_removed: int = 0
+    entry_bytes_removed: int = 0
+    objects_removed: int = 0
+    object_bytes_freed: int = 0
+    dangling_entries: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+OnRemove = Callable[[Removal], None]
+PhaseProgress = Callable[[str, int, int | None], None]  # phase, advance, total (None: unknown)

@@ -1,0 +1,120 @@
+"""The public entry points: `configure()` and friends, re-exported by `artifactstore`."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import TYPE_CHECKING, Any
+
+from artifactstore import config as _config
+from artifactstore import fingerprint as _fp
+from artifactstore.errors import ArtstoreError
+from artifactstore.jaxhook import compat
+from artifactstore.jaxhook import compile as _compile
+from artifactstore.session import Session, warn_once
+
+if TYPE_CHECKING:
+    from artifactstore.store import Store
+
+_lock = threading.RLock()
+_exit_hook_registered = False
+
+
+def jax_hooks() -> compat.Hooks | None:
+    """This JAX's hooks, or None after one warning naming what does not fit."""
+    probe = compat.probe()
+    if probe.hooks is None:
+        warn_once(
+            "compat",
+            "JAX %s internals do not match what this artifactstore supports (%s); "
+            "JAX left untouched, compiling as usual",
+            probe.jax_version,
+            "; ".join(probe.problems),
+        )
+    return probe.hooks
+
+
+def configure(
+    url: str | None = None,
+    *,
+    index: str | None = None,
+    namespace: str | None = None,
+    read_only: bool | None = None,
+    **options: Any,
+) -> _config.Settings | None:
+    """Route every JAX compile in this process through the store.
+
+    Arguments override `ARTSTORE_*` environment variables, which override the
+    embedded default (a directory and SQLite index under the user's cache
+    directory). Returns the settings in force, or None if JAX could not be
+    hooked (the program then compiles as usual). Raises ConfigError at once for
+    a malformed URL or unknown option.
+    """
+    global _exit_hook_registered
+    given = {"url": url, "index": index, "namespace": namespace, "read_only": read_only}
+    explicit = any(v is not None for v in given.values()) or bool(options)
+    try:
+        settings = _config.resolve({**given, **options})
+    except ArtstoreError as exc:
+        if explicit:
+            raise  # a mistake in the program's own call: say so at once
+        # A bad ARTSTORE_* variable on some node must not stop the program.
+        warn_once("config", "%s; compiling without the store", exc)
+        return None
+    hooks = jax_hooks()
+    if hooks is None:
+        return None
+    session = Session(settings)
+    with _lock:
+        old = _compile.install(hooks, session)
+        if not _exit_hook_registered:
+            _exit_hook_registered = True
+            atexit.register(_at_exit)
+    if old is not None:
+        old.close()
+    # Open the store (imports, connection, schema check) while the program goes
+    # on importing and tracing, instead of on its first compile, unless this
+    # host's tier probably holds what it needs: then the index is opened only
+    # on a miss, and a fully warm process never imports SQLAlchemy or boto3.
+    if session.tier is None or not session.tier.has_entries():
+        threading.Thread(target=session.store, name="artifactstore-open", daemon=True).start()
+    return settings
+
+
+def deactivate() -> None:
+    """Stop using the store and restore JAX's own functions."""
+    with _lock:
+        old = _compile.uninstall()
+    if old is not None:
+        old.close()
+
+
+def _at_exit() -> None:
+    session = _compile.current()
+    if session is not None:
+        session.finish()
+
+
+def active_store() -> Store | None:
+    """The store this process uses (opening it if needed), or None."""
+    session = _compile.current()
+    return session.store() if session is not None else None
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Wait for queued uploads (bounded); True if all finished."""
+    session = _compile.current()
+    return session.flush(timeout) if session is not None else True
+
+
+def process_stats() -> dict[str, int]:
+    """This process's counters: hits, misses, stored, corrupt, loads, compiles, ..."""
+    session = _compile.current()
+    return session.stats() if session is not None else {}
+
+
+def host_fingerprint(backend_name: str | None = None) -> _fp.Fingerprint:
+    """This host's fingerprint for the default (or named) JAX backend."""
+    from jax._src import xla_bridge
+
+    return _compile.backend_fingerprint(xla_bridge.get_backend(backend_name))

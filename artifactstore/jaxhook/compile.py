@@ -1,0 +1,337 @@
+"""The compile wrapper: every JAX compile asks the tier, then the store, then XLA.
+
+`install()` replaces `jax._src.compiler.compile_or_get_cached` with
+`compile_or_get_cached` below and adds our platform fingerprint to JAX's cache
+key through `cache_key.custom_hook`. How to call this JAX's internals is
+decided in `compat`; host-callback signatures in `callbacks`. The per-process
+state (tier, Store, counters, exit) is a `Session`, which knows nothing of JAX.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from artifactstore import fingerprint as _fp
+from artifactstore.background import call_with_timeout
+from artifactstore.errors import one_line
+from artifactstore.jaxhook import compat
+from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
+from artifactstore.session import Session, warn_once
+
+if TYPE_CHECKING:
+    from artifactstore.store import Store
+
+log = logging.getLogger("artifactstore")
+
+# Hashed into every key as JAX's "compression algorithm": it names our payload
+# format, so our keys never collide with JAX's own cache's.
+KEY_FORMAT = "artifactstore-v1"
+
+_session: Session | None = None
+_hooks: compat.Hooks | None = None
+_original: Any = None  # JAX's compile_or_get_cached
+_previous_hook: Any = None  # JAX's custom_hook before ours
+_local = threading.local()  # the fingerprint our key hook adds while we compute a key
+_fingerprints: dict[tuple[int, str, int], _fp.Fingerprint] = {}
+
+
+def install(hooks: compat.Hooks, session: Session) -> Session | None:
+    """Route compiles through `session`; returns the session it replaces."""
+    global _session, _hooks, _original, _previous_hook
+    _hooks = hooks
+    if _original is None:
+        _original = hooks.compiler.compile_or_get_cached
+        compile_or_get_cached.__wrapped_original__ = _original  # type: ignore[attr-defined]
+        hooks.compiler.compile_or_get_cached = compile_or_get_cached
+        _previous_hook = hooks.cache_key.custom_hook
+        hooks.cache_key.custom_hook = key_hook
+    old, _session = _session, session
+    return old
+
+
+def uninstall() -> Session | None:
+    """Give JAX its own functions back; returns the session that was in use."""
+    global _session, _original, _previous_hook
+    old, _session = _session, None
+    if _original is not None and _hooks is not None:
+        _hooks.compiler.compile_or_get_cached = _original
+        _hooks.cache_key.custom_hook = _previous_hook
+        _original = _previous_hook = None
+    return old
+
+
+def current() -> Session | None:
+    return _session
+
+
+def key_hook() -> str:
+    """Added to every JAX cache key: our fingerprint when we compute the key,
+    the host CPU features otherwise (so JAX's own cache gains them too)."""
+    previous = _previous_hook() if _previous_hook is not None else ""
+    ours = getattr(_local, "fingerprint", None) or _fp.host_cpu_digest()
+    return f"{previous}|artifactstore:{ours}" if previous else f"artifactstore:{ours}"
+
+
+@dataclass
+class _Compile:
+    """One compile request, with our key once computed."""
+
+    backend: Any
+    computation: Any
+    devices: Any
+    options: Any
+    callbacks: Any
+    executable_devices: Any
+    key: str = ""
+    module_name: str = ""
+    fingerprint: _fp.Fingerprint | None = None
+
+    def load(self, payload: bytes) -> Any:
+        if self.callbacks:
+            return self.backend.deserialize_executable(
+                payload, self.executable_devices, self.options, host_callbacks=list(self.callbacks)
+            )
+        return self.backend.deserialize_executable(payload, self.executable_devices, self.options)
+
+    def compile(self) -> tuple[Any, float]:
+        started = time.monotonic()
+        executable = _hooks.compiler.backend_compile_and_load(  # type: ignore[union-attr]
+            self.backend, self.computation, self.executable_devices, self.options, self.callbacks
+        )
+        return executable, time.monotonic() - started
+
+
+def compile_or_get_cached(
+    backend: Any,
+    computation: Any,
+    devices: Any,
+    compile_options: Any,
+    host_callbacks: Any,
+    executable_devices: Any,
+    pgle_profiler: Any = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    session = _session
+    request = _Compile(
+        backend, computation, devices, compile_options, host_callbacks, executable_devices
+    )
+    if (
+        session is None
+        or not session.active
+        or pgle_profiler is not None
+        or args
+        or kwargs
+        or (bool(host_callbacks) and not session.settings.cache_callbacks)  # JAX's behaviour
+        or compat.expects_pgle()
+        or not _keyed(session, request)
+    ):
+        return _original(
+            backend, computation, devices, compile_options, host_callbacks, executable_devices,
+            pgle_profiler, *args, **kwargs,
+        )  # fmt: skip
+    assert session is not None
+    executable = _from_tier(session, request)
+    if executable is not None:
+        return executable
+    store = None if _known_quick(session, request) else session.store()
+    if store is None and not session.active:
+        return _original(
+            backend, computation, devices, compile_options, host_callbacks, executable_devices
+        )
+    if store is not None:
+        executable = _from_store(session, store, request)
+        if executable is not None:
+            return executable
+    return _compile_and_store(session, store, request)
+
+
+def _keyed(session: Session, request: _Compile) -> bool:
+    """Compute our key into `request`; False when this compile cannot use the store."""
+    try:
+        _prepare(session, request)
+    except NotStorable as exc:
+        log.debug("artifactstore: compiling without the store: %s", exc)
+        return False
+    except Exception as exc:
+        warn_once("key", "could not compute a cache key (%s); compiling", one_line(exc))
+        return False
+    return bool(request.key)
+
+
+def _known_quick(session: Session, request: _Compile) -> bool:
+    """The tier says this key compiled faster than the store threshold: never stored."""
+    if session.tier is None or session.settings.min_compile_secs <= 0:
+        return False
+    secs = session.tier.below_threshold(request.key)
+    return secs is not None and secs < session.settings.min_compile_secs
+
+
+def _from_tier(session: Session, request: _Compile) -> Any:
+    """The executable from this host's tier, or None (then the store is asked)."""
+    if session.tier is None:
+        return None
+    assert request.fingerprint is not None
+    started = time.monotonic()
+    try:
+        hit = session.tier.get(request.key, request.fingerprint.digest)
+    except Exception as exc:
+        log.debug("artifactstore: local tier read failed: %s", one_line(exc))
+        return None
+    if hit is None:
+        return None
+    try:
+        executable = request.load(hit.payload)
+    except Exception as exc:
+        log.debug("artifactstore: tier copy of %s did not load: %s", request.key[:12], exc)
+        session.tier.forget(request.key)
+        return None
+    session.tier_hit()
+    _record_event("/jax/compilation_cache/compile_requests_use_cache")
+    _record_load(session, hit.entry.compile_secs, started)
+    return executable
+
+
+def _from_store(session: Session, store: Store, request: _Compile) -> Any:
+    assert request.fingerprint is not None
+    digest = request.fingerprint.digest
+    _record_event("/jax/compilation_cache/compile_requests_use_cache")
+    started = time.monotonic()
+    try:
+        hit = call_with_timeout(
+            lambda: store.get(request.key, digest), session.settings.timeout_secs
+        )
+    except Exception as exc:
+        session.fail(exc)
+        return None
+    if hit is None:
+        return None
+    try:
+        executable = request.load(hit.payload)
+    except Exception as exc:
+        store.counters.add("load_errors")
+        warn_once("load", "stored executable did not load (%s); compiling", one_line(exc))
+        return None
+    _record_load(session, hit.entry.compile_secs, started)
+    return executable
+
+
+def _compile_and_store(session: Session, store: Store | None, request: _Compile) -> Any:
+    """Compile with XLA; queue the result for upload, or remember it was too quick to."""
+    executable, compile_secs = request.compile()
+    session.compiles += 1
+    _record_event("/jax/compilation_cache/cache_misses")
+    settings = session.settings
+    if compile_secs < settings.min_compile_secs:
+        if session.tier is not None:
+            session.tier.remember_below_threshold(request.key, compile_secs)
+        if store is None:
+            session.below_threshold += 1
+        return executable
+    if store is None:
+        store = session.store()  # known quick before, slow now: store it after all
+    if store is None:
+        return executable
+    if settings.read_only:
+        store.counters.add("skipped_read_only")
+        return executable
+    try:
+        payload = executable.serialize()
+        assert request.fingerprint is not None
+        store.submit_put(
+            request.key, payload, fingerprint=request.fingerprint,
+            module_name=request.module_name, compile_secs=compile_secs,
+        )  # fmt: skip
+    except Exception as exc:
+        warn_once("serialize", "could not serialize %s (%s); not stored",
+                  request.module_name, one_line(exc))  # fmt: skip
+    return executable
+
+
+def _record_load(session: Session, compile_secs: float, started: float) -> None:
+    """Count a load and report it through JAX's own cache events, as its cache would."""
+    session.loads += 1
+    retrieval = time.monotonic() - started
+    _record_event("/jax/compilation_cache/cache_hits")
+    _record_duration("/jax/compilation_cache/compile_time_saved_sec", compile_secs - retrieval)
+    _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
+
+
+def _prepare(session: Session, request: _Compile) -> None:
+    from jax._src.lib.mlir import ir  # type: ignore[attr-defined]
+
+    hooks = _hooks
+    backend = request.backend
+    if hooks is None or not getattr(backend, "supports_executable_serialization", True):
+        return
+    fingerprint = backend_fingerprint(backend, request.devices)
+    drop_partitioning = compat.drop_partitioning_pointers()
+    extra = ""
+    if request.callbacks:
+        try:
+            extra = callback_signature(
+                request.computation, len(request.callbacks), drop_partitioning
+            )
+        except NotStorable:
+            raise
+        except Exception as exc:  # a JAX/MLIR change: never break the program
+            warn_once("callbacks", "could not read a program's host callbacks (%s); "
+                      "compiling such programs without the store", one_line(exc))  # fmt: skip
+            raise NotStorable("host callbacks unreadable") from exc
+    _local.fingerprint = fingerprint.digest + (f"|callbacks:{extra}" if extra else "")
+    try:
+        full = hooks.key(
+            request.computation, request.devices, request.options, backend, KEY_FORMAT,
+            drop_partitioning, bool(request.callbacks),
+        )  # fmt: skip
+    finally:
+        _local.fingerprint = None
+    module_name, _, digest = full.rpartition("-")
+    if not module_name:
+        module_name = ir.StringAttr(request.computation.operation.attributes["sym_name"]).value
+    request.key, request.module_name, request.fingerprint = digest, module_name, fingerprint
+
+
+def backend_fingerprint(backend: Any, devices: Any = None) -> _fp.Fingerprint:
+    """The fingerprint of executables `backend` builds for `devices` (default: its first)."""
+    import jax
+    import jaxlib
+
+    if devices is None:
+        first = backend.devices()[0]
+    else:
+        first = devices.flat[0] if hasattr(devices, "flat") else next(iter(devices))
+    ident = (id(backend), str(first.device_kind), int(backend.device_count()))
+    found = _fingerprints.get(ident)
+    if found is None:
+        found = _fingerprints[ident] = _fp.compute(
+            platform_name=str(backend.platform),
+            platform_version=str(backend.platform_version),
+            device_kind=str(first.device_kind),
+            device_count=int(backend.device_count()),
+            jax_version=jax.__version__,
+            jaxlib_version=str(getattr(jaxlib, "__version__", "unknown")),
+        )
+    return found
+
+
+def _record_event(name: str) -> None:
+    try:
+        from jax._src import monitoring
+
+        monitoring.record_event(name)
+    except Exception:
+        pass
+
+
+def _record_duration(name: str, secs: float) -> None:
+    try:
+        from jax._src import monitoring
+
+        monitoring.record_event_duration_secs(name, max(secs, 0.0))
+    except Exception:
+        pass

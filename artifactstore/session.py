@@ -1,0 +1,183 @@
+"""One process's use of the store: its settings, its tier, its Store, its exit.
+
+JAX-free, so that the JAX adapter above it stays about JAX. A session owns
+exactly one local tier, opened at once (a directory: no SQLAlchemy, no boto3),
+and one Store, opened lazily, within `timeout_secs`, the first time a lookup
+cannot be answered by the tier; the Store is given the session's tier instead of
+opening its own. A warm process is answered by the tier alone: its hits and its
+below-threshold compiles are journaled there and folded into the index later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from artifactstore.background import call_with_timeout
+from artifactstore.config import Settings
+from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.tier import LocalTier, open_tier
+
+if TYPE_CHECKING:
+    from artifactstore.gc.quota_pass import QuotaPass
+    from artifactstore.store import Store
+
+log = logging.getLogger("artifactstore")
+
+# A process still running this long after its first tier hit opens the index in
+# the background to record its hits (LRU must see them).
+FOLD_AFTER_SECS = 30.0
+
+_warned: set[str] = set()
+
+
+def warn_once(topic: str, message: str, *args: object) -> None:
+    """One log line per topic per process: a store problem must not flood the program's log."""
+    if topic not in _warned:
+        _warned.add(topic)
+        log.warning("artifactstore: " + message, *args)
+
+
+class Session:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._store: Store | None = None
+        self._failed = False
+        self._finished = False
+        self._open_lock = threading.Lock()
+        self.loads = 0
+        self.compiles = 0
+        self.tier_hits = 0
+        self.below_threshold = 0  # compiles answered by the tier's "too quick to store"
+        self.tier: LocalTier | None = None
+        try:
+            self.tier = open_tier(settings)
+        except Exception as exc:
+            log.debug("artifactstore: no local tier: %s", one_line(exc))
+        self._fold_timer: threading.Timer | None = None
+        self.quota: QuotaPass | None = None
+
+    @property
+    def active(self) -> bool:
+        return not self._failed
+
+    def store(self) -> Store | None:
+        """The Store, opened on first use within the timeout bound; None once it failed."""
+        if self._store is not None or self._failed:
+            return self._store
+        with self._open_lock:
+            if self._store is None and not self._failed:
+                try:
+                    self._store = call_with_timeout(self._open, self.settings.timeout_secs)
+                    log.debug("artifactstore: using %s", self._store.describe())
+                    _finish_before_thread_shutdown(self)
+                except Exception as exc:
+                    self.fail(exc)
+        return self._store
+
+    def _open(self) -> Store:
+        from artifactstore.store import Store
+
+        store = Store.open(self.settings, tier=self.tier)
+        if self.settings.enforce_quota and not self.settings.read_only:
+            from artifactstore.gc.quota_pass import QuotaPass
+
+            self.quota = QuotaPass.attach(store)
+        return store
+
+    def fail(self, exc: BaseException) -> None:
+        self._failed = True
+        warn_once(
+            "unavailable",
+            "store unavailable (%s); compiling without it in this process",
+            self._describe(exc),
+        )
+
+    def _describe(self, exc: BaseException) -> str:
+        if isinstance(exc, TimeoutError):
+            return f"no answer within the {self.settings.timeout_secs:g} s bound"
+        if isinstance(exc, ArtstoreError):
+            return str(exc)
+        return one_line(exc)
+
+    # -- accounting ---------------------------------------------------------
+    def tier_hit(self) -> None:
+        """Count a tier hit; a process that lives on opens the index later to record it."""
+        self.tier_hits += 1
+        if self._fold_timer is None and self._store is None:
+            # Short programs leave their hits in a journal at exit; long ones
+            # (training, serving) report them while running, off the hot path.
+            self._fold_timer = threading.Timer(FOLD_AFTER_SECS, self._fold)
+            self._fold_timer.daemon = True
+            self._fold_timer.start()
+
+    def _fold(self) -> None:
+        store = self.store()
+        if store is not None and self.tier is not None:
+            store.add_accesses(self.tier.take_accesses())
+
+    def stats(self) -> dict[str, int]:
+        out = dict(self._store.counters.snapshot()) if self._store is not None else {}
+        if self.tier_hits:
+            out["hits"] = out.get("hits", 0) + self.tier_hits
+            out["tier_hits"] = self.tier_hits
+        if self.below_threshold:
+            out["below_threshold"] = self.below_threshold
+        out["loads"] = self.loads
+        out["compiles"] = self.compiles
+        out["active"] = int(self.active)
+        return out
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self._store.flush(timeout) if self._store is not None else True
+
+    # -- exit ---------------------------------------------------------------
+    def finish(self) -> None:
+        """Once, at exit: uploads flushed (bounded), tier hits to the index or a journal."""
+        if self._finished:
+            return
+        self._finished = True
+        if self._fold_timer is not None:
+            self._fold_timer.cancel()
+        if self.tier is not None:
+            try:
+                self.tier.save_below_threshold()
+            except Exception as exc:
+                log.debug("artifactstore: could not save below-threshold keys: %s", exc)
+        store = self._store
+        if store is not None:
+            if self.tier is not None:
+                store.add_accesses(self.tier.take_accesses())
+            if self.quota is not None:
+                store.worker.submit("quota pass", self.quota.finish)
+            store.flush()
+        elif self.tier is not None:
+            try:
+                self.tier.write_journal()
+            except Exception as exc:
+                log.debug("artifactstore: could not write the access journal: %s", exc)
+
+    def close(self) -> None:
+        self.finish()
+        if self._store is not None:
+            self._store.close()
+
+
+def _finish_before_thread_shutdown(session: Session) -> None:
+    """Run the exit flush before concurrent.futures stops taking work.
+
+    boto3's transfer manager uploads on a thread pool, and at interpreter exit
+    concurrent.futures refuses new work *before* atexit handlers run: a put
+    flushed from atexit fails with "cannot schedule new futures after
+    interpreter shutdown". threading's own exit hooks run earlier, newest
+    first, so registering once the store (and boto3) is open puts ours ahead.
+    `finish` runs once, so the atexit hook that follows costs nothing.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        return
+    try:
+        register(session.finish)
+    except RuntimeError:  # already shutting down: atexit still flushes
+        pass

@@ -1,0 +1,80 @@
+"""`artstore warm`: fill the store from a CI job so every process after it starts warm.
+
+Two ways in. `warm -- CMD` (`command`) runs CMD unchanged, with the store in
+write mode in every Python process it starts: an environment variable plus a
+startup hook (`_activate/sitecustomize.py`) that activates the store (`child`)
+when, and only when, a process imports JAX. `warm MODULE:FUNCTION` (`specs`)
+lowers and compiles the listed specializations in worker processes (`worker`)
+without running them. Both check first (`preflight`) and end with a `report`.
+The parent never imports JAX: one holding a GPU client would take memory the
+children need.
+
+Every activated child imports this package, so it defines only what parent and
+children share; the parent's functions load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from artifactstore.errors import ArtstoreError
+
+if TYPE_CHECKING:
+    from artifactstore.warm.command import run_command
+    from artifactstore.warm.preflight import check_store, load_expected
+    from artifactstore.warm.report import Report
+    from artifactstore.warm.specs import ProgressDisplay, run_specs
+
+__all__ = [
+    "ACTIVATE_DIR",
+    "ENV_VAR",
+    "SUMMARY_FIELDS",
+    "TARGET_RE",
+    "ProgressDisplay",
+    "Report",
+    "WarmError",
+    "check_store",
+    "load_expected",
+    "run_command",
+    "run_specs",
+]
+
+# The report directory, set only by `artstore warm`: activated processes write their
+# records there. The startup hook keeps its own copy (it cannot import us).
+ENV_VAR = "ARTSTORE_WARM"
+# The startup hook's directory, which `warm -- CMD` puts first on PYTHONPATH.
+ACTIVATE_DIR = Path(__file__).resolve().parent / "_activate"
+# MODULE:FUNCTION, checked by the parent before it starts workers, and by each worker.
+TARGET_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+# What the report shows of a fingerprint after its digest, as children record it.
+SUMMARY_FIELDS = (
+    "platform",
+    "device_kind",
+    "device_count",
+    "jax_version",
+    "jaxlib_version",
+    "cpu_arch",
+)
+
+_LAZY = {
+    "run_command": "command",
+    "check_store": "preflight",
+    "load_expected": "preflight",
+    "Report": "report",
+    "ProgressDisplay": "specs",
+    "run_specs": "specs",
+}
+
+
+class WarmError(ArtstoreError):
+    """`artstore warm` cannot start or its input is wrong; one line for the user."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
