@@ -287,9 +287,9 @@ class Store:
         if created:
             self._remember(key, encoded.digest, fingerprint.digest, compile_secs, encoded.data)
         if created and not self.blobs.exists(encoded.digest):
-            # A gc deleted the object between our existence check and our commit
-            # (the race is explained in gc.py): put it back, so the entry points
-            # at a missing object for no longer than this one operation.
+            # A gc deleted the object between our existence check and our commit (the
+            # race is explained in artifactstore/gc/__init__.py): put it back, so the
+            # entry points at a missing object for no longer than this one operation.
             self.blobs.put(encoded.digest, encoded.data)
         if not created and uploaded and not self.index.keys_for_digest(encoded.digest):
             # Lost a race on the key with different bytes (XLA output is not

@@ -33,6 +33,7 @@ NO_CACHE, JAX_WARM = "no cache", "jax local cache (warm)"
 TARGET_NAME, TARGET_RATIO = "artifactstore embedded (warm)", 1.05
 S3PG_NAME, S3PG_RATIO = "artifactstore S3+PostgreSQL (warm)", 1.10
 S3PG_NO_TIER = "artifactstore S3+PostgreSQL (new host, no local tier)"
+DEFAULT_THRESHOLD = "artifactstore embedded (warm, default 0.1 s threshold)"
 TARGETS = [(TARGET_NAME, TARGET_RATIO), (S3PG_NAME, S3PG_RATIO)]  # wall <= ratio x JAX_WARM
 COLUMNS = [("first call (s)", "first_call_secs"), ("process wall (s)", "wall_secs")]
 RATIO_COLS = [("first/no-cache", "first_call_secs", NO_CACHE),
@@ -103,17 +104,23 @@ def s3pg_no_tier_env(tmp: Path) -> dict[str, str]:
     return {**s3pg_env(tmp), "ARTSTORE_LOCAL_TIER": "off"}
 
 
+def default_threshold_env(tmp: Path) -> dict[str, str]:
+    """The store as users run it: compiles under 0.1 s are not stored (`--small-jits`)."""
+    return {"ARTSTORE_URL": str(tmp)}
+
+
 CONFIGS: list[Config] = [
     Config(NO_CACHE),
     Config(JAX_WARM, args=lambda tmp: ["--jax-cache", str(tmp)], prefill=True),
     Config(TARGET_NAME, env=embedded_env, prefill=True, store=True),
+    Config(DEFAULT_THRESHOLD, env=default_threshold_env, prefill=True, store=True),
     Config(S3PG_NAME, env=s3pg_env, prefill=True, store=True),
     Config(S3PG_NO_TIER, env=s3pg_no_tier_env, prefill=True, store=True),
 ]
 
 
-def run_once(cfg: Config, tmp: Path, layers: int) -> dict[str, Any]:
-    out = run_child(cfg, tmp, [*EXAMPLE, "--layers", str(layers)])
+def run_once(cfg: Config, tmp: Path, layers: int, small_jits: int = 0) -> dict[str, Any]:
+    out = run_child(cfg, tmp, [*EXAMPLE, "--layers", str(layers), "--small-jits", str(small_jits)])
     return {"wall_secs": out["wall_secs"], "first_call_secs": out["first_call_secs"],
             "setup_secs": out["setup_secs"], "checksum": out["checksum"],
             "store": out.get("store")}  # fmt: skip
@@ -178,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=5, help="timed runs per configuration")
     p.add_argument("--layers", type=int, default=10, help="example model depth")
+    p.add_argument(
+        "--small-jits", type=int, default=0, metavar="N",
+        help="the example first runs N trivial jits, as ordinary programs do",
+    )  # fmt: skip
     p.add_argument("--out", type=Path, default=_results.default_out("warm_start"))
     p.add_argument("--configs", help="comma-separated substrings of config names to run "
                    f"(default all: {'; '.join(c.name for c in CONFIGS)})")  # fmt: skip
@@ -194,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         if c.store and c.prefill and st.get("hits", 0) < 1:
             sys.exit(f"[{c.name}] warm run did not load from the store: {st}")
 
-    raw, prefills = interleaved(configs, a.runs, lambda c, tmp: run_once(c, tmp, a.layers), on_run)
+    raw, prefills = interleaved(
+        configs, a.runs, lambda c, tmp: run_once(c, tmp, a.layers, a.small_jits), on_run
+    )
     checksums = {r["checksum"] for r in [*prefills, *(r for rs in raw.values() for r in rs)]}
     if len(checksums) != 1:
         sys.exit(f"FAIL: checksums differ across runs: {sorted(checksums)}")
@@ -208,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += [
         "",
         f"median (min-max) over {a.runs} interleaved runs; layers={a.layers}; "
+        f"small jits={a.small_jits}; "
         f"identical checksum in all {n_runs} runs (prefills too): {next(iter(checksums))}",
         *_results.target_lines(targets, JAX_WARM),
     ]
@@ -216,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = {
         **_results.run_info(),
-        "runs": a.runs, "layers": a.layers,
+        "runs": a.runs, "layers": a.layers, "small_jits": a.small_jits,
         "target": {k: v for k, v in targets[0].items() if k != "config"},  # embedded
         "targets": targets,
         "checksum": next(iter(checksums)),

@@ -63,6 +63,15 @@ def build(layers: int, width: int):  # type: ignore[no-untyped-def]
     return train_step, evaluate, params, jnp.asarray(x), jnp.asarray(y)
 
 
+def small_jits(n: int) -> None:
+    """Trivial compiles, below any sensible store threshold, of n distinct shapes."""
+    import jax
+    import jax.numpy as jnp
+
+    for i in range(1, n + 1):
+        jax.block_until_ready((jnp.ones((i, 3)) + jnp.arange(3.0)).reshape(3, i).T)
+
+
 def use_cache(*, jax_cache: str | None, store: bool) -> None:
     """The cache under comparison: JAX's own (same 0 s threshold as ours) or the store."""
     import jax
@@ -83,12 +92,16 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--store", action="store_true", help="call artifactstore.configure()")
     parser.add_argument("--jax-cache", metavar="DIR", help="use JAX's own persistent cache")
+    parser.add_argument("--small-jits", type=int, default=0, metavar="N",
+                        help="first run N trivial jits (ones, arange, reshape of N shapes), "
+                        "as ordinary programs do; each compiles in milliseconds")  # fmt: skip
     args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
     import jax
 
     use_cache(jax_cache=args.jax_cache, store=args.store)
+    small_jits(args.small_jits)
     train_step, evaluate, params, x, y = build(args.layers, args.width)
     t1 = time.perf_counter()
     loss, params = train_step(params, x, y)

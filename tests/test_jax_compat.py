@@ -70,3 +70,68 @@ def test_deactivate_restores_jax(tmp_path: Path) -> None:
     proc = _run(DEACTIVATE, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2", "3"]
+
+
+def _cache_key_module(get: object, **attrs: object) -> object:
+    import types
+
+    module = types.SimpleNamespace(get=get, custom_hook=lambda: "", **attrs)
+    return module
+
+
+def test_key_conventions_follow_the_signature_not_the_version() -> None:
+    """Each cache_key.get convention JAX has had is called the way it expects; an
+    unknown one is named, never guessed."""
+    import enum
+
+    from artifactstore.jaxhook.compat import _key_fn
+
+    calls: list[tuple[object, ...]] = []
+
+    class IgnoreCallbacks(enum.IntEnum):  # JAX <= 0.10
+        NO = 1
+        ALL = 2
+        CUSTOM_PARTITIONING = 3
+
+    def get_010(module, devices, compile_options, backend, compression_algorithm="zstandard",  # type: ignore[no-untyped-def]
+                ignore_callbacks=IgnoreCallbacks.NO):  # fmt: skip
+        calls.append((compression_algorithm, ignore_callbacks))
+        return "jit_f-010"
+
+    def get_012(module, devices, compile_options, backend, compression_algorithm="zstandard",  # type: ignore[no-untyped-def]
+                ignore_custom_partitioning=False):  # fmt: skip
+        calls.append((compression_algorithm, ignore_custom_partitioning))
+        return "jit_f-012"
+
+    def get_plain(module, devices, compile_options, backend, compression_algorithm):  # type: ignore[no-untyped-def]
+        calls.append((compression_algorithm,))
+        return "jit_f-plain"
+
+    def get_future(module, devices, options, backend, algorithm, mode):  # type: ignore[no-untyped-def]
+        raise AssertionError("never called")
+
+    old = _key_fn(_cache_key_module(get_010, IgnoreCallbacks=IgnoreCallbacks))
+    assert not isinstance(old, str)
+    key, _ = old
+    assert key("m", "d", "o", "b", "fmt", False, True) == "jit_f-010"
+    assert key("m", "d", "o", "b", "fmt", True, False) == "jit_f-010"
+    assert key("m", "d", "o", "b", "fmt", False, False) == "jit_f-010"
+    assert calls == [("fmt", IgnoreCallbacks.ALL), ("fmt", IgnoreCallbacks.CUSTOM_PARTITIONING),
+                     ("fmt", IgnoreCallbacks.NO)]  # fmt: skip
+    calls.clear()
+
+    new = _key_fn(_cache_key_module(get_012))
+    assert not isinstance(new, str)
+    new[0]("m", "d", "o", "b", "fmt", True, True)
+    assert calls == [("fmt", True)]  # callbacks are keyed by index: nothing to strip
+    calls.clear()
+
+    plain = _key_fn(_cache_key_module(get_plain))
+    assert not isinstance(plain, str)
+    plain[0]("m", "d", "o", "b", "fmt", True, True)
+    assert calls == [("fmt",)]
+
+    assert _key_fn(_cache_key_module(get_010)) == "cache_key.IgnoreCallbacks missing"
+    problem = _key_fn(_cache_key_module(get_future))
+    assert isinstance(problem, str) and problem.startswith("cache_key.get(")
+    assert _key_fn(object()) == "cache_key.get missing"

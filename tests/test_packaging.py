@@ -32,6 +32,7 @@ def test_non_editable_install_upgrades_db_and_has_example(tmp_path: Path) -> Non
     assert (target / "artifactstore" / "migrations" / "versions" / "0001_initial.py").is_file()
     assert (target / "artifactstore" / "examples" / "compile_heavy.py").is_file()
     assert (target / "artifactstore" / "warm" / "_activate" / "sitecustomize.py").is_file()
+    assert (target / "artifactstore" / "cli" / "render.py").is_file()
     env = clean_env(PYTHONPATH=str(target), ARTSTORE_INDEX=f"sqlite:///{tmp_path}/i.db",
                     ARTSTORE_URL=str(tmp_path / "objects"))  # fmt: skip
     run = subprocess.run(

@@ -1,4 +1,8 @@
-"""Read-only wrapper: the single place where reader mode is enforced for objects."""
+"""Read-only wrapper: a reader's blob store refuses every write, whatever calls it.
+
+The Store also skips writes in reader mode (to count and log them); this wrapper
+is the backstop, so that no code path, present or future, writes an object.
+"""
 
 from __future__ import annotations
 

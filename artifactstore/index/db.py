@@ -27,7 +27,7 @@ log = logging.getLogger("artifactstore")
 _PG_MIGRATION_LOCK = 0x41525453  # "ARTS"
 # The newest migration in migrations/versions. Kept as a constant so that a
 # process checking its schema need not import Alembic or scan the scripts;
-# tests/test_index.py fails if it drifts from Alembic's head.
+# tests/test_units.py fails if it drifts from Alembic's head.
 SCHEMA_HEAD = "0002"
 
 

@@ -25,8 +25,9 @@ FFI_CALLBACK_TARGETS = frozenset({
 })  # fmt: skip
 # Custom calls that carry a process address in the module (legacy callbacks are
 # called through it, not by index): programs holding them are never stored.
-POINTER_TARGETS = frozenset({"InspectSharding", "xla_python_cpu_callback",
-                             "xla_python_gpu_callback"})  # fmt: skip
+POINTER_TARGETS = frozenset(
+    {"InspectSharding", "xla_python_cpu_callback", "xla_python_gpu_callback"}
+)
 PARTITIONING_TARGET = "CustomSPMDPartitioning"
 
 

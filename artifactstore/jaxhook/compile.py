@@ -131,9 +131,16 @@ def compile_or_get_cached(
         or not _keyed(session, request)
     ):
         return _original(
-            backend, computation, devices, compile_options, host_callbacks, executable_devices,
-            pgle_profiler, *args, **kwargs,
-        )  # fmt: skip
+            backend,
+            computation,
+            devices,
+            compile_options,
+            host_callbacks,
+            executable_devices,
+            pgle_profiler,
+            *args,
+            **kwargs,
+        )
     assert session is not None
     executable = _from_tier(session, request)
     if executable is not None:
@@ -243,12 +250,19 @@ def _compile_and_store(session: Session, store: Store | None, request: _Compile)
         payload = executable.serialize()
         assert request.fingerprint is not None
         store.submit_put(
-            request.key, payload, fingerprint=request.fingerprint,
-            module_name=request.module_name, compile_secs=compile_secs,
-        )  # fmt: skip
+            request.key,
+            payload,
+            fingerprint=request.fingerprint,
+            module_name=request.module_name,
+            compile_secs=compile_secs,
+        )
     except Exception as exc:
-        warn_once("serialize", "could not serialize %s (%s); not stored",
-                  request.module_name, one_line(exc))  # fmt: skip
+        warn_once(
+            "serialize",
+            "could not serialize %s (%s); not stored",
+            request.module_name,
+            one_line(exc),
+        )
     return executable
 
 
@@ -279,15 +293,24 @@ def _prepare(session: Session, request: _Compile) -> None:
         except NotStorable:
             raise
         except Exception as exc:  # a JAX/MLIR change: never break the program
-            warn_once("callbacks", "could not read a program's host callbacks (%s); "
-                      "compiling such programs without the store", one_line(exc))  # fmt: skip
+            warn_once(
+                "callbacks",
+                "could not read a program's host callbacks (%s); "
+                "compiling such programs without the store",
+                one_line(exc),
+            )
             raise NotStorable("host callbacks unreadable") from exc
     _local.fingerprint = fingerprint.digest + (f"|callbacks:{extra}" if extra else "")
     try:
         full = hooks.key(
-            request.computation, request.devices, request.options, backend, KEY_FORMAT,
-            drop_partitioning, bool(request.callbacks),
-        )  # fmt: skip
+            request.computation,
+            request.devices,
+            request.options,
+            backend,
+            KEY_FORMAT,
+            drop_partitioning,
+            bool(request.callbacks),
+        )
     finally:
         _local.fingerprint = None
     module_name, _, digest = full.rpartition("-")

@@ -1,7 +1,8 @@
 """How `artstore gc` shows its work: streamed JSON or text, and progress bars on stderr.
 
 Removals are written as they happen, so a dry run over millions of entries
-prints them all without keeping them in memory.
+prints them all without keeping them in memory: unlike the other commands'
+`--json` (`render.print_json`), the document is streamed in pieces, never built.
 """
 
 from __future__ import annotations

@@ -23,16 +23,17 @@ from typing import Any
 from artifactstore.errors import ArtstoreError
 
 
-def run_example(store_dir: Path, *, layers: int, extra_env: dict[str, str] | None = None
-                ) -> tuple[dict[str, Any], float]:  # fmt: skip
+def run_example(
+    store_dir: Path, *, layers: int, extra_env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], float]:
     """One fresh process running the example with the store; (its JSON, wall seconds)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSTORE_")}
     env.update({"ARTSTORE_URL": str(store_dir), "JAX_PLATFORMS": env.get("JAX_PLATFORMS", "cpu")})
     env.update(extra_env or {})
     # -P: never let the current directory shadow the installed package (run from
     # a source checkout, `artifactstore/` there has no `examples`).
-    cmd = [sys.executable, "-P", "-m", "artifactstore.examples.compile_heavy", "--store",
-           "--layers", str(layers)]  # fmt: skip
+    example = "artifactstore.examples.compile_heavy"
+    cmd = [sys.executable, "-P", "-m", example, "--store", "--layers", str(layers)]
     started = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started

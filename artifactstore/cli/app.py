@@ -1,0 +1,83 @@
+"""The `artstore` group: global options, its commands, and how every failure ends.
+
+Every failure a person can cause (bad URL, unknown command, unreachable
+database, schema mismatch) ends as one line on stderr and a non-zero exit,
+never a traceback; set ARTSTORE_DEBUG=1 to see one anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import click
+
+from artifactstore.cli import entries, gc_cmd, setup_cmd, warm_cmd
+from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
+from artifactstore.errors import ArtstoreError, one_line
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--url",
+    help="Object store: a directory, file:///path or s3://bucket/prefix "
+    "[env ARTSTORE_URL; default: user cache dir].",
+)
+@click.option("--index", help="Index database URL [env ARTSTORE_INDEX].")
+@click.option("--namespace", "-n", help="Namespace [env ARTSTORE_NAMESPACE; default 'default'].")
+@click.version_option(package_name="artifactstore", prog_name="artstore")
+@click.pass_context
+def cli(ctx: click.Context, url: str | None, index: str | None, namespace: str | None) -> None:
+    """artifactstore: a shared store for compiled JAX executables."""
+    ctx.obj = Ctx({"url": url, "index": index, "namespace": namespace})
+
+
+for _command in (
+    entries.ls_cmd,
+    entries.stats_cmd,
+    entries.verify_cmd,
+    entries.rm_cmd,
+    gc_cmd.gc_cmd,
+    gc_cmd.quota_group,
+    setup_cmd.fingerprint_cmd,
+    warm_cmd.warm_cmd,
+    setup_cmd.db_group,
+    setup_cmd.demo_cmd,
+    setup_cmd.doctor_cmd,
+):
+    cli.add_command(_command)
+
+
+def _dispatch_errors(fn: Callable[[], None]) -> None:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        fn()
+    except ArtstoreError as exc:
+        fail(str(exc))
+    except SQLAlchemyError as exc:
+        reason = one_line(getattr(exc, "orig", None) or exc)
+        fail(f"index database error ({reason}): check ARTSTORE_INDEX and the database server")
+    except click.exceptions.Abort:
+        fail("aborted")
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        fail(f"{exc.format_message()}{hint}", EXIT_USAGE)
+    except click.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as exc:
+        if os.environ.get("ARTSTORE_DEBUG"):
+            raise
+        fail(f"{one_line(exc)} (set ARTSTORE_DEBUG=1 for a traceback)")
+
+
+def main() -> None:
+    def run() -> None:
+        code = cli.main(standalone_mode=False, prog_name="artstore")
+        if isinstance(code, int) and code:
+            sys.exit(code)
+
+    _dispatch_errors(run)

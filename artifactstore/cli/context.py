@@ -1,0 +1,45 @@
+"""What every command shares: the global options, the store they open, and how they fail."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+from artifactstore import config as _config
+
+if TYPE_CHECKING:
+    from artifactstore.store import Store
+
+EXIT_USAGE = 2
+EXIT_FAIL = 1
+
+
+def fail(message: str, code: int = EXIT_FAIL) -> NoReturn:
+    """One line on stderr, then exit: how every failure a person can cause ends."""
+    click.echo(f"artstore: error: {message}", err=True)
+    sys.exit(code)
+
+
+class Ctx:
+    """The global options (`--url`, `--index`, `--namespace`), as config overrides."""
+
+    def __init__(self, overrides: dict[str, Any]) -> None:
+        self.overrides = overrides
+
+    def settings(self, **extra: Any) -> _config.Settings:
+        merged = {**self.overrides, **{k: v for k, v in extra.items() if v is not None}}
+        return _config.resolve(merged)
+
+    @contextmanager
+    def store(self, **extra: Any) -> Iterator[Store]:
+        from artifactstore.store import Store
+
+        store = Store.open(self.settings(**extra))
+        try:
+            yield store
+        finally:
+            store.close()

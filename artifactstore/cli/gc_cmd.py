@@ -1,0 +1,174 @@
+"""Eviction commands: `gc` and the `quota` group it enforces."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from artifactstore import config as _config
+from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
+from artifactstore.cli.render import json_option, print_json, print_table
+from artifactstore.sizes import format_size
+
+
+@click.command("gc")
+@click.option(
+    "--max-size",
+    metavar="SIZE",
+    help="Evict least-recently-used entries until the namespace fits in SIZE "
+    "(500G, 1.5TiB, 800MB; decimal and binary units). A quota, if smaller, wins.",
+)
+@click.option(
+    "--older-than",
+    metavar="DURATION",
+    help="Also evict entries unused for DURATION (30d, 12h, 90m, 1w, 45s).",
+)
+@click.option(
+    "--jaxlib-older-than",
+    metavar="VERSION",
+    help="Also evict entries built by jaxlib versions older than VERSION.",
+)
+@click.option(
+    "--grace",
+    metavar="DURATION",
+    default="1h",
+    show_default=True,
+    help="Never delete an unreferenced object younger than this (puts in flight).",
+)
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Namespace to collect (repeatable; default: the global --namespace).",
+)
+@click.option("--all-namespaces", is_flag=True, help="Collect every namespace in the index.")
+@click.option("--dry-run", is_flag=True, help="Print what would go, delete nothing.")
+@json_option("Print JSON (removals and summary).")
+@click.option(
+    "--no-reconcile",
+    is_flag=True,
+    help="Skip listing the object store for orphans and entries without objects.",
+)
+@click.option("--wait", is_flag=True, help="Wait for a running gc instead of failing.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bars on stderr [default: when stderr is a terminal].",
+)
+@click.pass_obj
+def gc_cmd(
+    obj: Ctx,
+    max_size: str | None,
+    older_than: str | None,
+    jaxlib_older_than: str | None,
+    grace: str,
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    dry_run: bool,
+    as_json: bool,
+    no_reconcile: bool,
+    wait: bool,
+    progress: bool | None,
+) -> None:
+    """Evict entries (LRU, quotas, age, old jaxlib), then objects nothing references."""
+    from artifactstore import gc
+    from artifactstore.cli.gc_output import Bars, Output
+    from artifactstore.sizes import parse_duration, parse_size
+
+    if namespaces and all_namespaces:
+        fail("give --namespace or --all-namespaces, not both", EXIT_USAGE)
+    if jaxlib_older_than is not None:
+        gc.old_jaxlib_versions([], jaxlib_older_than)  # validates before opening anything
+    policy = gc.Policy(
+        max_bytes=parse_size(max_size) if max_size is not None else None,
+        older_than_secs=parse_duration(older_than) if older_than is not None else None,
+        jaxlib_older_than=jaxlib_older_than,
+        grace_secs=parse_duration(grace),
+        reconcile=not no_reconcile,
+        dry_run=dry_run,
+    )
+    targets: list[str | None] = list(namespaces) or [None]
+    if all_namespaces:
+        from artifactstore.index.quotas import namespaces as all_ns
+
+        with obj.store() as store:
+            targets = list(all_ns(store.engine)) or [None]
+    out = Output(as_json=as_json, dry_run=dry_run, several=len(targets) > 1)
+    bars = Bars(sys.stderr.isatty() if progress is None else progress)
+    out.begin()
+    for namespace in targets:
+        with obj.store(namespace=namespace) as store:
+            out.begin_namespace(store.namespace)
+            try:
+                report = gc.collect(
+                    store, policy, on_remove=out.item, progress=bars.update, wait=wait
+                )
+            finally:
+                bars.close()
+        out.end_namespace(report)
+    out.finish()
+
+
+@click.group("quota")
+def quota_group() -> None:
+    """Per-namespace size quotas, enforced by `artstore gc`."""
+
+
+@quota_group.command("set")
+@click.argument("namespace")
+@click.argument("size")
+@click.pass_obj
+def quota_set(obj: Ctx, namespace: str, size: str) -> None:
+    """Limit NAMESPACE to SIZE (500G, 1.5TiB, 800MB)."""
+    from artifactstore.index import quotas
+    from artifactstore.sizes import parse_size
+
+    _config.check_namespace(namespace)
+    max_bytes = parse_size(size)
+    with obj.store() as store:
+        if store.read_only:
+            fail("quotas are kept in the index: unset ARTSTORE_READ_ONLY to set one")
+        quotas.set_quota(store.engine, namespace, max_bytes)
+    click.echo(f"quota of {namespace}: {format_size(max_bytes)} ({max_bytes} bytes)")
+
+
+@quota_group.command("ls")
+@json_option()
+@click.pass_obj
+def quota_ls(obj: Ctx, as_json: bool) -> None:
+    """Quotas with each namespace's current size."""
+    from artifactstore.index import quotas
+    from artifactstore.index.eviction import EvictionIndex
+
+    with obj.store() as store:
+        rows = [
+            (ns, limit, EvictionIndex(store.engine, ns).referenced_bytes())
+            for ns, limit in quotas.list_quotas(store.engine)
+        ]
+    if as_json:
+        print_json(
+            [{"namespace": ns, "max_bytes": limit, "bytes": used} for ns, limit, used in rows]
+        )
+        return
+    if not rows:
+        click.echo("no quotas")
+        return
+    table = [
+        [ns, format_size(limit), format_size(used), f"{100 * used / limit:.0f}%" if limit else "-"]
+        for ns, limit, used in rows
+    ]
+    print_table(["NAMESPACE", "QUOTA", "USED", "USE"], table, right={1, 2, 3})
+
+
+@quota_group.command("rm")
+@click.argument("namespace")
+@click.pass_obj
+def quota_rm(obj: Ctx, namespace: str) -> None:
+    """Remove NAMESPACE's quota."""
+    from artifactstore.index import quotas
+
+    with obj.store() as store:
+        if not quotas.remove_quota(store.engine, namespace):
+            fail(f"namespace {namespace!r} has no quota: see `artstore quota ls`")
+    click.echo(f"quota of {namespace} removed")

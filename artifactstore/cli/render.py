@@ -1,0 +1,93 @@
+"""How commands print: tables, key/value listings and JSON, all through here.
+
+`artstore gc` streams its removals instead (`gc_output`), so that a dry run over
+millions of entries never holds them in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from artifactstore.fingerprint import Fingerprint
+
+# What `artstore fingerprint` lists before the CPU features, in the order it always has:
+# `fingerprint.FIELDS` puts device facts before platform_version and the CPU features
+# before `os`, and `version` is not shown.
+_FINGERPRINT_ROWS = (
+    "digest",
+    "platform",
+    "platform_version",
+    "device_kind",
+    "device_count",
+    "jax_version",
+    "jaxlib_version",
+    "cpu_arch",
+    "os",
+)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def json_option(help: str = "Print JSON.") -> Callable[[F], F]:
+    """The `--json` flag (parameter `as_json`) of every command that has one."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def print_json(data: Any, *, sort_keys: bool = False) -> None:
+    """What every `--json` prints: one indented document."""
+    click.echo(json.dumps(data, indent=2, sort_keys=sort_keys))
+
+
+def when(dt: datetime) -> str:
+    """How long ago, for a person: "just now", "5 min ago", "3 h ago", or the date."""
+    delta = (datetime.now(UTC) - dt).total_seconds()
+    if delta < 60:
+        return "just now"
+    if delta < 3600:
+        return f"{int(delta // 60)} min ago"
+    if delta < 86400:
+        return f"{int(delta // 3600)} h ago"
+    return dt.strftime("%Y-%m-%d")
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
+    """Columns two spaces apart under a dashed rule; columns in `right` right-aligned."""
+    right = right or set()
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([fmt(headers), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+
+
+def print_table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> None:
+    click.echo(table(headers, rows, right))
+
+
+def print_fields(pairs: Iterable[tuple[str, object]]) -> None:
+    """`name: value` lines, values aligned one space after the longest name."""
+    pairs = list(pairs)
+    width = max(len(name) for name, _ in pairs) + 2
+    for name, value in pairs:
+        click.echo(f"{name + ':':<{width}}{value}")
+
+
+def fingerprint_fields(fp: Fingerprint) -> list[tuple[str, object]]:
+    """The rows `artstore fingerprint` lists for `fp`."""
+    data = {**fp.to_dict(), "digest": fp.digest}
+    rows: list[tuple[str, object]] = [(name, data[name]) for name in _FINGERPRINT_ROWS]
+    rows.append(("cpu_features", " ".join(fp.cpu_features) or "(none detected)"))
+    return rows

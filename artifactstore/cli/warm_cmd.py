@@ -1,0 +1,92 @@
+"""`artstore warm`: fill the store from CI, by running a command or compiling specs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from artifactstore.cli.context import EXIT_FAIL, Ctx
+
+
+class _WarmCommand(click.Command):
+    """Everything after the first `--` is CMD, verbatim: its options are not ours."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["warm_cmd"] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return ["[OPTIONS]", "(MODULE:FUNCTION | -- CMD [ARGS]...)"]
+
+
+@click.command("warm", cls=_WarmCommand)
+@click.argument("target", required=False, metavar="MODULE:FUNCTION")
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="MODULE:FUNCTION: compile in this many worker processes.",
+)
+@click.option(
+    "--expect-fingerprint",
+    metavar="FILE|JSON",
+    help="Fail unless this host matches the target (`artstore fingerprint --json` "
+    "output from a target node).",
+)
+@click.option(
+    "--report-json",
+    type=click.Path(dir_okay=False),
+    help="Also write the report as JSON to this file.",
+)
+@click.pass_context
+def warm_cmd(
+    ctx: click.Context,
+    target: str | None,
+    jobs: int,
+    expect_fingerprint: str | None,
+    report_json: str | None,
+) -> None:
+    """Fill the store for this host's target, from CI.
+
+    `artstore warm -- CMD [ARGS]...` runs CMD with the store in write mode in every Python
+    process it starts (no change to CMD) and exits with CMD's exit code.
+    `artstore warm MODULE:FUNCTION` compiles, without running, the specializations FUNCTION
+    returns: (jax.jit function, argument specs) pairs, specs being pytrees of
+    jax.ShapeDtypeStruct. Exits 1 if any failed or anything could not be stored.
+    """
+    from artifactstore import warm
+
+    obj: Ctx = ctx.obj
+    command: list[str] | None = ctx.meta.get("warm_cmd")
+    if (target is None) == (command is None):
+        raise click.UsageError("give MODULE:FUNCTION or -- CMD [ARGS]... (one of them)", ctx)
+    if command is not None and not command:
+        raise click.UsageError("no command after --", ctx)
+    if command is not None and jobs != 1:
+        raise click.UsageError("-j applies to MODULE:FUNCTION, not to -- CMD", ctx)
+    expected = warm.load_expected(expect_fingerprint) if expect_fingerprint else None
+    warm.check_store(obj.settings(read_only=False))
+    if command is not None:
+        report = warm.run_command(command, obj.overrides, expected)
+    else:
+        assert target is not None
+        display = warm.ProgressDisplay()
+        try:
+            report = warm.run_specs(target, jobs, obj.overrides, expected, display.start)
+        finally:
+            display.close()
+    click.echo(report.render())
+    if report_json:
+        with open(report_json, "w") as out:
+            json.dump(report.to_json(), out, indent=2)
+    if report.exit_code:
+        sys.exit(report.exit_code)
+    if report.failed or report.problems:
+        sys.exit(EXIT_FAIL)
