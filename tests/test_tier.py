@@ -42,6 +42,19 @@ def test_warm_host_loads_from_its_tier_while_the_store_is_down(
     assert "artifactstore" not in b["_stderr"]  # the store was never needed
 
 
+def test_tier_keeps_serving_after_the_store_failed_to_open(team_env: dict[str, str]) -> None:
+    """A miss opens the store, which is down; the compiles after it still load from the tier."""
+    a = run_program("job.py", team_env)
+    down = dict(team_env, AWS_ENDPOINT_URL_S3="http://127.0.0.1:1", ARTSTORE_TIMEOUT="2",
+                JOB_VARIANT="1")  # fmt: skip
+    b = run_program("job.py", down)  # mlp changed: its key misses and needs the store
+    assert b["xla_compiles"] == ['"jit_mlp"']
+    assert b["store"]["active"] == 0
+    assert b["store"]["tier_hits"] == len(a["xla_compiles"]) - 1
+    lines = [line for line in b["_stderr"].splitlines() if "artifactstore" in line]
+    assert len(lines) == 1 and "store unavailable" in lines[0], b["_stderr"]
+
+
 def test_warm_process_opens_neither_index_nor_object_store(any_env: dict[str, str]) -> None:
     """A normal program's trivial jits compile under ARTSTORE_MIN_COMPILE_SECS and are
     never stored; the tier remembers them, so a warm process answers every compile

@@ -120,9 +120,10 @@ def compile_or_get_cached(
     request = _Compile(
         backend, computation, devices, compile_options, host_callbacks, executable_devices
     )
+    # A failed store does not bypass the tier: it is local disk, and keeps serving.
     if (
         session is None
-        or not session.active
+        or (not session.active and session.tier is None)
         or pgle_profiler is not None
         or args
         or kwargs
