@@ -143,9 +143,18 @@ def parse_index_url(url: str) -> str:
             "postgresql+psycopg://user@host/db"
         )
     try:
-        _ = urlsplit(text).port  # a non-numeric or out-of-range port
+        parts = urlsplit(text)
+        _ = parts.port  # a non-numeric or out-of-range port
     except ValueError:
         raise malformed from None
+    if parts.netloc.count("@") > 1 or (backend == "postgresql" and "@" in parts.path):
+        # A password with a raw @ (or /) would be split into user, host and path, and the
+        # parts after it would reach error messages: never echo such a URL.
+        raise ConfigError(
+            "the index URL's user or password contains a reserved character (@ / : #): "
+            "percent-encode it (@ is %40) or leave the password out of the URL and use "
+            "~/.pgpass or PGPASSWORD"
+        )
     if backend == "postgresql" and driver is None:
         text = "postgresql+psycopg" + text[len(match.group(1)) :]
     return text
@@ -162,13 +171,21 @@ def parse_bool(name: str, value: str | bool) -> bool:
     raise ConfigError(f"invalid boolean {value!r} for {name}: use 1/0, true/false, yes/no")
 
 
-def parse_float(name: str, value: str | float, *, minimum: float = 0.0) -> float:
+# Seconds: any bound beyond a day is a typo (and `inf` would overflow the waits it bounds).
+MAX_SECS = 86400.0
+
+
+def parse_float(
+    name: str, value: str | float, *, minimum: float = 0.0, maximum: float = MAX_SECS
+) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"invalid number {value!r} for {name}: use e.g. 0.5") from None
-    if number < minimum or number != number:
-        raise ConfigError(f"invalid value {value!r} for {name}: must be >= {minimum}")
+    if not minimum <= number <= maximum:  # also false for nan
+        raise ConfigError(
+            f"invalid value {value!r} for {name}: must be >= {minimum:g} and <= {maximum:g}"
+        )
     return number
 
 

@@ -134,3 +134,20 @@ def test_schema_newer_than_known_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "newer than this artifactstore understands" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_missing_postgres_driver_names_the_extra(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['psycopg'] = None; "  # as if artifactstore[postgres] were absent
+        "sys.argv = ['artstore', 'stats']; from artifactstore.cli import main; main()"
+    )
+    env = clean_env(ARTSTORE_URL=str(tmp_path), ARTSTORE_INDEX="postgresql://u@127.0.0.1:1/x")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "pip install 'artifactstore[postgres]'" in proc.stderr

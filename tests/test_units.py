@@ -51,6 +51,12 @@ def test_config_env_and_arguments(tmp_path: Path) -> None:
         ({"bogus": 1}, "unknown option 'bogus'"),
         ({"namespace": "../etc"}, "invalid namespace"),
         ({"min_compile_secs": -1}, "must be >= 0"),
+        ({"timeout_secs": "inf"}, "must be >= 0.01 and <= 86400"),
+        ({"timeout_secs": "1e12"}, "must be >= 0.01 and <= 86400"),
+        ({"flush_secs": "nan"}, "must be >= 0 and <= 86400"),
+        ({"url": "/tmp/x", "index": "postgresql://u:pa@ss-secret@h/db"}, "percent-encode"),
+        ({"url": "/tmp/x", "index": "postgresql://u:12/secret@h/db"}, "percent-encode"),
+        ({"url": "/tmp/x", "index": "postgresql://u:a/secret@h/db"}, "malformed index URL"),
         ({"s3_endpoint_url": "localhost:9000"}, "invalid S3 endpoint"),
     ],
 )

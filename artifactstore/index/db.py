@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 
 from artifactstore.config import redact_url
-from artifactstore.errors import ConfigError, SchemaMismatch
+from artifactstore.errors import ConfigError, SchemaMismatch, one_line
 
 log = logging.getLogger("artifactstore")
 
@@ -69,7 +69,13 @@ def open_engine(url: str, *, timeout_secs: float = 10.0) -> Engine:
         "connect_timeout": max(1, int(timeout_secs)),
         "application_name": "artifactstore",
     }
-    return create_engine(parsed, **kwargs)
+    try:
+        return create_engine(parsed, **kwargs)
+    except ImportError as exc:  # the dialect's driver, imported by create_engine
+        raise ConfigError(
+            f"the index is {parsed.get_backend_name()} but its driver is not installed "
+            f"({one_line(exc)}): pip install 'artifactstore[postgres]'"
+        ) from None
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
