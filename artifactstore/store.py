@@ -85,11 +85,16 @@ class Store:
 
     # -- opening ------------------------------------------------------------
     @classmethod
-    def open(cls, settings: Settings, *, tier: LocalTier | None = None) -> Store:
+    def open(
+        cls, settings: Settings, *, tier: LocalTier | None = None, check_blobs: bool = True
+    ) -> Store:
         """Open blob store and index; the embedded default migrates itself.
 
         `tier`: this host's tier when the caller already holds it (a session),
         so one process never has two; otherwise the store opens it.
+        `check_blobs=False`: for callers that only read the index (`ls`, `stats`,
+        quotas), which must work while the object store is down; nothing is sent
+        to the object store until a blob is asked for.
         """
         engine = db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs)
         status = db.schema_status(engine)
@@ -98,7 +103,8 @@ class Store:
                 status = db.upgrade(engine)
             status.require_current()
         blobs = open_blobstore(settings)
-        blobs.check()
+        if check_blobs:
+            blobs.check()
         store = cls(settings, blobs, engine, tier=tier or _open_tier(settings))
         store.fold_tier_journals()
         return store

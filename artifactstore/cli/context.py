@@ -35,10 +35,11 @@ class Ctx:
         return _config.resolve(merged)
 
     @contextmanager
-    def store(self, **extra: Any) -> Iterator[Store]:
+    def store(self, *, index_only: bool = False, **extra: Any) -> Iterator[Store]:
+        """The store for one command; `index_only` commands work with the object store down."""
         from artifactstore.store import Store
 
-        store = Store.open(self.settings(**extra))
+        store = Store.open(self.settings(**extra), check_blobs=not index_only)
         try:
             yield store
         finally:

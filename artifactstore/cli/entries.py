@@ -31,7 +31,7 @@ def ls_cmd(
     from artifactstore.index.repo import Filters
 
     filters = Filters(platform=platform, device_kind=device_kind, jaxlib_version=jaxlib)
-    with obj.store() as store:
+    with obj.store(index_only=True) as store:
         entries = []
         for entry in store.index.iter_entries(filters):
             entries.append(entry)
@@ -65,7 +65,7 @@ def ls_cmd(
 @click.pass_obj
 def stats_cmd(obj: Ctx, as_json: bool) -> None:
     """Entries, bytes, hits, misses and compile time saved."""
-    with obj.store() as store:
+    with obj.store(index_only=True) as store:
         stats = store.index.stats()
         where = store.describe()
     lookups = stats.hits + stats.misses
