@@ -10,6 +10,7 @@ read-only stores never write.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 from collections import Counter as _Counts
@@ -167,6 +168,12 @@ class Store:
             return self._miss("fingerprint_mismatch")
         data = self.blobs.get(entry.digest)
         if data is None:
+            self._warn_once(
+                "missing",
+                "entry %s points at object %s, which is gone (removed by gc or by hand); compiling",
+                key[:12],
+                entry.digest[:12],
+            )
             self._drop_entry(entry)
             return self._miss("missing_object")
         try:
@@ -205,9 +212,16 @@ class Store:
         return None
 
     def _quarantine(self, entry: EntryInfo, why: str) -> None:
-        self._warn_once("corrupt", "corrupt object ignored and quarantined (%s)", why)
-        if self.read_only:
+        if self.read_only:  # a reader moves nothing: say so, and leave it to a writer
+            self._warn_once(
+                "corrupt",
+                "corrupt object %s ignored (%s); read-only, so not quarantined: "
+                "run `artstore verify --repair` as a writer",
+                entry.digest[:12],
+                why,
+            )
             return
+        self._warn_once("corrupt", "corrupt object ignored and quarantined (%s)", why)
         try:
             self.blobs.quarantine(entry.digest)
             self.index.forget_objects([entry.digest])
@@ -332,7 +346,11 @@ class Store:
                 )
             except Exception as exc:
                 self.counters.add("put_errors")
-                self._warn_once("put", "could not store %s: %s", module_name, one_line(exc))
+                cause = one_line(exc)
+                # Once per kind of cause, not once per process: a later, different
+                # failure (the bucket now denies writes) must not hide behind the first.
+                kind = re.sub(r"[0-9a-f]{12,}", "…", f"{type(exc).__name__}: {cause}")
+                self._warn_once(f"put {kind}", "could not store %s: %s", module_name, cause)
                 raise
 
         self.worker.submit(f"put {module_name}", job)

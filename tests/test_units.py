@@ -206,3 +206,35 @@ def test_read_only_store_writes_nothing(tmp_path: Path) -> None:
     assert ro.get("a" * 64, _fp().digest) is not None
     ro.flush(1)
     assert _snapshot(tmp_path) == before
+
+
+def test_missing_object_is_a_counted_miss_with_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store.open(config.resolve({"url": str(tmp_path)}, environ={}))
+    store.put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
+    entry = store.index.lookup("a" * 64)
+    assert entry is not None
+    for path in (tmp_path / "default" / "objects").rglob(entry.digest):
+        path.unlink()
+    with caplog.at_level("WARNING", logger="artifactstore"):
+        assert store.get("a" * 64, _fp().digest) is None
+    assert store.counters.snapshot()["missing_object"] == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "which is gone" in said[0], said
+
+
+def test_read_only_reader_does_not_claim_to_quarantine(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rw = Store.open(config.resolve({"url": str(tmp_path)}, environ={}))
+    rw.put("a" * 64, b"payload", fingerprint=_fp(), module_name="m", compile_secs=1)
+    rw.close()
+    (obj,) = (tmp_path / "default" / "objects").rglob("*/*")
+    obj.write_bytes(obj.read_bytes()[:-3] + b"xyz")
+    ro = Store.open(config.resolve({"url": str(tmp_path), "read_only": True}, environ={}))
+    with caplog.at_level("WARNING", logger="artifactstore"):
+        assert ro.get("a" * 64, _fp().digest) is None
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "not quarantined" in said and "ignored and quarantined" not in said
+    assert obj.exists()  # a reader moves nothing
