@@ -127,3 +127,85 @@ def call_with_timeout(fn: Callable[[], T], timeout: float) -> T:
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
+
+
+class Breaker:
+    """A circuit breaker: after `failures` consecutive failures, refuse calls for
+    `cooldown_secs` (they cost nothing), then let exactly one probe through; its
+    success closes the breaker, its failure opens it for another cool-down.
+
+    Callers ask `allow()` before a call and report `success()` or `failure()`
+    after it (a probe that never reports just waits for the next cool-down).
+    One warning when it first opens and one when it closes again, so a long
+    outage is one line, not one per call or per cool-down.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        failures: int = 1,
+        cooldown_secs: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.failures = max(1, failures)
+        self.cooldown_secs = cooldown_secs
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._consecutive = 0
+        self._open_until: float | None = None
+        self._probing = False
+        self._opened_at: float | None = None
+        self.opened = 0  # times it opened
+        self.refused = 0  # calls refused while open
+
+    @property
+    def closed(self) -> bool:
+        with self._lock:
+            return self._open_until is None
+
+    def allow(self) -> bool:
+        with self._lock:
+            if self._open_until is None:
+                return True
+            now = self._clock()
+            if now < self._open_until:
+                self.refused += 1
+                return False
+            # This caller is the probe; others wait another cool-down (also if the
+            # probe never reports back).
+            self._open_until = now + self.cooldown_secs
+            self._probing = True
+            return True
+
+    def success(self) -> None:
+        with self._lock:
+            was_open = self._open_until is not None
+            self._consecutive, self._open_until, self._probing = 0, None, False
+            down = self._clock() - self._opened_at if self._opened_at is not None else 0.0
+            self._opened_at = None
+        if was_open:
+            log.warning("artifactstore: %s answers again after %.0f s; using it", self.name, down)
+
+    def failure(self, cause: str) -> None:
+        with self._lock:
+            self._consecutive += 1
+            probe_failed = self._probing
+            self._probing = False
+            if not probe_failed and self._consecutive < self.failures:
+                return
+            first = self._opened_at is None
+            if first:
+                self._opened_at = self._clock()
+            self._open_until = self._clock() + self.cooldown_secs
+            self.opened += 1
+        if first:
+            log.warning(
+                "artifactstore: %s unavailable (%s); compiling without it, trying again every %g s",
+                self.name,
+                cause,
+                self.cooldown_secs,
+            )
+        else:
+            log.debug("artifactstore: %s still unavailable (%s)", self.name, cause)

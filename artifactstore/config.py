@@ -26,6 +26,10 @@ DEFAULT_NAMESPACE = "default"
 DEFAULT_MIN_COMPILE_SECS = 0.1
 DEFAULT_TIMEOUT_SECS = 10.0
 DEFAULT_FLUSH_SECS = 60.0
+# Circuit breaker on the store: every failure already cost up to ARTSTORE_TIMEOUT,
+# so one is enough to stop paying; a minute later one probe finds out if it is back.
+DEFAULT_BREAKER_FAILURES = 1
+DEFAULT_BREAKER_COOLDOWN_SECS = 60.0
 # Private copies of a remote store's objects on each host; big enough for a
 # few large GPU programs, small next to a training node's scratch disk.
 DEFAULT_LOCAL_TIER_BYTES = 10 * 1000**3
@@ -66,6 +70,8 @@ class Settings:
     local_tier: str | None = None  # a directory, "off", or None for the default place
     local_tier_bytes: int = DEFAULT_LOCAL_TIER_BYTES
     enforce_quota: bool = False  # a background gc pass after this process's writes
+    breaker_failures: int = DEFAULT_BREAKER_FAILURES
+    breaker_cooldown_secs: float = DEFAULT_BREAKER_COOLDOWN_SECS
     embedded: bool = field(default=False)
 
 
@@ -212,6 +218,8 @@ _OPTIONS: dict[str, str] = {
     "local_tier": "LOCAL_TIER",
     "local_tier_size": "LOCAL_TIER_SIZE",
     "enforce_quota": "ENFORCE_QUOTA",
+    "breaker_failures": "BREAKER_FAILURES",
+    "breaker_cooldown_secs": "BREAKER_COOLDOWN",
 }
 
 
@@ -280,6 +288,18 @@ def resolve(
         local_tier=_parse_tier(values.get("local_tier")),
         local_tier_bytes=_parse_tier_size(values.get("local_tier_size")),
         enforce_quota=parse_bool(ENV_PREFIX + "ENFORCE_QUOTA", values.get("enforce_quota", False)),
+        breaker_failures=int(
+            parse_float(
+                ENV_PREFIX + "BREAKER_FAILURES",
+                values.get("breaker_failures", DEFAULT_BREAKER_FAILURES),
+                minimum=1,
+                maximum=1000,
+            )
+        ),
+        breaker_cooldown_secs=parse_float(
+            ENV_PREFIX + "BREAKER_COOLDOWN",
+            values.get("breaker_cooldown_secs", DEFAULT_BREAKER_COOLDOWN_SECS),
+        ),
         embedded=embedded,
     )
 

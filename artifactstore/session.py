@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from artifactstore.background import call_with_timeout
+from artifactstore.background import Breaker, call_with_timeout
 from artifactstore.config import Settings
 from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.tier import LocalTier, open_tier
@@ -43,7 +43,11 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._store: Store | None = None
-        self._failed = False
+        self.breaker = Breaker(
+            "store",
+            failures=settings.breaker_failures,
+            cooldown_secs=settings.breaker_cooldown_secs,
+        )
         self._finished = False
         self._open_lock = threading.Lock()
         self.loads = 0
@@ -60,20 +64,26 @@ class Session:
 
     @property
     def active(self) -> bool:
-        return not self._failed
+        """False while the breaker is open: the store failed and its cool-down runs."""
+        return self.breaker.closed
 
     def store(self) -> Store | None:
-        """The Store, opened on first use within the timeout bound; None once it failed."""
-        if self._store is not None or self._failed:
+        """The Store, opened on first use within the timeout bound; None while the breaker
+        is open (a failed store costs nothing until its cool-down ends, then one probe)."""
+        if not self.breaker.allow():
+            return None
+        if self._store is not None:
             return self._store
         with self._open_lock:
-            if self._store is None and not self._failed:
+            if self._store is None:
                 try:
                     self._store = call_with_timeout(self._open, self.settings.timeout_secs)
                     log.debug("artifactstore: using %s", self._store.describe())
                     _finish_before_thread_shutdown(self)
                 except Exception as exc:
                     self.fail(exc)
+                    return None
+                self.ok()
         return self._store
 
     def _open(self) -> Store:
@@ -86,13 +96,13 @@ class Session:
             self.quota = QuotaPass.attach(store)
         return store
 
+    def ok(self) -> None:
+        """The store answered (a hit or a miss): close the breaker if it was open."""
+        self.breaker.success()
+
     def fail(self, exc: BaseException) -> None:
-        self._failed = True
-        warn_once(
-            "unavailable",
-            "store unavailable (%s); compiling without it in this process",
-            self._describe(exc),
-        )
+        """The store failed (bounded by the timeout): counted by the breaker, logged once."""
+        self.breaker.failure(self._describe(exc))
 
     def _describe(self, exc: BaseException) -> str:
         if isinstance(exc, TimeoutError):
@@ -124,6 +134,9 @@ class Session:
             out["tier_hits"] = self.tier_hits
         if self.below_threshold:
             out["below_threshold"] = self.below_threshold
+        if self.breaker.opened:
+            out["breaker_opened"] = self.breaker.opened
+            out["breaker_refused"] = self.breaker.refused
         out["loads"] = self.loads
         out["compiles"] = self.compiles
         out["active"] = int(self.active)

@@ -238,3 +238,70 @@ def test_read_only_reader_does_not_claim_to_quarantine(
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "not quarantined" in said and "ignored and quarantined" not in said
     assert obj.exists()  # a reader moves nothing
+
+
+def test_breaker_opens_refuses_probes_and_closes(caplog: pytest.LogCaptureFixture) -> None:
+    from artifactstore.background import Breaker
+
+    now = [0.0]
+    breaker = Breaker("store", failures=2, cooldown_secs=10, clock=lambda: now[0])
+    with caplog.at_level("DEBUG", logger="artifactstore"):
+        breaker.failure("first")
+        assert breaker.closed and breaker.allow()  # one failure of two
+        breaker.failure("second")
+        assert not breaker.closed
+        assert not breaker.allow() and not breaker.allow()  # cool-down: costs nothing
+        now[0] = 10.0
+        assert breaker.allow()  # the probe
+        assert not breaker.allow()  # only one
+        breaker.failure("probe failed")  # open again, for another cool-down
+        now[0] = 15.0
+        assert not breaker.allow()
+        now[0] = 20.5
+        assert breaker.allow()
+        breaker.success()
+        assert breaker.closed and breaker.allow()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2, warnings  # one when it opened, one when it closed
+    assert "unavailable (second)" in warnings[0] and "answers again" in warnings[1]
+    assert (breaker.opened, breaker.refused) == (2, 4)
+
+
+BREAKER_PROGRAM = """
+import json, os, sys, time
+import jax, jax.numpy as jnp
+import artifactstore
+artifactstore.configure(breaker_cooldown_secs=3.0)
+x = jnp.ones(3)
+jax.jit(lambda v: v * 2 + 1)(x).block_until_ready()  # the store cannot open
+jax.jit(lambda v: v * 3 - 1)(x).block_until_ready()  # breaker open: not even tried
+os.remove(sys.argv[1])  # the store's directory can be made again: it is back
+time.sleep(3.2)
+jax.jit(lambda v: v - 5)(x).block_until_ready()  # the probe opens it and stores
+artifactstore.flush()
+print(json.dumps(artifactstore.process_stats()))
+"""
+
+
+def test_store_breaker_recovers_in_a_running_program(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the store's directory should be")
+    env = clean_env(ARTSTORE_URL=str(blocker / "store"), ARTSTORE_TIMEOUT="5")
+    proc = subprocess.run(
+        [sys.executable, "-c", BREAKER_PROGRAM, str(blocker)],
+        env=env, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    # Opened once, and again after any probe that came before the directory was back.
+    assert stats["breaker_opened"] >= 1 and stats["breaker_refused"] >= 1, stats
+    assert stats["stored"] >= 1 and stats["active"] == 1, stats
+    lines = [line for line in proc.stderr.splitlines() if "artifactstore" in line]
+    assert len(lines) == 2, proc.stderr
+    assert "store unavailable" in lines[0] and "answers again" in lines[1]

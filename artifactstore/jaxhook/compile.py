@@ -120,10 +120,9 @@ def compile_or_get_cached(
     request = _Compile(
         backend, computation, devices, compile_options, host_callbacks, executable_devices
     )
-    # A failed store does not bypass the tier: it is local disk, and keeps serving.
+    # A failed store (its breaker open) does not bypass the tier: it is local disk.
     if (
         session is None
-        or (not session.active and session.tier is None)
         or pgle_profiler is not None
         or args
         or kwargs
@@ -216,6 +215,7 @@ def _from_store(session: Session, store: Store, request: _Compile) -> Any:
     except Exception as exc:
         session.fail(exc)
         return None
+    session.ok()
     if hit is None:
         return None
     try:
