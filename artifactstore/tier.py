@@ -100,6 +100,14 @@ class LocalTier:
             return any(True for _ in it)
         return False
 
+    def key_count(self) -> int:
+        """Keys this host remembers (a scan of the key map: for reports, not the hot path)."""
+        try:
+            shards = [d for d in self.keys.iterdir() if d.is_dir()]
+        except FileNotFoundError:
+            return 0
+        return sum(1 for shard in shards for f in shard.iterdir() if not f.name.startswith("."))
+
     def lookup(self, key: str) -> TierEntry | None:
         try:
             raw = json.loads(self._key_path(key).read_bytes())

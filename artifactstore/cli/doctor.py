@@ -258,7 +258,7 @@ def _check_tier(settings: _config.Settings) -> Check:
         tier = open_tier(settings)
         if tier is None:
             return Check("local tier", "ok", "off", blocking=False, data={"path": None})
-        keys = _count_keys(tier.keys)
+        keys = tier.key_count()
         size = sum(blob.size for blob in tier.blobs.iter_blobs())
     except Exception as exc:
         return Check("local tier", "warn", f"unusable: {one_line(exc)}", blocking=False)
@@ -341,15 +341,6 @@ def _index_password(url: str) -> str:
         return str(make_url(url).password or "")
     except Exception:
         return ""
-
-
-def _count_keys(keys_dir: Path) -> int:
-    """Key files in the tier's two-level key map (temporary files start with '.')."""
-    try:
-        shards = [d for d in keys_dir.iterdir() if d.is_dir()]
-    except FileNotFoundError:
-        return 0
-    return sum(1 for shard in shards for f in shard.iterdir() if not f.name.startswith("."))
 
 
 def _scrubber(secrets: list[str]) -> Callable[[str], str]:

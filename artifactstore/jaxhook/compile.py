@@ -120,6 +120,13 @@ def compile_or_get_cached(
     request = _Compile(
         backend, computation, devices, compile_options, host_callbacks, executable_devices
     )
+
+    def as_jax_would() -> Any:  # JAX's own path, its own cache included
+        return _original(
+            backend, computation, devices, compile_options, host_callbacks, executable_devices,
+            pgle_profiler, *args, **kwargs,
+        )  # fmt: skip
+
     # A failed store (its breaker open) does not bypass the tier: it is local disk.
     if (
         session is None
@@ -130,26 +137,14 @@ def compile_or_get_cached(
         or compat.expects_pgle()
         or not _keyed(session, request)
     ):
-        return _original(
-            backend,
-            computation,
-            devices,
-            compile_options,
-            host_callbacks,
-            executable_devices,
-            pgle_profiler,
-            *args,
-            **kwargs,
-        )
+        return as_jax_would()
     assert session is not None
     executable = _from_tier(session, request)
     if executable is not None:
         return executable
     store = None if _known_quick(session, request) else session.store()
     if store is None and not session.active:
-        return _original(
-            backend, computation, devices, compile_options, host_callbacks, executable_devices
-        )
+        return as_jax_would()
     if store is not None:
         executable = _from_store(session, store, request)
         if executable is not None:
