@@ -20,7 +20,7 @@ from artifactstore.errors import ArtstoreError, ConfigError
 if TYPE_CHECKING:
     from artifactstore.jaxhook import configure, deactivate, flush, process_stats
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = [
     "ArtstoreError",
     "ConfigError",

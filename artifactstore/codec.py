@@ -1,16 +1,30 @@
 """The object envelope: what bytes in the object store look like.
 
-An object is `MAGIC | version | fingerprint digest (32 bytes) | zstd(payload)`
-and is named by the sha256 of all of it. The fingerprint inside the object lets
-a reader refuse an executable built for another platform even if the index
-row that led to it is wrong, before a single byte reaches JAX.
+An object is `MAGIC | version | fingerprint digest (32 bytes) | zstd(payload)
+[| metadata frame]` and is named by the sha256 of all of it. The fingerprint
+inside the object lets a reader refuse an executable built for another platform
+even if the index row that led to it is wrong, before a single byte reaches JAX.
+
+The metadata frame (written since 0.2; optional, so older objects stay valid)
+names the entry the object was stored for: its key, module, compile time and
+full fingerprint. It binds the object to its key (a reader asking for another
+key refuses it, so swapped index rows cannot make a program load another
+program) and lets `artstore db rebuild` recreate a lost index from the objects
+alone. It is a zstd *skippable frame* after the payload's frame, so readers
+that predate it (which decompress one frame and ignore what follows) still
+read these objects: no envelope version bump, old and new clients share a store.
+Its body is JSON, followed by its length and `META_MAGIC`, so it is found from
+the end without parsing the payload.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import struct
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import zstandard
 
@@ -19,6 +33,12 @@ from artifactstore.errors import CorruptObject
 MAGIC = b"ARTX"
 FORMAT_VERSION = 1
 _HEADER_LEN = len(MAGIC) + 1 + 32
+META_MAGIC = b"ARTM"
+META_VERSION = 1
+_SKIPPABLE = 0x184D2A5E  # one of zstd's skippable-frame magic numbers (0x184D2A5?)
+_FOOTER = struct.Struct("<I4s")  # body length, META_MAGIC
+_FRAME_HEAD = struct.Struct("<II")  # skippable magic, frame size
+MAX_META_BYTES = 1 << 20
 # Level 3 is zstd's default: ~3-4x on XLA executables at several hundred MB/s,
 # so compression never costs more than a small fraction of the compile it saves.
 ZSTD_LEVEL = 3
@@ -51,19 +71,87 @@ class Encoded:
     raw_size: int
 
 
-def encode(payload: bytes, fingerprint_digest: str) -> Encoded:
+@dataclass(frozen=True)
+class ObjectMeta:
+    """The entry an object was stored for (see the module docstring)."""
+
+    key: str
+    module_name: str
+    compile_secs: float
+    raw_size: int
+    producer_host: str
+    fingerprint: dict[str, Any]  # Fingerprint.to_dict(): the index's platform columns
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "v": META_VERSION,
+            "key": self.key,
+            "module": self.module_name,
+            "compile_secs": self.compile_secs,
+            "raw_size": self.raw_size,
+            "host": self.producer_host,
+            "fingerprint": self.fingerprint,
+        }
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> ObjectMeta:
+        try:
+            body = json.loads(raw)
+            return cls(
+                key=str(body["key"]),
+                module_name=str(body["module"]),
+                compile_secs=float(body["compile_secs"]),
+                raw_size=int(body["raw_size"]),
+                producer_host=str(body["host"]),
+                fingerprint=dict(body["fingerprint"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptObject(f"object metadata is unreadable: {exc}") from None
+
+
+def encode(payload: bytes, fingerprint_digest: str, meta: ObjectMeta | None = None) -> Encoded:
     fp = bytes.fromhex(fingerprint_digest)
     if len(fp) != 32:
         raise ValueError("fingerprint digest must be a sha256 hex digest")
     data = MAGIC + bytes([FORMAT_VERSION]) + fp + _compressor().compress(payload)
+    if meta is not None:
+        body = meta.to_bytes()
+        frame = body + _FOOTER.pack(len(body), META_MAGIC)
+        data += _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
     return Encoded(data=data, digest=digest_of(data), raw_size=len(payload))
 
 
-def decode(data: bytes, *, expected_digest: str, fingerprint_digest: str) -> bytes:
-    """Verify digest, envelope and fingerprint, then decompress.
+def _split(data: bytes) -> tuple[bytes, bytes | None]:
+    """(the payload's zstd frame, the metadata body or None)."""
+    body_end = len(data) - _FOOTER.size
+    if body_end < _HEADER_LEN or data[body_end + 4 :] != META_MAGIC:
+        return data[_HEADER_LEN:], None
+    (length,) = struct.unpack_from("<I", data, body_end)
+    start = body_end - length
+    head = start - _FRAME_HEAD.size
+    if length > MAX_META_BYTES or head < _HEADER_LEN:
+        return data[_HEADER_LEN:], None
+    magic, size = _FRAME_HEAD.unpack_from(data, head)
+    if magic != _SKIPPABLE or size != length + _FOOTER.size:
+        return data[_HEADER_LEN:], None
+    return data[_HEADER_LEN:head], data[start:body_end]
 
-    Raises `CorruptObject` for bytes that are damaged and `FingerprintMismatch`
-    for intact bytes built for another platform.
+
+def read_meta(data: bytes) -> ObjectMeta | None:
+    """The entry `data` was stored for; None for objects that predate metadata."""
+    _, body = _split(data)
+    return None if body is None else ObjectMeta.from_bytes(body)
+
+
+def decode(
+    data: bytes, *, expected_digest: str, fingerprint_digest: str, key: str | None = None
+) -> bytes:
+    """Verify digest, envelope, fingerprint and (given `key`) the entry, then decompress.
+
+    Raises `CorruptObject` for bytes that are damaged, `FingerprintMismatch`
+    for intact bytes built for another platform and `WrongEntry` for intact
+    bytes stored for another key.
     """
     actual = digest_of(data)
     if actual != expected_digest:
@@ -80,8 +168,16 @@ def decode(data: bytes, *, expected_digest: str, fingerprint_digest: str) -> byt
             f"object {expected_digest[:12]} was built for fingerprint {stored_fp[:12]}, "
             f"this host is {fingerprint_digest[:12]}"
         )
+    frame, body = _split(data)
+    if key is not None and body is not None:
+        stored_key = ObjectMeta.from_bytes(body).key
+        if stored_key != key:
+            raise WrongEntry(
+                f"object {expected_digest[:12]} was stored for key {stored_key[:12]}, "
+                f"not {key[:12]}"
+            )
     try:
-        return _decompressor().decompress(data[_HEADER_LEN:])
+        return _decompressor().decompress(frame)
     except zstandard.ZstdError as exc:
         raise CorruptObject(f"object {expected_digest[:12]} does not decompress: {exc}") from None
 
@@ -94,3 +190,8 @@ def envelope_fingerprint(data: bytes) -> str | None:
 
 class FingerprintMismatch(CorruptObject):
     """Intact bytes whose envelope names another platform."""
+
+
+class WrongEntry(CorruptObject):
+    """Intact bytes stored for another key: the index row (or tier key file) that led
+    here is wrong, not the object, so it is refused but never quarantined."""

@@ -32,6 +32,10 @@ class CorruptObject(ArtstoreError):
     """Stored bytes do not match their digest or envelope."""
 
 
+class IndexDamaged(ArtstoreError):
+    """The index is corrupt, missing or does not belong to the objects it indexes."""
+
+
 class LeaseHeld(ArtstoreError):
     """Another process holds the lease (e.g. another `artstore gc` on the namespace)."""
 

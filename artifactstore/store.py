@@ -178,11 +178,15 @@ class Store:
             return self._miss("missing_object")
         try:
             payload = codec.decode(
-                data, expected_digest=entry.digest, fingerprint_digest=fingerprint_digest
+                data, expected_digest=entry.digest, fingerprint_digest=fingerprint_digest, key=key
             )
         except codec.FingerprintMismatch as exc:
             self._warn_once("fingerprint", "refusing foreign executable: %s", exc)
             return self._miss("fingerprint_mismatch")
+        except codec.WrongEntry as exc:
+            # The object is intact; the index row pointing here is wrong (damaged or forged).
+            self._warn_once("wrong-entry", "refusing executable of another entry: %s", exc)
+            return self._miss("wrong_entry")
         except CorruptObject as exc:
             self._quarantine(entry, str(exc))
             return self._miss("corrupt")
@@ -281,7 +285,16 @@ class Store:
         if self.index.lookup(key) is not None:  # another process stored it first
             self.counters.add("already_present")
             return False
-        encoded = codec.encode(payload, fingerprint.digest)
+        host = socket.gethostname()[:255]
+        meta = codec.ObjectMeta(
+            key=key,
+            module_name=module_name[:255],
+            compile_secs=float(compile_secs),
+            raw_size=len(payload),
+            producer_host=host,
+            fingerprint=fingerprint.to_dict(),
+        )
+        encoded = codec.encode(payload, fingerprint.digest, meta)
         uploaded = self.blobs.put(encoded.digest, encoded.data)
         if uploaded:
             self.counters.add("bytes_uploaded", len(encoded.data))
@@ -300,7 +313,7 @@ class Store:
             cpu_arch=fingerprint.cpu_arch,
             fingerprint=fingerprint.digest,
             compile_secs=float(compile_secs),
-            producer_host=socket.gethostname()[:255],
+            producer_host=host,
         )
         created = self.index.add_entry(entry, fingerprint.to_json())
         self.counters.add("stored" if created else "already_present")

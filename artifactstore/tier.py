@@ -129,8 +129,12 @@ class LocalTier:
             return None
         try:
             payload = codec.decode(
-                data, expected_digest=entry.digest, fingerprint_digest=fingerprint_digest
+                data, expected_digest=entry.digest, fingerprint_digest=fingerprint_digest, key=key
             )
+        except codec.WrongEntry as exc:  # a wrong key file; the object is another key's
+            log.debug("artifactstore: tier key file of %s unusable: %s", key[:12], exc)
+            self.forget(key)
+            return None
         except CorruptObject as exc:
             # A local store's own object is quarantined by the full path, which
             # the caller falls back to; a private copy is simply dropped.

@@ -98,7 +98,7 @@ def gc_cmd(
     bars = Bars(sys.stderr.isatty() if progress is None else progress)
     out.begin()
     for namespace in targets:
-        with obj.store(namespace=namespace) as store:
+        with obj.store(namespace=namespace, index_only=dry_run) as store:
             out.begin_namespace(store.namespace)
             try:
                 report = gc.collect(

@@ -22,6 +22,7 @@ _PHASES = {
     "lru": "evicting least recently used",
     "objects": "deleting unreferenced objects",
     "reconcile": "reconciling (prefixes)",
+    "rebuild": "reading objects",
 }
 
 
@@ -82,6 +83,14 @@ class Output:
             f"{report.objects_removed} objects ({format_size(report.object_bytes_freed)} freed)"
             f"{dangling}; {format_size(report.bytes_after)} remaining{limit}\n"
         )
+        if report.entries_restored:
+            verb = "would restore" if self.dry_run else "restored"
+            self._write(
+                f"  {verb} {report.entries_restored} entries the index had lost, "
+                "from their objects' metadata\n"
+            )
+        if report.reconcile_skipped:
+            self._write(f"  object store not cross-checked: {report.reconcile_skipped}\n")
 
     def finish(self) -> None:
         if self.as_json:

@@ -83,6 +83,75 @@ def db_current(obj: Ctx) -> None:
         sys.exit(EXIT_FAIL)
 
 
+@db_group.command("check")
+@json_option()
+@click.pass_obj
+def db_check(obj: Ctx, as_json: bool) -> None:
+    """Check the index: present, readable, current, and the one its objects belong to.
+
+    Exits 1 naming the fix (usually `artstore db rebuild`); `gc` refuses to run
+    on an index that fails this check.
+    """
+    from artifactstore.gc import rebuild
+
+    report = rebuild.check(obj.settings())
+    if as_json:
+        print_json(report.to_json())
+    else:
+        entries = "?" if report.entries is None else str(report.entries)
+        print_fields([("index", report.index), ("entries", entries),
+                      ("state", "ok" if report.ok else "FAIL")])  # fmt: skip
+        for problem in report.problems:
+            click.echo(f"problem: {problem}")
+    if not report.ok:
+        sys.exit(EXIT_FAIL)
+
+
+@db_group.command("rebuild")
+@json_option()
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="A progress bar on stderr [default: when stderr is a terminal].",
+)
+@click.pass_obj
+def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
+    """Recreate the entries the index lacks from the objects' own metadata.
+
+    A SQLite index that fails its integrity check is first moved aside (kept
+    beside it as INDEX.corrupt-TIME) and a fresh one created. Hit counts and
+    access times are not in the objects: they start again. Objects written
+    before artifactstore 0.2 carry no metadata and cannot be recovered.
+    """
+    from artifactstore.gc import rebuild
+    from artifactstore.index import health
+
+    settings = obj.settings()
+    if settings.read_only:
+        fail("rebuild writes the index: unset ARTSTORE_READ_ONLY to run it")
+    moved = health.set_aside(settings.index_url)
+    if moved is not None and not as_json:
+        click.echo(f"corrupt index moved aside to {moved}")
+    from artifactstore.cli.gc_output import Bars
+
+    bars = Bars(sys.stderr.isatty() if progress is None and not as_json else bool(progress))
+    with obj.store() as store:
+        try:
+            report = rebuild.rebuild(store, progress=lambda n: bars.update("rebuild", n, None))
+        finally:
+            bars.close()
+    if as_json:
+        print_json({**report.to_json(), "moved_aside": str(moved) if moved else None})
+        return
+    corrupt = f", {len(report.corrupt)} corrupt (run `artstore verify --repair`)"
+    click.echo(
+        f"{report.objects} objects: {len(report.restored)} entries restored, "
+        f"{report.present} already indexed, {report.superseded} superseded, "
+        f"{report.without_metadata} without metadata (written before 0.2; gc removes them)"
+        + (corrupt if report.corrupt else "")
+    )
+
+
 @click.command("demo")
 @click.option(
     "--layers",

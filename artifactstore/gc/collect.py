@@ -6,9 +6,10 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from artifactstore.errors import ConfigError
+from artifactstore.errors import ConfigError, StoreUnavailable, one_line
 from artifactstore.gc import reconcile
 from artifactstore.gc.policy import Policy, effective_limit, old_jaxlib_versions
+from artifactstore.gc.rebuild import require_sound_index
 from artifactstore.gc.report import GcReport, OnRemove, PhaseProgress, Removal
 from artifactstore.gc.run import GcRun
 from artifactstore.index.accesses import fold_accesses
@@ -33,6 +34,12 @@ def collect(
     if store.read_only:
         raise ConfigError("gc deletes entries and objects: unset ARTSTORE_READ_ONLY to run it")
     started = time.monotonic()
+    try:
+        require_sound_index(store)
+    except StoreUnavailable:
+        if not policy.dry_run:
+            raise
+        # A dry run deletes nothing: it may look at the index with the object store down.
     report = _run(GcRun(store, policy, on_remove, progress), wait=wait)
     if report.entries_removed and not policy.dry_run:
         store.entries_removed()  # this host's tier must not serve evicted entries
@@ -54,7 +61,12 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         drop_lru(run, limit)
         delete_unreferenced_objects(run)
         if run.policy.reconcile:
-            reconcile.remove_orphans(run)
+            try:
+                reconcile.remove_orphans(run)
+            except StoreUnavailable as exc:
+                if not run.policy.dry_run:
+                    raise
+                run.report.reconcile_skipped = one_line(exc)
         run.report.bytes_after = run.ix.referenced_bytes(run.gone_if_dry())
     finally:
         run.lease.release()

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from artifactstore.blobstores.base import BlobInfo, BlobStore
-from artifactstore.errors import ArtstoreError
+from artifactstore.errors import ArtstoreError, CorruptObject
+from artifactstore.gc import rebuild
 from artifactstore.gc.report import Removal
 from artifactstore.gc.run import GcRun
 from artifactstore.index.eviction import EvictionIndex
@@ -57,6 +58,21 @@ def chunks(blobs: BlobStore, index: EvictionIndex) -> Iterator[Chunk]:
         yield Chunk(prefix, found, index.referenced_between(prefix, high))
 
 
+def _restored(run: GcRun, blob: BlobInfo) -> bool:
+    """An orphan that carries an entry the index lacks (a lost row, an index restored
+    from an older backup) becomes that entry again instead of being deleted."""
+    try:
+        found = rebuild.recover(run.store.blobs, blob.digest)
+    except CorruptObject:
+        return False  # deleted as an orphan like any other unreadable blob
+    if found is None or run.store.index.lookup(found.entry.key) is not None:
+        return False
+    if not run.policy.dry_run:
+        run.store.index.add_entry(found.entry, found.fingerprint_json)
+    run.report.entries_restored += 1
+    return True
+
+
 def remove_orphans(run: GcRun) -> None:
     """gc's last phase: delete blobs that neither an entry nor an object row knows,
     once older than the grace period, and drop entries whose object is gone."""
@@ -66,7 +82,7 @@ def remove_orphans(run: GcRun) -> None:
         orphans = [b for b in chunk.unreferenced() if b.mtime < cutoff]
         rows = ix.object_rows([b.digest for b in orphans])
         # Blobs with an object row were handled (or protected) by the object sweep.
-        rowless = [b for b in orphans if b.digest not in rows]
+        rowless = [b for b in orphans if b.digest not in rows and not _restored(run, b)]
         while rowless:
             n = run.object_batch.size
             part, rowless = rowless[:n], rowless[n:]

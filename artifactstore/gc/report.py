@@ -44,6 +44,8 @@ class GcReport:
     objects_removed: int = 0
     object_bytes_freed: int = 0
     dangling_entries: int = 0
+    entries_restored: int = 0  # orphans that carried an entry the index had lost
+    reconcile_skipped: str | None = None  # why the object store was not cross-checked
     reasons: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 

@@ -1,0 +1,221 @@
+"""The index recovered from the objects: `artstore db check`, `db rebuild`, and gc's guard.
+
+Objects written since 0.2 carry the entry they were stored for (`codec.ObjectMeta`),
+so a lost or corrupt index costs hit statistics, not the store: every such object
+can be turned back into its entry. gc, the one destructive command, refuses to
+run on an index that fails the check (a fresh, empty index over a full object
+store would make every object look orphaned), and turns orphans that carry an
+entry the index lacks back into entries instead of deleting them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from artifactstore import codec
+from artifactstore.blobstores.base import BlobStore
+from artifactstore.config import Settings
+from artifactstore.errors import CorruptObject, IndexDamaged
+from artifactstore.fingerprint import Fingerprint
+from artifactstore.index import health
+from artifactstore.index.repo import NewEntry
+from artifactstore.store import Store
+
+CountProgress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Recovered:
+    entry: NewEntry
+    fingerprint_json: str
+
+
+def recover(blobs: BlobStore, digest: str) -> Recovered | None:
+    """The entry object `digest` was stored for; None if it predates metadata or is gone.
+
+    Raises `CorruptObject` for bytes that fail their digest, envelope or metadata.
+    """
+    data = blobs.get(digest)
+    if data is None:
+        return None
+    if codec.digest_of(data) != digest:
+        raise CorruptObject(f"object {digest[:12]} does not match its digest")
+    fp_digest = codec.envelope_fingerprint(data)
+    if fp_digest is None:
+        raise CorruptObject(f"object {digest[:12]} has no artifactstore envelope")
+    meta = codec.read_meta(data)
+    if meta is None:
+        return None
+    try:
+        fp = Fingerprint.from_dict(meta.fingerprint)
+    except TypeError as exc:
+        raise CorruptObject(
+            f"object {digest[:12]} names an unreadable fingerprint: {exc}"
+        ) from None
+    if fp.digest != fp_digest:
+        raise CorruptObject(f"object {digest[:12]}: metadata and envelope name other platforms")
+    entry = NewEntry(
+        key=meta.key,
+        digest=digest,
+        size=len(data),
+        raw_size=meta.raw_size,
+        module_name=meta.module_name[:255],
+        platform=fp.platform,
+        platform_version=fp.platform_version[:255],
+        device_kind=fp.device_kind[:255],
+        device_count=fp.device_count,
+        jax_version=fp.jax_version,
+        jaxlib_version=fp.jaxlib_version,
+        cpu_arch=fp.cpu_arch,
+        fingerprint=fp_digest,
+        compile_secs=meta.compile_secs,
+        producer_host=meta.producer_host[:255],
+    )
+    return Recovered(entry, fp.to_json())
+
+
+def restore(store: Store, digest: str) -> bool:
+    """Recreate the entry object `digest` holds, if it carries one and its key is free."""
+    found = recover(store.blobs, digest)
+    if found is None or store.index.lookup(found.entry.key) is not None:
+        return False
+    return store.index.add_entry(found.entry, found.fingerprint_json)
+
+
+@dataclass
+class RebuildReport:
+    objects: int = 0
+    present: int = 0  # already referenced by an entry
+    restored: list[str] = field(default_factory=list)  # keys
+    superseded: int = 0  # carries a key that another object now serves
+    without_metadata: int = 0  # written before 0.2: cannot be recovered
+    corrupt: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "objects": self.objects,
+            "present": self.present,
+            "restored": len(self.restored),
+            "superseded": self.superseded,
+            "without_metadata": self.without_metadata,
+            "corrupt": self.corrupt,
+        }
+
+
+def rebuild(store: Store, *, progress: CountProgress | None = None) -> RebuildReport:
+    """Give every object that carries an entry the index lacks its entry back."""
+    report = RebuildReport()
+    for info in store.blobs.iter_blobs():
+        report.objects += 1
+        if store.index.keys_for_digest(info.digest):
+            report.present += 1
+        else:
+            try:
+                found = recover(store.blobs, info.digest)
+            except CorruptObject:
+                report.corrupt.append(info.digest)
+                found = None
+            if found is None:
+                report.without_metadata += info.digest not in report.corrupt
+            elif store.index.add_entry(found.entry, found.fingerprint_json):
+                report.restored.append(found.entry.key)
+            else:
+                report.superseded += 1
+        if progress is not None:
+            progress(1)
+    if report.restored:
+        store.entries_removed()  # the tier's key map may predate the rebuild
+    return report
+
+
+def index_problem(store: Store) -> str | None:
+    """Why gc must not trust this index, naming the fix; None when it may.
+
+    Checks the database's own integrity and that an index with no entries is not
+    sitting over an object store that has some (a lost or replaced index).
+    """
+    problem = health.integrity_problem(store.engine)
+    if problem is not None:
+        return f"{problem}: run `artstore db rebuild`"
+    if store.index.stats().entries == 0 and _holds_lost_entries(store):
+        return (
+            "the index has no entries but the object store holds objects that are entries: "
+            "the index was lost or replaced; run `artstore db rebuild`"
+        )
+    return None
+
+
+def _holds_lost_entries(store: Store, sample: int = 20) -> bool:
+    """Whether any of the first `sample` objects carries an entry the index lacks
+    (objects that predate metadata, or a writer's orphan of an existing key, do not)."""
+    for n, info in enumerate(store.blobs.iter_blobs()):
+        if n >= sample:
+            break
+        try:
+            found = recover(store.blobs, info.digest)
+        except CorruptObject:
+            continue
+        if found is not None and store.index.lookup(found.entry.key) is None:
+            return True
+    return False
+
+
+def require_sound_index(store: Store) -> None:
+    problem = index_problem(store)
+    if problem is not None:
+        raise IndexDamaged(f"refusing to gc: {problem}")
+
+
+@dataclass
+class CheckReport:
+    index: str
+    problems: list[str] = field(default_factory=list)
+    entries: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": self.ok, "index": self.index, "entries": self.entries,
+                "problems": self.problems}  # fmt: skip
+
+
+def check(settings: Settings) -> CheckReport:
+    """Is the index there, readable, at this version's schema, and the one the objects
+    were stored with? Never creates or migrates anything."""
+    from artifactstore.blobstores import open_blobstore
+    from artifactstore.config import redact_url
+    from artifactstore.index import db
+
+    report = CheckReport(redact_url(settings.index_url))
+    path = health.sqlite_path(settings.index_url)
+    if path is not None and not path.exists():
+        if next(iter(open_blobstore(settings).iter_blobs()), None) is not None:
+            report.problems.append(
+                f"the index file {path} is missing but the object store holds objects: "
+                "run `artstore db rebuild`"
+            )
+        return report
+    engine = db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs)
+    try:
+        problem = health.integrity_problem(engine)
+        if problem is not None:
+            report.problems.append(f"{problem}: run `artstore db rebuild`")
+            return report
+        schema = db.schema_status(engine).problem()
+        if schema is not None:
+            report.problems.append(schema)
+            return report
+    finally:
+        engine.dispose()
+    store = Store.open(settings)
+    try:
+        report.entries = store.index.stats().entries
+        problem = index_problem(store)
+        if problem is not None:
+            report.problems.append(problem)
+    finally:
+        store.close()
+    return report
