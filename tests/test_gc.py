@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from artifactstore.gc.quota_pass import QuotaPass
 from artifactstore.index.eviction import EvictionIndex
 from artifactstore.index.leases import Lease
 from artifactstore.index.quotas import set_quota
+from artifactstore.index.repo import NewEntry
 from artifactstore.store import Store
 
 OpenStore = Callable[..., Store]
@@ -136,8 +138,11 @@ def test_shared_objects_count_once_and_go_with_their_last_entry(
     by_key = _populate(store, 4)  # keys 0..3, used at T0 + 0..3 minutes
     shared = store.get(_key(3), _fp().digest)
     assert shared is not None
-    assert store.put(_key(10), shared.payload, fingerprint=_fp(), module_name="jit_f3",
-                     compile_secs=1.0)  # fmt: skip
+    # Objects name their key since 0.2, so only entries written by 0.1 clients
+    # (which deduplicated equal bytes across keys) share one: write one as they did.
+    fields = {name: getattr(shared.entry, name) for name in NewEntry.__dataclass_fields__}
+    old_client = NewEntry(**{**fields, "key": _key(10), "module_name": "jit_f3"})
+    assert store.index.add_entry(old_client, _fp().to_json())
     store.index.record_access({_key(10): (0, T0 - timedelta(minutes=1))})
     old = _populate(store, 1, jaxlib="0.4.1", start=20)  # dropped by --jaxlib-older-than
     index = {e.key: e for e in store.index.iter_entries()}
@@ -353,8 +358,11 @@ def test_writer_restores_an_object_gc_deleted_under_it(
     skips the upload, gc deletes it (no entry yet), then the writer commits."""
     store = open_store(any_env)
     payload = b"an executable" * 100
-    encoded = codec.encode(payload, _fp().digest)
-    store.blobs.put(encoded.digest, encoded.data)  # an orphan, e.g. from a crashed writer
+    # The same bytes the writer below produces: an orphan from a crashed writer of this key.
+    meta = codec.ObjectMeta(_key(1), "m", 1.0, len(payload), socket.gethostname(),
+                            _fp().to_dict())  # fmt: skip
+    encoded = codec.encode(payload, _fp().digest, meta)
+    store.blobs.put(encoded.digest, encoded.data)
     ix = EvictionIndex(store.engine, store.namespace)
     ix.adopt_objects([(encoded.digest, len(encoded.data), T0)])
     real_put = store.blobs.put

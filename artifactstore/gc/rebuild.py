@@ -138,9 +138,11 @@ def index_problem(store: Store) -> str | None:
     problem = health.integrity_problem(store.engine)
     if problem is not None:
         return f"{problem}: run `artstore db rebuild`"
-    if store.index.stats().entries == 0 and _holds_lost_entries(store):
+    stats = store.index.stats()
+    # Entries evicted by gc leave object rows until their objects go; a lost index has neither.
+    if stats.entries == 0 and stats.objects == 0 and _holds_lost_entries(store):
         return (
-            "the index has no entries but the object store holds objects that are entries: "
+            "the index is empty but the object store holds objects that are entries: "
             "the index was lost or replaced; run `artstore db rebuild`"
         )
     return None
