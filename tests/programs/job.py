@@ -75,8 +75,11 @@ jax.block_until_ready((r1, value, grad))
 results = [repr(float(v)) for v in (*r1.tolist(), float(value), *grad.ravel().tolist())]
 
 stats = {}
+version = None
 if not os.environ.get("JOB_NO_STORE"):
     import artifactstore
+
+    version = artifactstore.__version__  # tests/test_rollout.py runs two versions
 
     if not os.environ.get("JOB_SKIP_FLUSH"):  # else: uploads finish in the exit flush
         artifactstore.flush()
@@ -89,6 +92,7 @@ print(
             "events": dict(events),
             "xla_compiles": xla_compiles,
             "store": stats,
+            "version": version,
             "imported": sorted(m for m in ("sqlalchemy", "boto3", "psycopg") if m in sys.modules),
         }
     ),

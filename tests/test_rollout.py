@@ -1,0 +1,67 @@
+"""Old and new clients share one store during a rollout, loading nothing wrong.
+
+The previous release's package is taken from this repository's history (`git
+archive`) and put ahead of the installed one on PYTHONPATH, so the same test
+program runs as a 0.1 client and as this version, against one store.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import IN_CI, REPO, artstore, clean_env, run_program
+
+import artifactstore
+
+# The last commit of the previous release (0.1.0): objects without metadata frames.
+PREVIOUS_RELEASE = "033a5c2"
+
+
+@pytest.fixture(scope="module")
+def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("artifactstore-0.1.0")
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", PREVIOUS_RELEASE, "artifactstore", "migrations"],
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        message = f"previous release {PREVIOUS_RELEASE} not in this checkout's history: {exc}"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return root
+
+
+def _env(tmp_path: Path, old: Path | None) -> dict[str, str]:
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_LOCAL_TIER="off")
+    if old is not None:
+        env["PYTHONPATH"] = str(old)
+    return env
+
+
+@pytest.mark.parametrize("writer", ["old", "new"])
+def test_each_version_loads_what_the_other_stored(
+    writer: str, previous_release: Path, tmp_path: Path
+) -> None:
+    old, new = _env(tmp_path, previous_release), _env(tmp_path, None)
+    write_env, read_env = (old, new) if writer == "old" else (new, old)
+    reference = run_program("job.py", clean_env(JOB_NO_STORE="1"))
+    first = run_program("job.py", write_env)
+    second = run_program("job.py", read_env)
+    assert first["xla_compiles"]
+    versions = {"old": "0.1.0", "new": artifactstore.__version__}
+    assert first["version"] == versions[writer]  # really the two versions
+    assert second["version"] == versions["new" if writer == "old" else "old"]
+    assert second["results"] == reference["results"]
+    assert second["xla_compiles"] == [], second["_stderr"]  # everything loaded
+    assert "artifactstore" not in second["_stderr"], second["_stderr"]
+    # The new version's tools see a consistent store, whoever wrote it.
+    assert artstore("verify", env=new).returncode == 0
+    check = artstore("db", "check", "--json", env=new)
+    assert json.loads(check.stdout)["ok"] is True, check.stdout
