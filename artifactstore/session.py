@@ -20,10 +20,13 @@ from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.tier import LocalTier, open_tier
 
 if TYPE_CHECKING:
+    from artifactstore.fingerprint import Fingerprint
     from artifactstore.gc.quota_pass import QuotaPass
     from artifactstore.store import Store
 
 log = logging.getLogger("artifactstore")
+
+BACKENDS = ("index", "object store")  # the order a lookup uses them in
 
 # A process still running this long after its first tier hit opens the index in
 # the background to record its hits (LRU must see them).
@@ -43,17 +46,28 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._store: Store | None = None
-        self.breaker = Breaker(
-            "store",
-            failures=settings.breaker_failures,
-            cooldown_secs=settings.breaker_cooldown_secs,
-        )
+        # One breaker per backend, so the log and the stats name the one that failed.
+        # A call counts against the backend it was talking to when it failed or hung
+        # (the store reports each switch through `_using`), and for the backends it
+        # used when it succeeded: a miss, which never reaches the object store, closes
+        # only the index's breaker.
+        self.breakers = {
+            name: Breaker(
+                name,
+                failures=settings.breaker_failures,
+                cooldown_secs=settings.breaker_cooldown_secs,
+            )
+            for name in BACKENDS
+        }
+        self._used: list[str] = []
         self._finished = False
         self._open_lock = threading.Lock()
+        self._open_failures = 0
         self.loads = 0
         self.compiles = 0
         self.tier_hits = 0
         self.below_threshold = 0  # compiles answered by the tier's "too quick to store"
+        self.kept_in_tier = 0  # compiled while the store was down: kept on this host only
         self.tier: LocalTier | None = None
         try:
             self.tier = open_tier(settings)
@@ -64,23 +78,28 @@ class Session:
 
     @property
     def active(self) -> bool:
-        """False while the breaker is open: the store failed and its cool-down runs."""
-        return self.breaker.closed
+        """False while a breaker is open: a backend failed and its cool-down runs."""
+        return all(b.closed for b in self.breakers.values())
 
     def store(self) -> Store | None:
-        """The Store, opened on first use within the timeout bound; None while the breaker
-        is open (a failed store costs nothing until its cool-down ends, then one probe)."""
-        if not self.breaker.allow():
+        """The Store, opened on first use within the timeout bound; None while a breaker
+        is open (a failed backend costs nothing until its cool-down ends, then one probe)."""
+        if not all(b.allow() for b in self.breakers.values()):
             return None
+        self._used = []
         if self._store is not None:
             return self._store
+        attempt = self._open_failures
         with self._open_lock:
             if self._store is None:
+                if self._open_failures != attempt:
+                    return None  # another thread (a concurrent compile) just failed to open it
                 try:
                     self._store = call_with_timeout(self._open, self.settings.timeout_secs)
                     log.debug("artifactstore: using %s", self._store.describe())
                     _finish_before_thread_shutdown(self)
                 except Exception as exc:
+                    self._open_failures += 1
                     self.fail(exc)
                     return None
                 self.ok()
@@ -89,20 +108,27 @@ class Session:
     def _open(self) -> Store:
         from artifactstore.store import Store
 
-        store = Store.open(self.settings, tier=self.tier)
+        store = Store.open(self.settings, tier=self.tier, using=self._using)
         if self.settings.enforce_quota and not self.settings.read_only:
             from artifactstore.gc.quota_pass import QuotaPass
 
             self.quota = QuotaPass.attach(store)
         return store
 
+    def _using(self, backend: str) -> None:
+        """Called by the store (on whichever thread runs the call) as it turns to a backend."""
+        self._used.append(backend)
+
     def ok(self) -> None:
-        """The store answered (a hit or a miss): close the breaker if it was open."""
-        self.breaker.success()
+        """The store answered (a hit or a miss): close the breakers of what it used."""
+        for name in set(self._used) or BACKENDS:
+            self.breakers[name].success()
 
     def fail(self, exc: BaseException) -> None:
-        """The store failed (bounded by the timeout): counted by the breaker, logged once."""
-        self.breaker.failure(self._describe(exc))
+        """A call failed or hung (bounded by the timeout): it counts against the backend
+        it was using, logged once per outage by that backend's breaker."""
+        backend = self._used[-1] if self._used else BACKENDS[0]
+        self.breakers[backend].failure(self._describe(exc))
 
     def _describe(self, exc: BaseException) -> str:
         if isinstance(exc, TimeoutError):
@@ -127,6 +153,42 @@ class Session:
         if store is not None and self.tier is not None:
             store.add_accesses(self.tier.take_accesses())
 
+    def can_keep_locally(self) -> bool:
+        """Whether a writer's compiles can be kept in this host's tier while the store is down."""
+        return self.tier is not None and self.tier.owns_objects and not self.settings.read_only
+
+    def keep_locally(
+        self,
+        key: str,
+        payload: bytes,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+    ) -> None:
+        """The store is down: keep a writer's executable in this host's tier, so later
+        processes here load it. It is not uploaded later (a process that finds it in the
+        tier never misses); counted as `kept_in_tier`."""
+        from artifactstore.store import encode_entry
+        from artifactstore.tier import TierEntry
+
+        if self.tier is None or not self.can_keep_locally():
+            return
+        encoded = encode_entry(
+            key,
+            payload,
+            fingerprint=fingerprint,
+            module_name=module_name,
+            compile_secs=compile_secs,
+        )
+        try:
+            self.tier.remember(key, TierEntry(encoded.digest, fingerprint.digest, compile_secs),
+                               encoded.data)  # fmt: skip
+        except Exception as exc:  # a full disk costs the copy, nothing else
+            warn_once("tier-keep", "local tier not updated: %s", one_line(exc))
+            return
+        self.kept_in_tier += 1
+
     def stats(self) -> dict[str, int]:
         out = dict(self._store.counters.snapshot()) if self._store is not None else {}
         if self.tier_hits:
@@ -134,9 +196,14 @@ class Session:
             out["tier_hits"] = self.tier_hits
         if self.below_threshold:
             out["below_threshold"] = self.below_threshold
-        if self.breaker.opened:
-            out["breaker_opened"] = self.breaker.opened
-            out["breaker_refused"] = self.breaker.refused
+        if self.kept_in_tier:
+            out["kept_in_tier"] = self.kept_in_tier
+        opened = {name: b.opened for name, b in self.breakers.items() if b.opened}
+        if opened:
+            out["breaker_opened"] = sum(opened.values())
+            out["breaker_refused"] = sum(b.refused for b in self.breakers.values())
+            for name, n in opened.items():
+                out[f"breaker_opened_{name.replace(' ', '_')}"] = n
         out["loads"] = self.loads
         out["compiles"] = self.compiles
         out["active"] = int(self.active)

@@ -24,7 +24,7 @@ from artifactstore import codec
 from artifactstore.background import Worker
 from artifactstore.blobstores import BlobStore, open_blobstore
 from artifactstore.config import Settings
-from artifactstore.errors import CorruptObject, one_line
+from artifactstore.errors import CorruptObject, ReadOnlyError, one_line
 from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import db
 from artifactstore.index.models import utcnow
@@ -83,11 +83,19 @@ class Store:
         # layers above subscribe here (the opt-in quota pass) without the store
         # importing them.
         self.on_stored: list[Callable[[], None]] = []
+        # Told which backend a lookup turns to, so that a caller timing the lookup out
+        # knows which one hung (the session's per-backend circuit breakers).
+        self.using: Callable[[str], None] = _ignore
 
     # -- opening ------------------------------------------------------------
     @classmethod
     def open(
-        cls, settings: Settings, *, tier: LocalTier | None = None, check_blobs: bool = True
+        cls,
+        settings: Settings,
+        *,
+        tier: LocalTier | None = None,
+        check_blobs: bool = True,
+        using: Callable[[str], None] | None = None,
     ) -> Store:
         """Open blob store and index; the embedded default migrates itself.
 
@@ -96,17 +104,25 @@ class Store:
         `check_blobs=False`: for callers that only read the index (`ls`, `stats`,
         quotas), which must work while the object store is down; nothing is sent
         to the object store until a blob is asked for.
+        `using`: told "index" or "object store" as each is turned to (see `Store.using`).
         """
-        engine = db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs)
+        using = using or _ignore
+        using("index")
+        engine = db.open_engine(
+            settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
+        )
         status = db.schema_status(engine)
         if status.state is not db.SchemaState.CURRENT:
-            if migrates_on_open(settings, engine.dialect.name, status.state):
+            writable = db.read_only_reason(engine) is None  # also False where the FS says so
+            if writable and migrates_on_open(settings, engine.dialect.name, status.state):
                 status = db.upgrade(engine)
             status.require_current()
+        using("object store")
         blobs = open_blobstore(settings)
         if check_blobs:
             blobs.check()
         store = cls(settings, blobs, engine, tier=tier or _open_tier(settings))
+        store.using = using
         store.fold_tier_journals()
         return store
 
@@ -155,6 +171,7 @@ class Store:
     # -- read ---------------------------------------------------------------
     def get(self, key: str, fingerprint_digest: str) -> Hit | None:
         """Verified payload for `key` built for this fingerprint, or None (a miss)."""
+        self.using("index")
         entry = self.index.lookup(key)
         if entry is None:
             return self._miss("misses")
@@ -166,6 +183,7 @@ class Store:
                 key[:12],
             )
             return self._miss("fingerprint_mismatch")
+        self.using("object store")
         data = self.blobs.get(entry.digest)
         if data is None:
             self._warn_once(
@@ -254,6 +272,9 @@ class Store:
             else:
                 self.index.record_access(touches)
                 self.index.add_counters(dict(counts))
+        except ReadOnlyError as exc:  # an index this process may not write (a read-only file)
+            log.debug("artifactstore: hits not recorded: %s", exc)
+            return
         except Exception as exc:
             if self.read_only:
                 self._warn_once(
@@ -285,16 +306,14 @@ class Store:
         if self.index.lookup(key) is not None:  # another process stored it first
             self.counters.add("already_present")
             return False
-        host = socket.gethostname()[:255]
-        meta = codec.ObjectMeta(
-            key=key,
-            module_name=module_name[:255],
-            compile_secs=float(compile_secs),
-            raw_size=len(payload),
-            producer_host=host,
-            fingerprint=fingerprint.to_dict(),
+        encoded = encode_entry(
+            key,
+            payload,
+            fingerprint=fingerprint,
+            module_name=module_name,
+            compile_secs=compile_secs,
         )
-        encoded = codec.encode(payload, fingerprint.digest, meta)
+        host = socket.gethostname()[:255]
         uploaded = self.blobs.put(encoded.digest, encoded.data)
         if uploaded:
             self.counters.add("bytes_uploaded", len(encoded.data))
@@ -399,6 +418,25 @@ def migrates_on_open(settings: Settings, dialect: str, state: db.SchemaState) ->
     return (
         auto and not settings.read_only and state in (db.SchemaState.EMPTY, db.SchemaState.BEHIND)
     )
+
+
+def encode_entry(
+    key: str, payload: bytes, *, fingerprint: Fingerprint, module_name: str, compile_secs: float
+) -> codec.Encoded:
+    """The object an entry is stored as: its payload, fingerprint and metadata."""
+    meta = codec.ObjectMeta(
+        key=key,
+        module_name=module_name[:255],
+        compile_secs=float(compile_secs),
+        raw_size=len(payload),
+        producer_host=socket.gethostname()[:255],
+        fingerprint=fingerprint.to_dict(),
+    )
+    return codec.encode(payload, fingerprint.digest, meta)
+
+
+def _ignore(_backend: str) -> None:
+    pass
 
 
 def _open_tier(settings: Settings) -> LocalTier | None:

@@ -140,6 +140,9 @@ def test_store_failures_degrade_to_compiling(
         lines = [line for line in job["_stderr"].splitlines() if "artifactstore" in line]
         assert len(lines) == 1, job["_stderr"]
         assert "compiling without" in lines[0]
+        if failure != "malformed-url":  # that one is refused by configure(), up front
+            backend = "index" if failure == "unreachable-database" else "object store"
+            assert f"{backend} unavailable" in lines[0]  # the breaker of the one that failed
         # verify reads every object: it needs both backends (stats needs only the index).
         cli = artstore("verify", env=env)
         assert cli.returncode != 0
@@ -161,7 +164,11 @@ def test_index_only_commands_work_with_the_object_store_down(team_env: dict[str,
         proc = artstore(*command, env=down)
         assert proc.returncode == 0, (command, proc.stderr)
         assert json.loads(proc.stdout)
+    dry = artstore("gc", "--dry-run", "--max-size", "0", env=down)  # decides from the index
+    assert dry.returncode == 0, dry.stderr
+    assert "would remove" in dry.stdout and "not cross-checked" in dry.stdout, dry.stdout
     assert artstore("verify", env=down).returncode == 1  # this one reads the objects
+    assert artstore("gc", env=down).returncode == 1  # a real gc needs both
 
 
 def test_uploads_queued_at_exit_are_stored(team_env: dict[str, str]) -> None:

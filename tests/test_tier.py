@@ -52,7 +52,28 @@ def test_tier_keeps_serving_after_the_store_failed_to_open(team_env: dict[str, s
     assert b["store"]["active"] == 0
     assert b["store"]["tier_hits"] == len(a["xla_compiles"]) - 1
     lines = [line for line in b["_stderr"].splitlines() if "artifactstore" in line]
-    assert len(lines) == 1 and "store unavailable" in lines[0], b["_stderr"]
+    assert len(lines) == 1 and "object store unavailable" in lines[0], b["_stderr"]
+    assert (
+        b["store"]["breaker_opened_object_store"] == 1 and "breaker_opened_index" not in b["store"]
+    )
+
+
+def test_writer_keeps_its_compiles_in_the_tier_while_the_store_is_down(
+    team_env: dict[str, str],
+) -> None:
+    """Compiled while S3 was down: kept on this host (counted), so the next process here
+    loads them from the tier although the store never got them."""
+    down = dict(team_env, AWS_ENDPOINT_URL_S3="http://127.0.0.1:1", ARTSTORE_TIMEOUT="2")
+    a = run_program("job.py", down)
+    assert a["store"]["kept_in_tier"] == len(a["xla_compiles"]) > 0, a["store"]
+    assert a["store"]["breaker_opened"] == 1  # concurrent compiles did not each try to open
+    lines = [line for line in a["_stderr"].splitlines() if "artifactstore" in line]
+    assert len(lines) == 1 and "object store unavailable" in lines[0], a["_stderr"]
+    b = run_program("job.py", down)
+    assert b["xla_compiles"] == [] and b["results"] == a["results"]
+    assert b["store"]["tier_hits"] == a["store"]["kept_in_tier"]
+    assert "artifactstore" not in b["_stderr"]  # never needed the store
+    assert json.loads(artstore("ls", "--json", env=team_env).stdout) == []  # not uploaded
 
 
 def test_warm_process_opens_neither_index_nor_object_store(any_env: dict[str, str]) -> None:

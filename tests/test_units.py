@@ -267,6 +267,25 @@ def test_breaker_opens_refuses_probes_and_closes(caplog: pytest.LogCaptureFixtur
     assert (breaker.opened, breaker.refused) == (2, 4)
 
 
+def test_each_backend_has_its_own_breaker(tmp_path: Path) -> None:
+    """A failure counts against the backend the call was using when it failed or hung;
+    a success closes only the breakers of the backends it used (a miss never reaches
+    the object store, so it cannot vouch for it)."""
+    from artifactstore.session import Session
+
+    session = Session(config.resolve({"url": str(tmp_path / "s"), "local_tier": "off"}, {}))
+    session._using("index")
+    session._using("object store")
+    session.fail(TimeoutError())  # hung while fetching the object
+    assert not session.breakers["object store"].closed and session.breakers["index"].closed
+    assert session.store() is None and not session.active  # refused, at no cost
+    stats = session.stats()
+    assert stats["breaker_opened_object_store"] == 1 and "breaker_opened_index" not in stats
+    session._used = ["index"]
+    session.ok()  # a miss: the index answered
+    assert not session.breakers["object store"].closed
+
+
 BREAKER_PROGRAM = """
 import json, os, sys, time
 import jax, jax.numpy as jnp
@@ -304,4 +323,5 @@ def test_store_breaker_recovers_in_a_running_program(tmp_path: Path) -> None:
     assert stats["stored"] >= 1 and stats["active"] == 1, stats
     lines = [line for line in proc.stderr.splitlines() if "artifactstore" in line]
     assert len(lines) == 2, proc.stderr
-    assert "store unavailable" in lines[0] and "answers again" in lines[1]
+    assert "index unavailable" in lines[0] and "answers again" in lines[1]  # SQLite: no dir
+    assert stats["breaker_opened_index"] == stats["breaker_opened"]

@@ -191,7 +191,9 @@ def _check_index(settings: _config.Settings) -> Check:
     def read_schema() -> tuple[db.SchemaStatus, str]:
         if sqlite_file is not None and not sqlite_file.exists():  # do not create it
             return db.SchemaStatus(db.SchemaState.EMPTY, None, db.SCHEMA_HEAD), "sqlite"
-        engine = db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs)
+        engine = db.open_engine(
+            settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
+        )
         try:
             return db.schema_status(engine), engine.dialect.name
         finally:

@@ -48,7 +48,9 @@ def _engine(obj: Ctx) -> tuple[_config.Settings, Engine]:
     from artifactstore.index import db
 
     settings = obj.settings()
-    return settings, db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs)
+    return settings, db.open_engine(
+        settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
+    )
 
 
 @db_group.command("upgrade")

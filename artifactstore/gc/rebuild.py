@@ -200,7 +200,9 @@ def check(settings: Settings) -> CheckReport:
                 "run `artstore db rebuild`"
             )
         return report
-    engine = db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs)
+    engine = db.open_engine(
+        settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
+    )
     try:
         problem = health.integrity_problem(engine)
         if problem is not None:

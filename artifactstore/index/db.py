@@ -10,17 +10,27 @@ from __future__ import annotations
 import contextlib
 import enum
 import fcntl
+import functools
 import logging
+import os
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import URL, Connection, ExceptionContext, make_url
 
 from artifactstore.config import redact_url
-from artifactstore.errors import ConfigError, SchemaMismatch, one_line
+from artifactstore.errors import (
+    ConfigError,
+    ReadOnlyError,
+    SchemaMismatch,
+    StoreUnavailable,
+    one_line,
+)
 
 log = logging.getLogger("artifactstore")
 
@@ -44,8 +54,13 @@ def migrations_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
-def open_engine(url: str, *, timeout_secs: float = 10.0) -> Engine:
-    """An engine with bounded waits: a dead database costs at most about timeout_secs."""
+def open_engine(url: str, *, timeout_secs: float = 10.0, read_only: bool = False) -> Engine:
+    """An engine with bounded waits: a dead database costs at most about timeout_secs.
+
+    `read_only`: this process is a reader (ARTSTORE_READ_ONLY). A SQLite index is
+    also opened read-only, whatever the settings, when this process may not write
+    it: see `_open_sqlite`. `read_only_reason` tells such engines apart.
+    """
     try:
         parsed = make_url(url)
     except Exception:  # ArgumentError, ValueError: the message may quote the password
@@ -55,12 +70,7 @@ def open_engine(url: str, *, timeout_secs: float = 10.0) -> Engine:
         ) from None
     kwargs: dict[str, Any] = {"future": True}
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        kwargs["connect_args"] = {"timeout": max(timeout_secs, 1.0)}
-        engine = create_engine(parsed, **kwargs)
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
+        return _open_sqlite(parsed, timeout_secs=timeout_secs, read_only=read_only)
     kwargs["pool_pre_ping"] = True
     kwargs["pool_size"] = 4
     kwargs["max_overflow"] = 4
@@ -78,6 +88,98 @@ def open_engine(url: str, *, timeout_secs: float = 10.0) -> Engine:
         ) from None
 
 
+# Engines that refuse index writes -> the one line saying why and what to do.
+_READ_ONLY: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
+
+
+def read_only_reason(engine: Engine) -> str | None:
+    """Why `engine` refuses index writes (a line naming the fix), or None if it writes."""
+    return _READ_ONLY.get(engine)
+
+
+def _open_sqlite(url: URL, *, timeout_secs: float, read_only: bool) -> Engine:
+    """A SQLite engine, opened so that a process that must not or cannot write still reads.
+
+    - The file or its directory is not writable by this process (a published
+      store, a user other than its owner, a read-only mount): SQLite URI
+      `mode=ro` where a writer's WAL index (`-shm`) exists, so that its commits
+      are seen consistently; else `immutable=1`. A WAL database needs a `-shm`:
+      `mode=ro` would create it (in a read-only directory it cannot, and the open
+      fails), owned by this user with the index's read-only mode, which makes the
+      owner's next open read-only too. `immutable=1` creates nothing but skips
+      locking: a writer starting meanwhile could show this reader a stale or torn
+      view, which costs misses or an error, never a wrong load (objects are
+      verified by digest and fingerprint).
+    - `read_only` on a writable file: a normal connection whose authorizer refuses
+      every write but appending to `accesses`, as the PostgreSQL reader role does,
+      so that readers' hits still reach LRU.
+    No read-only open creates anything: not the directory, not an empty index,
+    and no PRAGMA writes (the switch to WAL is left to writers).
+    """
+    kwargs: dict[str, Any] = {
+        "future": True,
+        "connect_args": {"timeout": max(timeout_secs, 1.0)},
+    }
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        engine = create_engine(url, **kwargs)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    path = Path(database)
+    not_writable = (
+        f"the index {path} is read-only for this user: "
+        f"run as a writer (a user who may write {path.parent})"
+    )
+    params = _sqlite_uri_params(path, read_only=read_only)
+    if params is not None:
+        log.debug("index %s is not writable here: opened read-only (%s)", path, params)
+        uri = "file:" + quote(os.path.abspath(path))
+        url = url.set(database=uri, query={**url.query, **params, "uri": "true"})
+    elif not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, **kwargs)
+    why = not_writable
+    if params is not None:
+        event.listen(engine, "connect", _sqlite_reader_pragmas)
+        _READ_ONLY[engine] = why
+    elif read_only:
+        event.listen(engine, "connect", _sqlite_reader_pragmas)
+        event.listen(engine, "connect", _refuse_writes_but_accesses)
+        why = (
+            f"the index {path} is read-only here (ARTSTORE_READ_ONLY is set): "
+            "unset ARTSTORE_READ_ONLY to write"
+        )
+        _READ_ONLY[engine] = why
+    else:
+        event.listen(engine, "connect", _sqlite_pragmas)
+    # Also on a writer's engine: a file system may refuse writes that os.access allowed.
+    event.listen(engine, "handle_error", functools.partial(_refused_write, why))
+    return engine
+
+
+def _sqlite_uri_params(path: Path, *, read_only: bool) -> dict[str, str] | None:
+    """SQLite URI parameters to open `path` read-only, or None when this process may write it."""
+    if not path.exists():
+        if read_only:
+            raise StoreUnavailable(
+                f"no index at {path} yet: a reader (ARTSTORE_READ_ONLY) does not create "
+                "one; let a writer open the store first"
+            )
+        return None  # a writer creates it (or fails to, saying why)
+    if os.access(path.parent, os.W_OK | os.X_OK) and os.access(path, os.W_OK):
+        return None
+    if Path(f"{path}-shm").exists():  # see _open_sqlite for why only then
+        return {"mode": "ro"}
+    return {"mode": "ro", "immutable": "1"}
+
+
+def _refused_write(why: str, context: ExceptionContext) -> None:
+    """SQLite refused a write (SQLITE_READONLY, or our authorizer's SQLITE_AUTH): one line."""
+    code = getattr(context.original_exception, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in (8, 23):  # SQLITE_READONLY*, SQLITE_AUTH
+        raise ReadOnlyError(why) from None
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     import sqlite3
 
@@ -91,12 +193,42 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur.execute("PRAGMA journal_mode=WAL")
         except sqlite3.OperationalError:
             pass
+    cur.close()
+    _sqlite_reader_pragmas(dbapi_conn, _record)
+
+
+def _sqlite_reader_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """Connection settings only: none of these writes to the database."""
+    cur = dbapi_conn.cursor()
     cur.execute("PRAGMA synchronous=FULL")
     # Up to 64 MiB of page cache (2 MiB by default), taken only as pages are
     # read: a hit reads a few pages, while gc and `ls` over a large index
     # rewrite or scan most of it and would otherwise go back to the OS per page.
     cur.execute("PRAGMA cache_size=-65536")
     cur.close()
+
+
+def _refuse_writes_but_accesses(dbapi_conn: Any, _record: Any) -> None:
+    """The SQLite reader's backstop, like ReadOnlyBlobStore: no code path writes the index."""
+    import sqlite3
+
+    writes = {
+        sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE,
+        sqlite3.SQLITE_CREATE_INDEX, sqlite3.SQLITE_CREATE_TABLE, sqlite3.SQLITE_CREATE_TRIGGER,
+        sqlite3.SQLITE_CREATE_VIEW, sqlite3.SQLITE_DROP_INDEX, sqlite3.SQLITE_DROP_TABLE,
+        sqlite3.SQLITE_DROP_TRIGGER, sqlite3.SQLITE_DROP_VIEW, sqlite3.SQLITE_ALTER_TABLE,
+        sqlite3.SQLITE_REINDEX, sqlite3.SQLITE_ANALYZE, sqlite3.SQLITE_CREATE_VTABLE,
+        sqlite3.SQLITE_DROP_VTABLE,
+    }  # fmt: skip
+
+    def authorize(action: int, arg1: str | None, _a2: Any, dbname: str | None, _s: Any) -> int:
+        if action not in writes or dbname == "temp":
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_INSERT and arg1 == "accesses":  # models.Access
+            return sqlite3.SQLITE_OK
+        return sqlite3.SQLITE_DENY
+
+    dbapi_conn.set_authorizer(authorize)
 
 
 class SchemaState(enum.Enum):
@@ -203,6 +335,12 @@ def upgrade(engine: Engine, revision: str = "head") -> SchemaStatus:
     """Apply migrations up to `revision`; safe to call from many processes at once."""
     from alembic import command
 
+    why = read_only_reason(engine)
+    if why is not None:  # before the lock: its file may not be creatable here
+        status = schema_status(engine)
+        if status.state is SchemaState.CURRENT and revision == "head":
+            return status
+        raise ReadOnlyError(f"cannot migrate: {why}")
     with _migration_lock(engine) as conn:
         status = schema_status(engine)
         if status.state is SchemaState.AHEAD:

@@ -143,7 +143,7 @@ def compile_or_get_cached(
     if executable is not None:
         return executable
     store = None if _known_quick(session, request) else session.store()
-    if store is None and not session.active:
+    if store is None and not session.active and not session.can_keep_locally():
         return as_jax_would()
     if store is not None:
         executable = _from_store(session, store, request)
@@ -237,15 +237,17 @@ def _compile_and_store(session: Session, store: Store | None, request: _Compile)
         return executable
     if store is None:
         store = session.store()  # known quick before, slow now: store it after all
-    if store is None:
+    if store is None and not session.can_keep_locally():
         return executable
-    if settings.read_only:
+    if store is not None and settings.read_only:
         store.counters.add("skipped_read_only")
         return executable
     try:
         payload = executable.serialize()
         assert request.fingerprint is not None
-        store.submit_put(
+        # The store is down: this host's tier keeps it (see Session.keep_locally).
+        put = store.submit_put if store is not None else session.keep_locally
+        put(
             request.key,
             payload,
             fingerprint=request.fingerprint,
