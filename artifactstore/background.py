@@ -179,6 +179,14 @@ class Breaker:
             self._probing = True
             return True
 
+    def release_probe(self) -> None:
+        """The probe call did not reach this backend (a miss never fetches an object): let
+        the next call probe at once instead of waiting another cool-down for a verdict."""
+        with self._lock:
+            if self._probing:
+                self._probing = False
+                self._open_until = self._clock()
+
     def success(self) -> None:
         with self._lock:
             was_open = self._open_until is not None

@@ -28,7 +28,10 @@ from typing import Any
 
 import zstandard
 
-from artifactstore.errors import CorruptObject
+from artifactstore.errors import CorruptObject, OverLimit
+from artifactstore.sizes import format_size
+
+__all__ = ["CallbackMismatch", "CorruptObject", "FingerprintMismatch", "OverLimit", "WrongEntry"]
 
 MAGIC = b"ARTX"
 FORMAT_VERSION = 1
@@ -81,9 +84,13 @@ class ObjectMeta:
     raw_size: int
     producer_host: str
     fingerprint: dict[str, Any]  # Fingerprint.to_dict(): the index's platform columns
+    # How many host callbacks the executable calls by index (0: none); None where the
+    # writer did not say (objects of 0.2.0 and before). Checked against the loading
+    # trace's before deserializing: too few callbacks crash natively on execute.
+    callbacks: int | None = None
 
     def to_bytes(self) -> bytes:
-        body = {
+        body: dict[str, Any] = {
             "v": META_VERSION,
             "key": self.key,
             "module": self.module_name,
@@ -92,6 +99,8 @@ class ObjectMeta:
             "host": self.producer_host,
             "fingerprint": self.fingerprint,
         }
+        if self.callbacks is not None:
+            body["callbacks"] = self.callbacks
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -105,6 +114,7 @@ class ObjectMeta:
                 raw_size=int(body["raw_size"]),
                 producer_host=str(body["host"]),
                 fingerprint=dict(body["fingerprint"]),
+                callbacks=None if body.get("callbacks") is None else int(body["callbacks"]),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptObject(f"object metadata is unreadable: {exc}") from None
@@ -145,41 +155,85 @@ def read_meta(data: bytes) -> ObjectMeta | None:
 
 
 def decode(
-    data: bytes, *, expected_digest: str, fingerprint_digest: str, key: str | None = None
+    data: bytes,
+    *,
+    expected_digest: str,
+    fingerprint_digest: str,
+    key: str | None = None,
+    callbacks: int | None = None,
+    expected_raw_size: int | None = None,
+    max_raw_size: int | None = None,
 ) -> bytes:
     """Verify digest, envelope, fingerprint and (given `key`) the entry, then decompress.
 
-    Raises `CorruptObject` for bytes that are damaged, `FingerprintMismatch`
-    for intact bytes built for another platform and `WrongEntry` for intact
-    bytes stored for another key.
+    `callbacks`: how many host callbacks the loading trace provides; an object that
+    records another count is refused. `expected_raw_size`: the executable's size as
+    the entry that led here recorded it. `max_raw_size`: this reader's bound on the
+    executable's size. The payload frame must declare its size, and that size must
+    agree with the object's metadata and with `expected_raw_size` before anything is
+    inflated; decompression can never produce more than the declared size.
+
+    Raises `CorruptObject` for bytes that are damaged (or whose sizes disagree),
+    `FingerprintMismatch` for intact bytes built for another platform, `WrongEntry`
+    for intact bytes stored for another key, `CallbackMismatch` for an executable
+    expecting another number of host callbacks and `OverLimit` for an executable
+    bigger than `max_raw_size`.
     """
+    short = expected_digest[:12]
     actual = digest_of(data)
     if actual != expected_digest:
-        raise CorruptObject(f"object {expected_digest[:12]} has digest {actual[:12]}")
+        raise CorruptObject(f"object {short} has digest {actual[:12]}")
     if len(data) < _HEADER_LEN or not data.startswith(MAGIC):
-        raise CorruptObject(f"object {expected_digest[:12]} has no artifactstore envelope")
+        raise CorruptObject(f"object {short} has no artifactstore envelope")
     if data[len(MAGIC)] != FORMAT_VERSION:
-        raise CorruptObject(
-            f"object {expected_digest[:12]} has envelope version {data[len(MAGIC)]}"
-        )
+        raise CorruptObject(f"object {short} has envelope version {data[len(MAGIC)]}")
     stored_fp = data[len(MAGIC) + 1 : _HEADER_LEN].hex()
     if stored_fp != fingerprint_digest:
         raise FingerprintMismatch(
-            f"object {expected_digest[:12]} was built for fingerprint {stored_fp[:12]}, "
+            f"object {short} was built for fingerprint {stored_fp[:12]}, "
             f"this host is {fingerprint_digest[:12]}"
         )
     frame, body = _split(data)
-    if key is not None and body is not None:
-        stored_key = ObjectMeta.from_bytes(body).key
-        if stored_key != key:
-            raise WrongEntry(
-                f"object {expected_digest[:12]} was stored for key {stored_key[:12]}, "
-                f"not {key[:12]}"
+    meta = None if body is None else ObjectMeta.from_bytes(body)
+    if key is not None and meta is not None and meta.key != key:
+        raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
+    if callbacks is not None and meta is not None and meta.callbacks not in (None, callbacks):
+        raise CallbackMismatch(
+            f"object {short} expects {meta.callbacks} host callback(s), "
+            f"this program provides {callbacks}"
+        )
+    declared = _declared_size(frame, short)
+    recorded = None if meta is None else meta.raw_size
+    for what, size in (("its metadata", recorded), ("its entry", expected_raw_size)):
+        if size is not None and size != declared:
+            raise CorruptObject(
+                f"object {short} declares a {declared}-byte executable, {what} says {size}"
             )
+    if max_raw_size is not None and declared > max_raw_size:
+        raise OverLimit(
+            f"object {short} holds a {format_size(declared)} executable, over this "
+            f"reader's limit of {format_size(max_raw_size)} (ARTSTORE_MAX_EXECUTABLE_SIZE)"
+        )
     try:
-        return _decompressor().decompress(frame)
+        # The output buffer is the declared size: a frame holding more fails here.
+        payload = _decompressor().decompress(frame, max_output_size=declared)
     except zstandard.ZstdError as exc:
-        raise CorruptObject(f"object {expected_digest[:12]} does not decompress: {exc}") from None
+        raise CorruptObject(f"object {short} does not decompress: {exc}") from None
+    if len(payload) != declared:
+        raise CorruptObject(f"object {short} declares {declared} bytes, holds {len(payload)}")
+    return payload
+
+
+def _declared_size(frame: bytes, short: str) -> int:
+    """The executable's size as the payload frame's header declares it (our encoder
+    always writes it); a frame without one is refused rather than inflated blind."""
+    try:
+        size = zstandard.frame_content_size(frame)
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(f"object {short} has an unreadable payload frame: {exc}") from None
+    if size < 0:
+        raise CorruptObject(f"object {short} does not declare its executable's size")
+    return int(size)
 
 
 def envelope_fingerprint(data: bytes) -> str | None:
@@ -195,3 +249,9 @@ class FingerprintMismatch(CorruptObject):
 class WrongEntry(CorruptObject):
     """Intact bytes stored for another key: the index row (or tier key file) that led
     here is wrong, not the object, so it is refused but never quarantined."""
+
+
+class CallbackMismatch(CorruptObject):
+    """Intact bytes whose executable expects another number of host callbacks than the
+    loading trace provides: loading it would crash natively on execute. Refused (a miss),
+    never quarantined: the pairing is wrong, not necessarily the bytes."""

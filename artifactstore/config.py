@@ -33,6 +33,13 @@ DEFAULT_BREAKER_COOLDOWN_SECS = 60.0
 # Private copies of a remote store's objects on each host; big enough for a
 # few large GPU programs, small next to a training node's scratch disk.
 DEFAULT_LOCAL_TIER_BYTES = 10 * 1000**3
+# Bounds on what a reader loads (a stored object, and the executable it inflates to),
+# so that a damaged or hostile object costs a miss, not the process's memory. XLA
+# executables reach a few GB for large GPU programs and zstd shrinks them 3-4x: 4 GiB
+# of object and 8 GiB of executable leave about twice the largest we know of, while a
+# decompression bomb (a 64 KiB object declaring 1 TB) is refused before any allocation.
+DEFAULT_MAX_OBJECT_BYTES = 4 * 1024**3
+DEFAULT_MAX_EXECUTABLE_BYTES = 8 * 1024**3
 
 _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -72,6 +79,8 @@ class Settings:
     enforce_quota: bool = False  # a background gc pass after this process's writes
     breaker_failures: int = DEFAULT_BREAKER_FAILURES
     breaker_cooldown_secs: float = DEFAULT_BREAKER_COOLDOWN_SECS
+    max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES  # a stored object, compressed
+    max_executable_bytes: int = DEFAULT_MAX_EXECUTABLE_BYTES  # the executable it inflates to
     embedded: bool = field(default=False)
 
 
@@ -220,6 +229,8 @@ _OPTIONS: dict[str, str] = {
     "enforce_quota": "ENFORCE_QUOTA",
     "breaker_failures": "BREAKER_FAILURES",
     "breaker_cooldown_secs": "BREAKER_COOLDOWN",
+    "max_object_size": "MAX_OBJECT_SIZE",
+    "max_executable_size": "MAX_EXECUTABLE_SIZE",
 }
 
 
@@ -300,6 +311,12 @@ def resolve(
             ENV_PREFIX + "BREAKER_COOLDOWN",
             values.get("breaker_cooldown_secs", DEFAULT_BREAKER_COOLDOWN_SECS),
         ),
+        max_object_bytes=_parse_limit(
+            "MAX_OBJECT_SIZE", values.get("max_object_size"), DEFAULT_MAX_OBJECT_BYTES
+        ),
+        max_executable_bytes=_parse_limit(
+            "MAX_EXECUTABLE_SIZE", values.get("max_executable_size"), DEFAULT_MAX_EXECUTABLE_BYTES
+        ),
         embedded=embedded,
     )
 
@@ -321,6 +338,27 @@ def _parse_tier_size(value: Any) -> int:
     from artifactstore.sizes import parse_size
 
     return parse_size(str(value))
+
+
+def _parse_limit(env_name: str, value: Any, default: int) -> int:
+    """A size limit (`500M`, `4GiB`, or bytes as an int): at least one byte."""
+    from artifactstore.sizes import parse_size
+
+    if value is None or value == "":
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        try:
+            size = parse_size(str(value))
+        except ConfigError as exc:
+            raise ConfigError(f"{ENV_PREFIX}{env_name}: {exc}") from None
+    if size < 1:
+        raise ConfigError(
+            f"invalid value {value!r} for {ENV_PREFIX}{env_name}: must be at least 1 byte, "
+            "e.g. 4GiB"
+        )
+    return size
 
 
 def redact_url(url: str) -> str:

@@ -32,6 +32,13 @@ class CorruptObject(ArtstoreError):
     """Stored bytes do not match their digest or envelope."""
 
 
+class OverLimit(CorruptObject):
+    """Bytes bigger than this reader's limits (ARTSTORE_MAX_OBJECT_SIZE, or the
+    executable's declared size over ARTSTORE_MAX_EXECUTABLE_SIZE): refused before
+    they are read or inflated, but not damaged, so never quarantined (another
+    reader may allow them)."""
+
+
 class IndexDamaged(ArtstoreError):
     """The index is corrupt, missing or does not belong to the objects it indexes."""
 

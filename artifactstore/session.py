@@ -109,6 +109,7 @@ class Session:
         from artifactstore.store import Store
 
         store = Store.open(self.settings, tier=self.tier, using=self._using)
+        store.on_stored.append(self._stored)
         if self.settings.enforce_quota and not self.settings.read_only:
             from artifactstore.gc.quota_pass import QuotaPass
 
@@ -121,14 +122,27 @@ class Session:
 
     def ok(self) -> None:
         """The store answered (a hit or a miss): close the breakers of what it used."""
-        for name in set(self._used) or BACKENDS:
-            self.breakers[name].success()
+        used = set(self._used) or set(BACKENDS)
+        for name, breaker in self.breakers.items():
+            if name in used:
+                breaker.success()
+            else:
+                breaker.release_probe()
 
     def fail(self, exc: BaseException) -> None:
         """A call failed or hung (bounded by the timeout): it counts against the backend
         it was using, logged once per outage by that backend's breaker."""
         backend = self._used[-1] if self._used else BACKENDS[0]
-        self.breakers[backend].failure(self._describe(exc))
+        for name, breaker in self.breakers.items():
+            if name == backend:
+                breaker.failure(self._describe(exc))
+            else:
+                breaker.release_probe()
+
+    def _stored(self) -> None:
+        """A put went through (on the writer thread): both backends answer."""
+        for breaker in self.breakers.values():
+            breaker.success()
 
     def _describe(self, exc: BaseException) -> str:
         if isinstance(exc, TimeoutError):
@@ -165,6 +179,7 @@ class Session:
         fingerprint: Fingerprint,
         module_name: str,
         compile_secs: float,
+        callbacks: int | None = None,
     ) -> None:
         """The store is down: keep a writer's executable in this host's tier, so later
         processes here load it. It is not uploaded later (a process that finds it in the
@@ -180,6 +195,7 @@ class Session:
             fingerprint=fingerprint,
             module_name=module_name,
             compile_secs=compile_secs,
+            callbacks=callbacks,
         )
         try:
             self.tier.remember(key, TierEntry(encoded.digest, fingerprint.digest, compile_secs),

@@ -13,18 +13,26 @@ import logging
 import re
 import socket
 import threading
+import time
 from collections import Counter as _Counts
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from artifactstore import codec
 from artifactstore.background import Worker
 from artifactstore.blobstores import BlobStore, open_blobstore
 from artifactstore.config import Settings
-from artifactstore.errors import CorruptObject, ReadOnlyError, one_line
+from artifactstore.errors import (
+    CorruptObject,
+    OverLimit,
+    ReadOnlyError,
+    StoreUnavailable,
+    one_line,
+)
 from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import db
 from artifactstore.index.models import utcnow
@@ -77,6 +85,7 @@ class Store:
         self._touches: dict[str, tuple[int, datetime]] = {}
         self._pending_counts: _Counts[str] = _Counts()
         self._warned: set[str] = set()
+        self._uploads_paused_until = 0.0  # monotonic: see submit_put
         self.worker = worker or Worker("artifactstore-writer", on_tick=self.flush_access)
         self.tier = tier
         # Called (on the writing thread) after each entry this process creates;
@@ -169,8 +178,12 @@ class Store:
             log.warning("artifactstore: " + message, *args)
 
     # -- read ---------------------------------------------------------------
-    def get(self, key: str, fingerprint_digest: str) -> Hit | None:
-        """Verified payload for `key` built for this fingerprint, or None (a miss)."""
+    def get(self, key: str, fingerprint_digest: str, *, callbacks: int | None = None) -> Hit | None:
+        """Verified payload for `key` built for this fingerprint, or None (a miss).
+
+        `callbacks`: the number of host callbacks the caller will bind on load; an
+        executable stored for another number is a miss (`callback_mismatch`).
+        """
         self.using("index")
         entry = self.index.lookup(key)
         if entry is None:
@@ -184,7 +197,10 @@ class Store:
             )
             return self._miss("fingerprint_mismatch")
         self.using("object store")
-        data = self.blobs.get(entry.digest)
+        try:
+            data = self.blobs.get(entry.digest, max_bytes=self.settings.max_object_bytes)
+        except OverLimit as exc:
+            return self._over_limit(exc)
         if data is None:
             self._warn_once(
                 "missing",
@@ -196,7 +212,13 @@ class Store:
             return self._miss("missing_object")
         try:
             payload = codec.decode(
-                data, expected_digest=entry.digest, fingerprint_digest=fingerprint_digest, key=key
+                data,
+                expected_digest=entry.digest,
+                fingerprint_digest=fingerprint_digest,
+                key=key,
+                callbacks=callbacks,
+                expected_raw_size=entry.raw_size,
+                max_raw_size=self.settings.max_executable_bytes,
             )
         except codec.FingerprintMismatch as exc:
             self._warn_once("fingerprint", "refusing foreign executable: %s", exc)
@@ -205,6 +227,13 @@ class Store:
             # The object is intact; the index row pointing here is wrong (damaged or forged).
             self._warn_once("wrong-entry", "refusing executable of another entry: %s", exc)
             return self._miss("wrong_entry")
+        except codec.CallbackMismatch as exc:
+            # Bound to its key but not to this trace's callbacks: a damaged or forged
+            # entry that would crash on execute. Refused, not quarantined (see codec).
+            self._warn_once("callbacks", "refusing executable: %s; compiling", exc)
+            return self._miss("callback_mismatch")
+        except OverLimit as exc:  # bigger than this reader allows; another may load it
+            return self._over_limit(exc)
         except CorruptObject as exc:
             self._quarantine(entry, str(exc))
             return self._miss("corrupt")
@@ -222,6 +251,10 @@ class Store:
             self.tier.remember(key, TierEntry(digest, fingerprint, compile_secs), data)
         except Exception as exc:  # a full or read-only disk costs the tier, nothing else
             self._warn_once("tier", "local tier not updated: %s", one_line(exc))
+
+    def _over_limit(self, exc: OverLimit) -> Hit | None:
+        self._warn_once("over-limit", "executable not loaded: %s; compiling", exc)
+        return self._miss("over_limit")
 
     def _miss(self, reason: str) -> Hit | None:
         self.counters.add("misses")
@@ -277,12 +310,16 @@ class Store:
             return
         except Exception as exc:
             if self.read_only:
-                self._warn_once(
-                    "reader-access",
-                    "hits not recorded for LRU (%s): grant INSERT on table accesses to "
-                    "the reader role (infra/policies/postgres-roles.sql)",
-                    one_line(exc),
-                )
+                cause = one_line(exc)
+                if "permission denied" in cause.lower() or "privilege" in cause.lower():
+                    self._warn_once(
+                        "reader-access",
+                        "hits not recorded for LRU (%s): grant INSERT on table accesses to "
+                        "the reader role (infra/policies/postgres-roles.sql)",
+                        cause,
+                    )
+                else:  # the database is down: kept for the next flush (the breaker says so)
+                    log.debug("artifactstore: hits not recorded yet: %s", cause)
                 counts = _Counts()
             self._merge_touches(touches)  # keep them for the next flush
             with self._touch_lock:
@@ -298,8 +335,12 @@ class Store:
         fingerprint: Fingerprint,
         module_name: str,
         compile_secs: float,
+        callbacks: int | None = None,
     ) -> bool:
-        """Store synchronously; True if this call created the entry."""
+        """Store synchronously; True if this call created the entry.
+
+        `callbacks`: how many host callbacks the executable calls (recorded in the
+        object, checked on load); None where the caller does not know."""
         if self.read_only:
             self.counters.add("skipped_read_only")
             return False
@@ -312,6 +353,7 @@ class Store:
             fingerprint=fingerprint,
             module_name=module_name,
             compile_secs=compile_secs,
+            callbacks=callbacks,
         )
         host = socket.gethostname()[:255]
         uploaded = self.blobs.put(encoded.digest, encoded.data)
@@ -361,6 +403,7 @@ class Store:
         fingerprint: Fingerprint,
         module_name: str,
         compile_secs: float,
+        callbacks: int | None = None,
     ) -> None:
         """Queue a put on the background writer; the program does not wait for it."""
         if self.read_only:
@@ -368,6 +411,11 @@ class Store:
             return
 
         def job() -> None:
+            if time.monotonic() < self._uploads_paused_until:
+                # A backend just failed an upload: drop this one (counted) instead of
+                # paying the timeout again for every queued compile and the exit flush.
+                self.counters.add("put_skipped")
+                return
             try:
                 self.put(
                     key,
@@ -375,14 +423,22 @@ class Store:
                     fingerprint=fingerprint,
                     module_name=module_name,
                     compile_secs=compile_secs,
+                    callbacks=callbacks,
                 )
             except Exception as exc:
                 self.counters.add("put_errors")
                 cause = one_line(exc)
+                paused = ""
+                if isinstance(exc, (StoreUnavailable, OperationalError, InterfaceError)):
+                    cooldown = self.settings.breaker_cooldown_secs
+                    self._uploads_paused_until = time.monotonic() + cooldown
+                    paused = f"; not uploading for {cooldown:g} s"
                 # Once per kind of cause, not once per process: a later, different
                 # failure (the bucket now denies writes) must not hide behind the first.
                 kind = re.sub(r"[0-9a-f]{12,}", "…", f"{type(exc).__name__}: {cause}")
-                self._warn_once(f"put {kind}", "could not store %s: %s", module_name, cause)
+                self._warn_once(
+                    f"put {kind}", "could not store %s: %s%s", module_name, cause, paused
+                )
                 raise
 
         self.worker.submit(f"put {module_name}", job)
@@ -421,7 +477,13 @@ def migrates_on_open(settings: Settings, dialect: str, state: db.SchemaState) ->
 
 
 def encode_entry(
-    key: str, payload: bytes, *, fingerprint: Fingerprint, module_name: str, compile_secs: float
+    key: str,
+    payload: bytes,
+    *,
+    fingerprint: Fingerprint,
+    module_name: str,
+    compile_secs: float,
+    callbacks: int | None = None,
 ) -> codec.Encoded:
     """The object an entry is stored as: its payload, fingerprint and metadata."""
     meta = codec.ObjectMeta(
@@ -431,6 +493,7 @@ def encode_entry(
         raw_size=len(payload),
         producer_host=socket.gethostname()[:255],
         fingerprint=fingerprint.to_dict(),
+        callbacks=callbacks,
     )
     return codec.encode(payload, fingerprint.digest, meta)
 

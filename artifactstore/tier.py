@@ -44,7 +44,7 @@ from pathlib import Path
 from artifactstore import codec
 from artifactstore.blobstores.local import LocalBlobStore, write_atomic
 from artifactstore.config import Settings, default_cache_dir
-from artifactstore.errors import CorruptObject
+from artifactstore.errors import CorruptObject, OverLimit
 
 log = logging.getLogger("artifactstore")
 
@@ -74,9 +74,19 @@ class TierHit:
 
 class LocalTier:
     def __init__(
-        self, root: Path, name: str, *, owns_objects: bool, max_bytes: int | None = None
+        self,
+        root: Path,
+        name: str,
+        *,
+        owns_objects: bool,
+        max_bytes: int | None = None,
+        max_object_bytes: int | None = None,
+        max_executable_bytes: int | None = None,
     ) -> None:
         self.blobs = LocalBlobStore(root, name)
+        # What this reader loads at most (ARTSTORE_MAX_OBJECT_SIZE, _EXECUTABLE_SIZE).
+        self.max_object_bytes = max_object_bytes
+        self.max_executable_bytes = max_executable_bytes
         self.base = self.blobs.base
         self.keys = self.base / "keys"
         self.journal = self.base / "access"
@@ -118,22 +128,40 @@ class LocalTier:
             self.forget(key)
             return None
 
-    def get(self, key: str, fingerprint_digest: str) -> TierHit | None:
-        """The verified payload for `key`, or None; a bad tier copy is dropped, never loaded."""
+    def get(
+        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+    ) -> TierHit | None:
+        """The verified payload for `key`, or None; a bad tier copy is dropped, never loaded.
+
+        `callbacks`: as for `Store.get`. A copy over this reader's limits is left in
+        place (the store's path, asked next, counts and logs it)."""
         entry = self.lookup(key)
         if entry is None or entry.fingerprint != fingerprint_digest:
             return None
-        data = self.blobs.get(entry.digest)
+        try:
+            data = self.blobs.get(entry.digest, max_bytes=self.max_object_bytes)
+        except OverLimit as exc:
+            log.debug("artifactstore: tier copy of %s not loaded: %s", key[:12], exc)
+            return None
         if data is None:
             self.forget(key)
             return None
         try:
             payload = codec.decode(
-                data, expected_digest=entry.digest, fingerprint_digest=fingerprint_digest, key=key
+                data,
+                expected_digest=entry.digest,
+                fingerprint_digest=fingerprint_digest,
+                key=key,
+                callbacks=callbacks,
+                max_raw_size=self.max_executable_bytes,
             )
-        except codec.WrongEntry as exc:  # a wrong key file; the object is another key's
+        except (codec.WrongEntry, codec.CallbackMismatch) as exc:
+            # A wrong key file: the object is another key's, or not this trace's.
             log.debug("artifactstore: tier key file of %s unusable: %s", key[:12], exc)
             self.forget(key)
+            return None
+        except OverLimit as exc:
+            log.debug("artifactstore: tier copy of %s not loaded: %s", key[:12], exc)
             return None
         except CorruptObject as exc:
             # A local store's own object is quarantined by the full path, which
@@ -285,9 +313,15 @@ def open_tier(settings: Settings) -> LocalTier | None:
     """
     if settings.local_tier == "off":
         return None
+    limits = {
+        "max_object_bytes": settings.max_object_bytes,
+        "max_executable_bytes": settings.max_executable_bytes,
+    }
     if settings.blobs.scheme == "file" and not settings.read_only:
-        return LocalTier(Path(settings.blobs.path), settings.namespace, owns_objects=False)
+        return LocalTier(
+            Path(settings.blobs.path), settings.namespace, owns_objects=False, **limits
+        )
     root = Path(settings.local_tier) if settings.local_tier else default_cache_dir() / "tiers"
     identity = f"{settings.blobs.describe()}|{settings.index_url}|{settings.namespace}"
     name = hashlib.sha256(identity.encode()).hexdigest()[:24]
-    return LocalTier(root, name, owns_objects=True, max_bytes=settings.local_tier_bytes)
+    return LocalTier(root, name, owns_objects=True, max_bytes=settings.local_tier_bytes, **limits)

@@ -96,6 +96,84 @@ def test_other_callbacks_miss_instead_of_crashing(store_env: dict[str, str], var
     assert again["xla_compiles"] == [] and again["results"] == b["results"]
 
 
+def test_stored_callback_count_is_checked_before_loading(store_env: dict[str, str]) -> None:
+    """A forged entry: the executable of a program with two host callbacks, its metadata
+    rewritten to the one-callback program's key, that key's row and tier key file pointing
+    at it. Loaded with the one callback this trace provides, jaxlib would crash natively
+    calling the second; the count stored with the object makes it a miss instead."""
+    import dataclasses
+
+    from sqlalchemy import update
+
+    from artifactstore import codec, config
+    from artifactstore.index.models import Entry
+    from artifactstore.store import Store
+    from artifactstore.tier import TierEntry
+
+    a = run_case("pure", store_env)  # one callback
+    run_case("pure_two", store_env)  # two callbacks: same module name, its own key
+    store = Store.open(config.resolve({"url": store_env["ARTSTORE_URL"]}, {}))
+    by_count = {}
+    for entry in store.index.iter_entries():
+        if entry.module_name == MODULES["pure"]:
+            meta = codec.read_meta(store.blobs.get(entry.digest) or b"")
+            assert meta is not None
+            by_count[meta.callbacks] = entry
+    assert sorted(by_count) == [1, 2], "objects record their host callback count"
+    one, two = by_count[1], by_count[2]
+    data = store.blobs.get(two.digest)
+    assert data is not None
+    meta = codec.read_meta(data)
+    assert meta is not None
+    payload = codec.decode(data, expected_digest=two.digest, fingerprint_digest=two.fingerprint)
+    forged = codec.encode(payload, two.fingerprint, dataclasses.replace(meta, key=one.key))
+    store.blobs.put(forged.digest, forged.data)
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(Entry)
+            .where(Entry.key == one.key)
+            .values(digest=forged.digest, size=len(forged.data), raw_size=forged.raw_size)
+        )
+    assert store.tier is not None
+    store.tier.remember(one.key, TierEntry(forged.digest, two.fingerprint, 1.0), forged.data)
+    store.close()
+
+    b = run_case("pure", store_env)
+    assert compiled(b, MODULES["pure"]), "the forged executable must not be loaded"
+    assert b["results"] == a["results"] and b["calls"] == a["calls"]
+    assert b["store"]["callback_mismatch"] == 1
+    lines = [line for line in b["_stderr"].splitlines() if "artifactstore" in line]
+    assert len(lines) == 1 and "expects 2 host callback(s)" in lines[0], lines
+
+
+def test_callback_count_in_object_metadata() -> None:
+    """Objects record the count; those written before it (0.2.0) load by their key alone."""
+    from artifactstore import codec, fingerprint
+
+    fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                             device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    key = "c" * 64
+
+    def obj(callbacks: int | None) -> bytes:
+        meta = codec.ObjectMeta(key, "jit_f", 1.0, 3, "h", fp.to_dict(), callbacks=callbacks)
+        assert codec.ObjectMeta.from_bytes(meta.to_bytes()) == meta
+        return codec.encode(b"exe", fp.digest, meta).data
+
+    def load(data: bytes, callbacks: int | None) -> bytes:
+        digest = codec.digest_of(data)
+        return codec.decode(
+            data, expected_digest=digest, fingerprint_digest=fp.digest, key=key, callbacks=callbacks
+        )
+
+    _, body = codec._split(obj(None))
+    assert body is not None and b"callbacks" not in body  # 0.2.0's bytes, unchanged
+    assert load(obj(2), 2) == load(obj(None), 2) == load(obj(0), 0) == b"exe"
+    assert load(obj(2), None) == b"exe"  # callers that bind no callbacks do not ask
+    for stored, provided in ((2, 1), (1, 2), (0, 1), (1, 0)):
+        with pytest.raises(codec.CallbackMismatch):
+            load(obj(stored), provided)
+
+
 @pytest.mark.parametrize("how", ["env", "configure"])
 def test_off_switch_compiles_like_jax(store_env: dict[str, str], how: str) -> None:
     off = {"ARTSTORE_CACHE_CALLBACKS": "0"} if how == "env" else {"CALLBACKS_CONFIGURE": "off"}

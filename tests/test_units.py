@@ -166,9 +166,9 @@ def test_fingerprint_fields_name_every_field_once() -> None:
 class CountingBlobs(LocalBlobStore):
     gets = 0
 
-    def get(self, digest: str) -> bytes | None:
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes | None:
         CountingBlobs.gets += 1
-        return super().get(digest)
+        return super().get(digest, max_bytes=max_bytes)
 
 
 def test_store_refuses_forged_fingerprint_without_reading_bytes(tmp_path: Path) -> None:
@@ -284,6 +284,31 @@ def test_each_backend_has_its_own_breaker(tmp_path: Path) -> None:
     session._used = ["index"]
     session.ok()  # a miss: the index answered
     assert not session.breakers["object store"].closed
+
+
+def test_a_probe_that_misses_lets_the_next_call_probe(tmp_path: Path) -> None:
+    """After the cool-down, a probe that never reaches the object store (an index miss)
+    must not keep the store bypassed for another cool-down (found by bench/soak.py)."""
+    import time
+
+    from artifactstore.session import Session
+
+    settings = {"url": str(tmp_path / "s"), "local_tier": "off", "breaker_cooldown_secs": 0.2}
+    session = Session(config.resolve(settings, {}))
+    store = session.store()
+    assert store is not None
+    session.breakers["object store"].failure("no answer within the bound")
+    assert session.store() is None  # cooling down
+    time.sleep(0.25)
+    for i in range(3):  # each call probes at once: no cool-down between them
+        assert session.store() is store
+        assert store.get(f"{i:064x}", "ab" * 32) is None  # a miss: index only
+        session.ok()
+        assert not session.breakers["object store"].closed  # no verdict on it yet
+    assert session.store() is store
+    session._used = ["index", "object store"]
+    session.ok()  # a call that fetched an object: the object store answers again
+    assert session.active
 
 
 BREAKER_PROGRAM = """

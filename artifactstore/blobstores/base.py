@@ -34,8 +34,11 @@ class BlobStore(abc.ABC):
     read_only: bool = False
 
     @abc.abstractmethod
-    def get(self, digest: str) -> bytes | None:
-        """The object's bytes, or None if absent. Never verifies: the caller does."""
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes | None:
+        """The object's bytes, or None if absent. Never verifies: the caller does.
+
+        `max_bytes`: raise `OverLimit` for a bigger object instead of reading it
+        (backends learn the size before downloading the bytes)."""
 
     @abc.abstractmethod
     def put(self, digest: str, data: bytes) -> bool:

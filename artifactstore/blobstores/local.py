@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
+from artifactstore.errors import OverLimit
 
 
 class LocalBlobStore(BlobStore):
@@ -27,9 +28,18 @@ class LocalBlobStore(BlobStore):
         check_digest(digest)
         return self.objects / digest[:2] / digest
 
-    def get(self, digest: str) -> bytes | None:
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes | None:
         try:
-            return self._path(digest).read_bytes()
+            with open(self._path(digest), "rb") as handle:
+                # Objects are replaced whole (rename), never appended to: the size of
+                # the open file is the size read.
+                size = os.fstat(handle.fileno()).st_size
+                if max_bytes is not None and size > max_bytes:
+                    raise OverLimit(
+                        f"object {digest[:12]} is {size} bytes, over this reader's limit "
+                        f"of {max_bytes} (ARTSTORE_MAX_OBJECT_SIZE)"
+                    )
+                return handle.read()
         except FileNotFoundError:
             return None
 

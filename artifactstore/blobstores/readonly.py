@@ -18,8 +18,8 @@ class ReadOnlyBlobStore(BlobStore):
     def __init__(self, inner: BlobStore) -> None:
         self.inner = inner
 
-    def get(self, digest: str) -> bytes | None:
-        return self.inner.get(digest)
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes | None:
+        return self.inner.get(digest, max_bytes=max_bytes)
 
     def exists(self, digest: str) -> bool:
         return self.inner.exists(digest)

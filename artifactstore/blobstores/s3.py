@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import boto3
@@ -33,15 +36,24 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
-from artifactstore.errors import StoreUnavailable
+from artifactstore.errors import OverLimit, StoreUnavailable
 
 MiB = 1024 * 1024
 # Below this a single PUT is cheapest; above it multipart uploads parts in
 # parallel and retries a failed part instead of the whole executable.
 DEFAULT_MULTIPART_THRESHOLD = 64 * MiB
 DEFAULT_MULTIPART_CHUNKSIZE = 16 * MiB
-# Few attempts: a store that is down must degrade to a compile quickly.
+# Few attempts: a store that is down must degrade to a compile quickly. ARTSTORE_TIMEOUT
+# bounds a whole call, retries included (see `call_budget`), so each attempt gets a
+# share of it, and a bound too short for MAX_ATTEMPTS shares of MIN_ATTEMPT_SECS gets
+# fewer attempts rather than shares too short to answer in.
 MAX_ATTEMPTS = 3
+MIN_ATTEMPT_SECS = 2.0
+MAX_CONNECT_SECS = 2.0  # a TCP + TLS connect takes milliseconds; the rest of a share reads
+# Transient S3 answers, retried within the bound (as botocore's standard mode does).
+_RETRY_STATUS = {500, 502, 503, 504}
+_RETRY_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                "RequestTimeoutException", "InternalError", "ServiceUnavailable"}  # fmt: skip
 DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
@@ -112,17 +124,21 @@ class S3BlobStore(BlobStore):
         # AWS_ENDPOINT_URL / its config file. Custom endpoints (MinIO, moto) rarely
         # have wildcard DNS for virtual-hosted buckets, so use path-style there.
         custom = self.endpoint_url is not None or _configured_endpoint(session) is not None
-        connect = max(0.1, min(self.timeout_secs, 5.0))
-        read = max(1.0, self.timeout_secs)
+        budget = call_budget(self.timeout_secs)
         config = Config(
-            connect_timeout=connect,
-            read_timeout=read,
-            retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            connect_timeout=budget.connect_secs,
+            read_timeout=budget.read_secs,
+            # botocore's own retries are off: `_Retries` retries within the bound.
+            retries={"total_max_attempts": 1, "mode": "standard"},
             s3={"addressing_style": "path"} if custom else None,
             max_pool_connections=16,
         )
         try:
-            return session.client("s3", endpoint_url=self.endpoint_url, config=config)
+            client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+            retries = _Retries(budget)
+            client.meta.events.register("before-call.s3", retries.start)
+            client.meta.events.register_first("needs-retry.s3", retries.needs_retry)
+            return client
         except (bce.BotoCoreError, ValueError) as exc:
             raise StoreUnavailable(
                 f"cannot set up S3 client for bucket '{self.bucket}' "
@@ -149,10 +165,17 @@ class S3BlobStore(BlobStore):
 
     # -- BlobStore ------------------------------------------------------------
 
-    def get(self, digest: str) -> bytes | None:
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes | None:
         key = self.key(digest)
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=key)
+            size = int(response.get("ContentLength") or 0)
+            if max_bytes is not None and size > max_bytes:  # refused before the download
+                response["Body"].close()
+                raise OverLimit(
+                    f"object {digest[:12]} is {size} bytes, over this reader's limit "
+                    f"of {max_bytes} (ARTSTORE_MAX_OBJECT_SIZE)"
+                )
             body: bytes = response["Body"].read()
             return body
         except Exception as exc:
@@ -337,6 +360,72 @@ class S3BlobStore(BlobStore):
             f"S3 {op} failed for bucket {bucket} at {self._endpoint()} ({detail}): "
             "check the S3 service and ARTSTORE_URL"
         )
+
+
+@dataclass(frozen=True)
+class CallBudget:
+    """How one S3 call spends ARTSTORE_TIMEOUT: `attempts` tries of at most
+    `connect_secs` + `read_secs` each, so that attempts x (connect + read) <= the bound."""
+
+    bound_secs: float
+    attempts: int
+    connect_secs: float
+    read_secs: float
+
+    @property
+    def attempt_secs(self) -> float:
+        return self.connect_secs + self.read_secs
+
+
+def call_budget(bound_secs: float) -> CallBudget:
+    """Split the bound on one call (connect + read, retries included) into attempts.
+
+    T = 10 s (the default): 3 attempts of 1.1 s connect + 2.2 s read; T = 2 s: one
+    attempt of 0.7 + 1.3 s. The read timeout is botocore's per socket read, so a large
+    transfer that keeps moving is never cut; a server that stops answering is.
+    """
+    attempts = max(1, min(MAX_ATTEMPTS, int(bound_secs // MIN_ATTEMPT_SECS)))
+    share = bound_secs / attempts
+    connect = min(share / 3, MAX_CONNECT_SECS)
+    return CallBudget(bound_secs, attempts, connect, share - connect)
+
+
+class _Retries:
+    """botocore's `needs-retry` hook: retry transient failures (connection errors,
+    timeouts, 5xx, throttling) while another whole attempt fits before the call's
+    deadline, with a short jittered back-off; never past the bound."""
+
+    def __init__(self, budget: CallBudget) -> None:
+        self.budget = budget
+
+    def start(self, context: dict[str, Any], **_: Any) -> None:
+        context["artstore_deadline"] = time.monotonic() + self.budget.bound_secs
+
+    def needs_retry(
+        self,
+        attempts: int,
+        request_dict: dict[str, Any] | None = None,
+        response: Any = None,
+        caught_exception: BaseException | None = None,
+        **_: Any,
+    ) -> float | None:
+        if attempts >= self.budget.attempts or not _transient(response, caught_exception):
+            return None
+        deadline = ((request_dict or {}).get("context") or {}).get("artstore_deadline")
+        delay = random.uniform(0, min(0.05 * 2**attempts, 0.5))
+        if deadline is None or time.monotonic() + delay + self.budget.attempt_secs > deadline:
+            return None
+        return delay
+
+
+def _transient(response: Any, caught: BaseException | None) -> bool:
+    if caught is not None:
+        return isinstance(caught, (bce.ConnectionError, bce.HTTPClientError))
+    if not response:
+        return False
+    http, parsed = response
+    code = str((parsed or {}).get("Error", {}).get("Code", ""))
+    return getattr(http, "status_code", 0) in _RETRY_STATUS or code in _RETRY_CODES
 
 
 def _code(exc: BaseException) -> str:

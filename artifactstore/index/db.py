@@ -76,16 +76,32 @@ def open_engine(url: str, *, timeout_secs: float = 10.0, read_only: bool = False
     kwargs["max_overflow"] = 4
     kwargs["pool_timeout"] = timeout_secs
     kwargs["connect_args"] = {
-        "connect_timeout": max(1, int(timeout_secs)),
+        # Whole seconds, per address the host name resolves to; libpq and psycopg wait
+        # at least 2 whatever is asked.
+        "connect_timeout": max(2, round(timeout_secs)),
         "application_name": "artifactstore",
     }
     try:
-        return create_engine(parsed, **kwargs)
+        engine = create_engine(parsed, **kwargs)
     except ImportError as exc:  # the dialect's driver, imported by create_engine
         raise ConfigError(
             f"the index is {parsed.get_backend_name()} but its driver is not installed "
             f"({one_line(exc)}): pip install 'artifactstore[postgres]'"
         ) from None
+    lock_ms = max(1, int(timeout_secs * 1000))
+
+    @event.listens_for(engine, "connect")
+    def _bound_lock_waits(dbapi_conn: Any, _record: Any) -> None:
+        # A lock held elsewhere (an operator's LOCK TABLE, a migration, a long
+        # transaction) fails the statement after the bound, server-side, instead of
+        # hanging it: the CLI has no other bound, and a hung call in a program keeps
+        # its pooled connection. (A SET, not the `options` startup parameter, which
+        # PgBouncer refuses.)
+        with dbapi_conn.cursor() as cur:
+            cur.execute(f"SET lock_timeout = {lock_ms}")
+        dbapi_conn.commit()
+
+    return engine
 
 
 # Engines that refuse index writes -> the one line saying why and what to do.

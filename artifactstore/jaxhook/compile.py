@@ -90,6 +90,13 @@ class _Compile:
     module_name: str = ""
     fingerprint: _fp.Fingerprint | None = None
 
+    @property
+    def callback_count(self) -> int:
+        """The host callbacks this trace binds on load: stored with the executable and
+        compared with what a stored one expects before it is deserialized (too few
+        crash natively on execute; the key alone cannot be checked against an entry)."""
+        return len(self.callbacks) if self.callbacks else 0
+
     def load(self, payload: bytes) -> Any:
         if self.callbacks:
             return self.backend.deserialize_executable(
@@ -149,6 +156,8 @@ def compile_or_get_cached(
         executable = _from_store(session, store, request)
         if executable is not None:
             return executable
+        if not session.active:  # that lookup just failed: do not queue an upload behind it
+            store = None
     return _compile_and_store(session, store, request)
 
 
@@ -180,7 +189,9 @@ def _from_tier(session: Session, request: _Compile) -> Any:
     assert request.fingerprint is not None
     started = time.monotonic()
     try:
-        hit = session.tier.get(request.key, request.fingerprint.digest)
+        hit = session.tier.get(
+            request.key, request.fingerprint.digest, callbacks=request.callback_count
+        )
     except Exception as exc:
         log.debug("artifactstore: local tier read failed: %s", one_line(exc))
         return None
@@ -205,7 +216,8 @@ def _from_store(session: Session, store: Store, request: _Compile) -> Any:
     started = time.monotonic()
     try:
         hit = call_with_timeout(
-            lambda: store.get(request.key, digest), session.settings.timeout_secs
+            lambda: store.get(request.key, digest, callbacks=request.callback_count),
+            session.settings.timeout_secs,
         )
     except Exception as exc:
         session.fail(exc)
@@ -253,6 +265,7 @@ def _compile_and_store(session: Session, store: Store | None, request: _Compile)
             fingerprint=request.fingerprint,
             module_name=request.module_name,
             compile_secs=compile_secs,
+            callbacks=request.callback_count,
         )
     except Exception as exc:
         warn_once(

@@ -89,8 +89,8 @@ class Recorder:
         entry is stored, and a process that is killed later loses nothing."""
         real_get, real_put = store.get, store.put
 
-        def get(key: str, fingerprint_digest: str) -> Any:
-            hit = real_get(key, fingerprint_digest)
+        def get(key: str, fingerprint_digest: str, **kwargs: Any) -> Any:
+            hit = real_get(key, fingerprint_digest, **kwargs)
             if hit is not None:
                 entry = hit.entry
                 item = {

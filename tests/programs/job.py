@@ -11,6 +11,9 @@ Environment knobs (tests only):
   JOB_SKIP_FLUSH=1       leave queued uploads to the store's own exit flush
   JOB_SMALL_JITS=1       also run trivial jits (ones, arange, reshape), as real programs do
   JOB_SLOW_COMPILE_SECS  the two main functions' compiles take this much longer
+  JOB_PAUSE              comma list of points (open, exit) where the program prints a JSON
+                         line {"paused": POINT} and waits for a line on stdin (tests/faults:
+                         "open" once the store is open, "exit" after the result line)
 """
 
 from __future__ import annotations
@@ -43,6 +46,20 @@ if not os.environ.get("JOB_NO_STORE"):
     import artifactstore
 
     artifactstore.configure()
+
+pause = set(filter(None, os.environ.get("JOB_PAUSE", "").split(",")))
+
+
+def wait_for_test(point: str, **facts: object) -> None:
+    if point in pause:
+        print(json.dumps({"paused": point, **facts}), flush=True)
+        sys.stdin.readline()
+
+
+if "open" in pause:
+    from artifactstore.jaxhook.api import active_store
+
+    wait_for_test("open", store=active_store() is not None)
 
 variant = float(os.environ.get("JOB_VARIANT", "0"))
 
@@ -98,4 +115,5 @@ print(
     ),
     flush=True,
 )
+wait_for_test("exit")
 sys.exit(int(os.environ.get("JOB_EXIT", "0")))
