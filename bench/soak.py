@@ -319,7 +319,23 @@ def gc_loop(run: Run) -> None:
                 entry["rc"] = "bad-json"
         else:
             entry["stderr"] = res["stderr"].strip().splitlines()[-1:] if res["stderr"] else []
+            # gc streams its removals (one JSON object per line) as it commits them: a
+            # run that fails part-way (a fault) has still removed those.
+            entry["removed"] = partial_removals(res["stdout"])
         run.gc_runs.append(entry)
+
+
+def partial_removals(stdout: str) -> list[dict[str, Any]]:
+    """The removal items of a `gc --json` document cut short by a failure."""
+    items = []
+    for line in stdout.splitlines():
+        text = line.strip().rstrip(",")
+        if text.startswith("{") and text.endswith("}"):
+            with contextlib.suppress(ValueError):
+                item = json.loads(text)
+                if "kind" in item:
+                    items.append(item)
+    return items
 
 
 def schedule(args: argparse.Namespace, kinds: list[str]) -> list[tuple[float, str, float]]:

@@ -350,6 +350,18 @@ def test_second_gc_is_refused_or_waits(any_env: dict[str, str], open_store: Open
     with pytest.raises(Exception, match="lost gc:default"):
         dead.renew()
 
+    # A holder on this host that exited without releasing (e.g. a gc that failed while the
+    # database was down, found by bench/soak.py): taken over at once, not after its TTL.
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    crashed = Lease(
+        store.engine, "gc:default", holder=f"{socket.gethostname()}:{gone.stdout.strip()}"
+    )
+    crashed.acquire()
+    assert _gc(any_env)["summary"]["namespace"] == "default"
+    with pytest.raises(Exception, match="lost gc:default"):
+        crashed.renew()
+
 
 def test_writer_restores_an_object_gc_deleted_under_it(
     any_env: dict[str, str], open_store: OpenStore

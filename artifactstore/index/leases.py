@@ -29,6 +29,20 @@ def holder_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"[:255]
 
 
+def _dead_here(holder: str) -> bool:
+    """Whether `holder` (host:pid) names a process of this host that has exited."""
+    host, _, pid = holder.rpartition(":")
+    if host != socket.gethostname()[: 255 - len(pid) - 1] or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, another user's
+        return False
+    return False
+
+
 @dataclass
 class Lease:
     """One named lease as this process holds it (its row is `LeaseRow`)."""
@@ -62,13 +76,26 @@ class Lease:
                 )
                 if stale.rowcount != 1:
                     row = conn.execute(
-                        select(LeaseRow.holder, LeaseRow.expires_at).where(
+                        select(LeaseRow.holder, LeaseRow.expires_at, LeaseRow.token).where(
                             LeaseRow.name == self.name
                         )
                     ).first()
-                    if row is not None:
+                    if row is None:
+                        return ("(released just now)", now)
+                    # A holder on this host that no longer runs (killed, or it failed
+                    # while the database was down and could not release) is taken over
+                    # at once rather than after its TTL; the token makes it one taker.
+                    dead = (
+                        _dead_here(str(row[0]))
+                        and conn.execute(
+                            update(LeaseRow)
+                            .where(LeaseRow.name == self.name, LeaseRow.token == row[2])
+                            .values(**values)
+                        ).rowcount
+                        == 1
+                    )
+                    if not dead:
                         return str(row[0]), row[1]
-                    return ("(released just now)", now)
         self._renewed = time.monotonic()
         return None
 
