@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from artifactstore import codec
-from artifactstore.background import Worker
+from artifactstore.background import Worker, call_with_timeout
 from artifactstore.blobstores import BlobStore, open_blobstore
 from artifactstore.config import Settings
 from artifactstore.errors import (
@@ -86,6 +86,7 @@ class Store:
         self._pending_counts: _Counts[str] = _Counts()
         self._warned: set[str] = set()
         self._uploads_paused_until = 0.0  # monotonic: see submit_put
+        self._upload_failures = 0  # consecutive, for that pause
         self.worker = worker or Worker("artifactstore-writer", on_tick=self.flush_access)
         self.tier = tier
         # Called (on the writing thread) after each entry this process creates;
@@ -425,14 +426,18 @@ class Store:
                     compile_secs=compile_secs,
                     callbacks=callbacks,
                 )
+                self._upload_failures = 0
             except Exception as exc:
                 self.counters.add("put_errors")
                 cause = one_line(exc)
                 paused = ""
                 if isinstance(exc, (StoreUnavailable, OperationalError, InterfaceError)):
-                    cooldown = self.settings.breaker_cooldown_secs
-                    self._uploads_paused_until = time.monotonic() + cooldown
-                    paused = f"; not uploading for {cooldown:g} s"
+                    # A backend unavailable: like the breakers (ARTSTORE_BREAKER_*).
+                    self._upload_failures += 1
+                    if self._upload_failures >= self.settings.breaker_failures:
+                        cooldown = self.settings.breaker_cooldown_secs
+                        self._uploads_paused_until = time.monotonic() + cooldown
+                        paused = f"; not uploading for {cooldown:g} s"
                 # Once per kind of cause, not once per process: a later, different
                 # failure (the bucket now denies writes) must not hide behind the first.
                 kind = re.sub(r"[0-9a-f]{12,}", "…", f"{type(exc).__name__}: {cause}")
@@ -446,18 +451,31 @@ class Store:
     def flush(self, timeout: float | None = None) -> bool:
         """Finish queued uploads and access records within `timeout` seconds."""
         bound = self.settings.flush_secs if timeout is None else timeout
+        deadline = time.monotonic() + bound
         done = self.worker.drain(bound)
-        if not done:
-            self._warn_once(
-                "flush",
-                "%d upload(s) not finished within %.0f s at exit; they were not stored",
-                self.worker.pending(),
-                bound,
-            )
+        late = [] if done else [f"{self.worker.pending()} upload(s)"]
+        # Hit counts too, within what is left of the same bound: a database that stops
+        # answering must not hold the program at exit.
+        with self._touch_lock:
+            counts = not self.read_only and any(self._pending_counts.values())
+            accesses = bool(self._touches or counts)
         try:
-            self.flush_access()
+            left = deadline - time.monotonic()
+            if accesses and left <= 0:
+                raise TimeoutError(f"no time left of the {bound:g} s flush bound")
+            if accesses:
+                call_with_timeout(self.flush_access, left)
+        except TimeoutError:
+            late.append("hit counts")
         except Exception as exc:
             log.debug("artifactstore: final access flush failed: %s", exc)
+        if late:  # one line for both: one exit, one incident
+            self._warn_once(
+                "flush",
+                "%s not finished within %.0f s at exit; they were not stored",
+                " and ".join(late),
+                bound,
+            )
         return done
 
     def close(self) -> None:

@@ -343,6 +343,9 @@ def _migration_lock(engine: Engine) -> Iterator[Connection]:
         return
     with engine.begin() as conn:
         if url.get_backend_name() == "postgresql":
+            # Concurrent upgrades queue here (the first migrates, the rest find it done):
+            # the connection's lock_timeout (ARTSTORE_TIMEOUT) is for lookups, not this.
+            conn.execute(text("SET LOCAL lock_timeout = 0"))
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
         yield conn
 
