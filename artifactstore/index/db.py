@@ -80,6 +80,12 @@ def open_engine(url: str, *, timeout_secs: float = 10.0, read_only: bool = False
         # at least 2 whatever is asked.
         "connect_timeout": max(2, round(timeout_secs)),
         "application_name": "artifactstore",
+        # A database host that dies mid-query (no RST) is noticed in about 25 s, not
+        # after the kernel's 2-hour keepalive default.
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
     }
     try:
         engine = create_engine(parsed, **kwargs)
