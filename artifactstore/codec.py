@@ -15,23 +15,47 @@ that predate it (which decompress one frame and ignore what follows) still
 read these objects: no envelope version bump, old and new clients share a store.
 Its body is JSON, followed by its length and `META_MAGIC`, so it is found from
 the end without parsing the payload.
+
+The signature frame (optional; see `artifactstore.signing`) is a second skippable
+frame after the metadata frame, found from the end by its own footer (`SIG_MAGIC`).
+Its body is JSON {"k": key name, "s": base64 Ed25519 signature} over
+`signing.message(...)`, which covers the sha256 of every byte before the frame (the
+*content digest*) and the entry's namespace, key, fingerprint, callback count and raw
+size. The object is still named by the sha256 of all its bytes. Readers with trusted
+keys verify it before inflating anything; readers without ignore it, and so do
+readers that predate it (0.1 reads one frame; 0.2 finds no metadata footer at the
+end and reads the payload frame).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import struct
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 
 from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.sizes import format_size
 
-__all__ = ["CallbackMismatch", "CorruptObject", "FingerprintMismatch", "OverLimit", "WrongEntry"]
+if TYPE_CHECKING:
+    from artifactstore.signing import SigningKey, TrustedKeys
+
+__all__ = [
+    "BadSignature",
+    "CallbackMismatch",
+    "CorruptObject",
+    "FingerprintMismatch",
+    "OverLimit",
+    "SignatureRefused",
+    "Unsigned",
+    "UntrustedKey",
+    "WrongEntry",
+]
 
 MAGIC = b"ARTX"
 FORMAT_VERSION = 1
@@ -42,6 +66,8 @@ _SKIPPABLE = 0x184D2A5E  # one of zstd's skippable-frame magic numbers (0x184D2A
 _FOOTER = struct.Struct("<I4s")  # body length, META_MAGIC
 _FRAME_HEAD = struct.Struct("<II")  # skippable magic, frame size
 MAX_META_BYTES = 1 << 20
+SIG_MAGIC = b"ARTS"
+MAX_SIG_BYTES = 4096
 # Level 3 is zstd's default: ~3-4x on XLA executables at several hundred MB/s,
 # so compression never costs more than a small fraction of the compile it saves.
 ZSTD_LEVEL = 3
@@ -72,6 +98,18 @@ class Encoded:
     data: bytes
     digest: str
     raw_size: int
+    signer: str | None = None  # the signing key's name, for the index
+    signature: str | None = None  # base64
+
+
+@dataclass(frozen=True)
+class Signature:
+    signer: str
+    signature: bytes
+
+    @property
+    def b64(self) -> str:
+        return base64.b64encode(self.signature).decode()
 
 
 @dataclass(frozen=True)
@@ -120,7 +158,16 @@ class ObjectMeta:
             raise CorruptObject(f"object metadata is unreadable: {exc}") from None
 
 
-def encode(payload: bytes, fingerprint_digest: str, meta: ObjectMeta | None = None) -> Encoded:
+def encode(
+    payload: bytes,
+    fingerprint_digest: str,
+    meta: ObjectMeta | None = None,
+    *,
+    signer: SigningKey | None = None,
+    namespace: str | None = None,
+) -> Encoded:
+    """The object for `payload`; signed by `signer` for `namespace` when given (which
+    needs `meta`: the signature covers the entry it names)."""
     fp = bytes.fromhex(fingerprint_digest)
     if len(fp) != 32:
         raise ValueError("fingerprint digest must be a sha256 hex digest")
@@ -129,11 +176,106 @@ def encode(payload: bytes, fingerprint_digest: str, meta: ObjectMeta | None = No
         body = meta.to_bytes()
         frame = body + _FOOTER.pack(len(body), META_MAGIC)
         data += _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
+    if signer is not None:
+        if namespace is None:
+            raise ValueError("signing needs the namespace the entry is stored in")
+        return sign(data, signer, namespace)
     return Encoded(data=data, digest=digest_of(data), raw_size=len(payload))
 
 
+def _signed_message(unsigned: bytes, meta: ObjectMeta, namespace: str) -> bytes:
+    from artifactstore.signing import message
+
+    return message(
+        namespace=namespace,
+        key=meta.key,
+        content_digest=digest_of(unsigned),
+        fingerprint_digest=unsigned[len(MAGIC) + 1 : _HEADER_LEN].hex(),
+        callbacks=meta.callbacks,
+        raw_size=meta.raw_size,
+    )
+
+
+def sign(data: bytes, signer: SigningKey, namespace: str) -> Encoded:
+    """`data` (an object, signed or not) with a signature by `signer` for `namespace`
+    in place of any it had. The object must carry its metadata."""
+    unsigned, _ = split_signature(data)
+    meta = read_meta(unsigned)
+    if meta is None or not unsigned.startswith(MAGIC) or len(unsigned) < _HEADER_LEN:
+        raise CorruptObject("only objects that carry their entry's metadata can be signed")
+    sig = Signature(signer.name, signer.sign(_signed_message(unsigned, meta, namespace)))
+    body = json.dumps({"k": sig.signer, "s": sig.b64}, sort_keys=True).encode()
+    frame = body + _FOOTER.pack(len(body), SIG_MAGIC)
+    out = unsigned + _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
+    return Encoded(out, digest_of(out), meta.raw_size, signer=sig.signer, signature=sig.b64)
+
+
+def split_signature(data: bytes) -> tuple[bytes, bytes | None]:
+    """(the object's bytes before its signature frame, the signature body or None)."""
+    body_end = len(data) - _FOOTER.size
+    if body_end < _HEADER_LEN or data[body_end + 4 :] != SIG_MAGIC:
+        return data, None
+    (length,) = struct.unpack_from("<I", data, body_end)
+    start = body_end - length
+    head = start - _FRAME_HEAD.size
+    if length > MAX_SIG_BYTES or head < _HEADER_LEN:
+        return data, None
+    magic, size = _FRAME_HEAD.unpack_from(data, head)
+    if magic != _SKIPPABLE or size != length + _FOOTER.size:
+        return data, None
+    return data[:head], data[start:body_end]
+
+
+def _parse_signature(body: bytes) -> Signature | None:
+    try:
+        raw = json.loads(body)
+        name, b64 = raw["k"], raw["s"]
+        if not isinstance(name, str) or not isinstance(b64, str):
+            return None
+        sig = base64.b64decode(b64, validate=True)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return Signature(name[:64], sig)
+
+
+def read_signature(data: bytes) -> Signature | None:
+    """Who signed `data` (not checked: see `check_signature`); None if unsigned or unreadable."""
+    _, body = split_signature(data)
+    return None if body is None else _parse_signature(body)
+
+
+def check_signature(
+    data: bytes, trusted: TrustedKeys, namespace: str, *, key: str | None = None
+) -> Signature:
+    """The signature of `data` by one of `trusted` for `namespace` (and `key`), or raise
+    `Unsigned`, `UntrustedKey` or `BadSignature`. Reads no payload."""
+    short = digest_of(data)[:12]
+    unsigned, body = split_signature(data)
+    if body is None:
+        raise Unsigned(f"object {short} is unsigned")
+    sig = _parse_signature(body)
+    if sig is None:
+        raise BadSignature(f"object {short} has an unreadable signature")
+    if not trusted.knows(sig.signer):
+        raise UntrustedKey(f"object {short} is signed by key {sig.signer!r}, which is not trusted")
+    _, meta_body = _split(unsigned)
+    if meta_body is None:
+        raise BadSignature(f"object {short} is signed but carries no entry metadata")
+    meta = ObjectMeta.from_bytes(meta_body)
+    if key is not None and meta.key != key:
+        raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
+    if not trusted.verify(sig.signer, sig.signature, _signed_message(unsigned, meta, namespace)):
+        raise BadSignature(
+            f"object {short} has a bad signature by key {sig.signer!r} "
+            f"(altered, or signed for another namespace than {namespace!r})"
+        )
+    return sig
+
+
 def _split(data: bytes) -> tuple[bytes, bytes | None]:
-    """(the payload's zstd frame, the metadata body or None)."""
+    """(the payload's zstd frame, the metadata body or None); any signature frame is
+    stripped first."""
+    data, _ = split_signature(data)
     body_end = len(data) - _FOOTER.size
     if body_end < _HEADER_LEN or data[body_end + 4 :] != META_MAGIC:
         return data[_HEADER_LEN:], None
@@ -163,6 +305,8 @@ def decode(
     callbacks: int | None = None,
     expected_raw_size: int | None = None,
     max_raw_size: int | None = None,
+    trusted: TrustedKeys | None = None,
+    namespace: str | None = None,
 ) -> bytes:
     """Verify digest, envelope, fingerprint and (given `key`) the entry, then decompress.
 
@@ -178,6 +322,11 @@ def decode(
     for intact bytes stored for another key, `CallbackMismatch` for an executable
     expecting another number of host callbacks and `OverLimit` for an executable
     bigger than `max_raw_size`.
+
+    `trusted` (with the `namespace` the entry was looked up in): only an object signed
+    by one of these keys for this namespace and key is inflated; otherwise `Unsigned`,
+    `UntrustedKey` or `BadSignature` (all `SignatureRefused`: never quarantined, since
+    another reader may trust that key). Checked before anything is decompressed.
     """
     short = expected_digest[:12]
     actual = digest_of(data)
@@ -197,6 +346,10 @@ def decode(
     meta = None if body is None else ObjectMeta.from_bytes(body)
     if key is not None and meta is not None and meta.key != key:
         raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
+    if trusted is not None:
+        if namespace is None:
+            raise ValueError("checking signatures needs the namespace the entry came from")
+        check_signature(data, trusted, namespace, key=key)
     if callbacks is not None and meta is not None and meta.callbacks not in (None, callbacks):
         raise CallbackMismatch(
             f"object {short} expects {meta.callbacks} host callback(s), "
@@ -255,3 +408,26 @@ class CallbackMismatch(CorruptObject):
     """Intact bytes whose executable expects another number of host callbacks than the
     loading trace provides: loading it would crash natively on execute. Refused (a miss),
     never quarantined: the pairing is wrong, not necessarily the bytes."""
+
+
+class SignatureRefused(CorruptObject):
+    """Intact bytes this reader will not run because of their signature: refused (a
+    miss), never quarantined, since another reader may trust the key."""
+
+    reason = "bad_signature"  # the counter a refusal is counted under
+
+
+class Unsigned(SignatureRefused):
+    """No signature, while this reader trusts only signed objects."""
+
+    reason = "unsigned"
+
+
+class UntrustedKey(SignatureRefused):
+    """Signed by a key this reader does not list in ARTSTORE_TRUSTED_KEYS."""
+
+    reason = "untrusted_key"
+
+
+class BadSignature(SignatureRefused):
+    """A signature that does not verify (altered object or frame, another namespace)."""

@@ -53,10 +53,12 @@ def ls_cmd(
             format_size(e.size),
             str(e.hits),
             when(e.last_access),
+            e.signer or "unsigned",
         ]
         for e in entries
     ]
-    headers = ["KEY", "MODULE", "PLATFORM", "DEVICE", "JAXLIB", "SIZE", "HITS", "LAST ACCESS"]
+    headers = ["KEY", "MODULE", "PLATFORM", "DEVICE", "JAXLIB", "SIZE", "HITS", "LAST ACCESS",
+               "SIGNER"]  # fmt: skip
     print_table(headers, rows, right={5, 6})
 
 

@@ -8,7 +8,7 @@ raise nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +39,10 @@ class NewEntry:
     fingerprint: str
     compile_secs: float
     producer_host: str
+    # The name of the key that signed the object, and the signature (base64); None for
+    # unsigned entries. Informational: readers verify the object's own signature frame.
+    signer: str | None = field(default=None, kw_only=True)
+    signature: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
