@@ -361,7 +361,14 @@ class Store:
         if self.read_only:
             self.counters.add("skipped_read_only")
             return False
-        if self.index.lookup(key) is not None:  # another process stored it first
+        existing = self.index.lookup(key)
+        replace = existing is not None and key in self._refused
+        if replace and self.settings.signing_key is None:
+            # Present, but this process refused it for its signature (and cannot sign):
+            # the entry stays as it is; its readers compile, as this process did.
+            self.counters.add("refused_present")
+            return False
+        if existing is not None and not replace:  # another process stored it first
             self.counters.add("already_present")
             return False
         encoded = encode_entry(
@@ -397,7 +404,28 @@ class Store:
             signer=encoded.signer,
             signature=encoded.signature,
         )
-        created = self.index.add_entry(entry, fingerprint.to_json())
+        if existing is not None:
+            # This process refused the entry's object for its signature (unsigned, an
+            # untrusted key, a bad signature) and just compiled the key itself: replace
+            # it with its own, signed object, so readers that trust this key load it.
+            created = self.index.repoint(
+                key,
+                old_digest=existing.digest,
+                new_digest=encoded.digest,
+                size=len(encoded.data),
+                signer=encoded.signer,
+                signature=encoded.signature,
+                entry=entry,
+            )
+            if created:
+                self.index.add_entry(entry, fingerprint.to_json())  # its fingerprint row
+                self._refused.pop(key, None)
+                self.counters.add("replaced_refused")
+                if not self.index.keys_for_digest(existing.digest):
+                    self.blobs.delete(existing.digest)
+                    self.index.forget_objects([existing.digest])
+        else:
+            created = self.index.add_entry(entry, fingerprint.to_json())
         self.counters.add("stored" if created else "already_present")
         if created:
             self._remember(key, encoded.digest, fingerprint.digest, compile_secs, encoded.data)
