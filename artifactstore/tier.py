@@ -170,9 +170,13 @@ class LocalTier:
                 namespace=self.namespace,
             )
         except codec.SignatureRefused as exc:
-            # Not loaded; the store's path (asked next) decides what this key loads.
-            self.refusals["tier_" + exc.reason] += 1
-            _warn_once(exc.reason, "tier copy of %s not loaded: %s", key[:12], exc)
+            # Not loaded; the store's path (asked next) decides what this key loads. A
+            # local store's own object is counted and logged there; a private copy here.
+            if self.owns_objects:
+                self.refusals["tier_" + exc.reason] += 1
+                _warn_once(exc.reason, "tier copy of %s not loaded: %s", key[:12], exc)
+            else:
+                log.debug("artifactstore: tier entry of %s not loaded: %s", key[:12], exc)
             self.forget(key)
             return None
         except codec.WrongEntry as exc:
