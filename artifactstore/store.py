@@ -38,7 +38,7 @@ from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import db
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
-from artifactstore.tier import Accesses, LocalTier, TierEntry, open_tier
+from artifactstore.tier import Accesses, LocalTier, TierEntry, _warn_once, open_tier
 
 if TYPE_CHECKING:
     from artifactstore.signing import SigningKey
@@ -232,7 +232,7 @@ class Store:
         except codec.SignatureRefused as exc:
             # Intact bytes this reader will not run (unsigned, unknown key, bad
             # signature): a miss, never quarantined (another reader may trust the key).
-            self._warn_once(
+            _warn_once(
                 exc.reason, "refusing executable: %s (ARTSTORE_TRUSTED_KEYS); compiling", exc
             )
             self._refused[key] = exc.reason

@@ -338,6 +338,8 @@ _warned: set[str] = set()
 
 
 def _warn_once(topic: str, message: str, *args: object) -> None:
+    """One line per topic per process, shared with the store's refusals of signatures
+    (a refused tier copy and the store's refused object are one refusal to the user)."""
     if topic not in _warned:
         _warned.add(topic)
         log.warning("artifactstore: " + message, *args)
