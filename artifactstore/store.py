@@ -259,6 +259,11 @@ class Store:
         self._remember(key, entry.digest, entry.fingerprint, entry.compile_secs, data)
         return Hit(payload, entry)
 
+    def refused(self, key: str) -> str | None:
+        """Why this process refused `key`'s entry for its signature (`unsigned`,
+        `untrusted_key`, `bad_signature`), or None."""
+        return self._refused.get(key)
+
     def _remember(
         self, key: str, digest: str, fingerprint: str, compile_secs: float, data: bytes
     ) -> None:
