@@ -183,14 +183,19 @@ def encode(
     return Encoded(data=data, digest=digest_of(data), raw_size=len(payload))
 
 
-def _signed_message(unsigned: bytes, meta: ObjectMeta, namespace: str) -> bytes:
+def _signed_message(
+    unsigned: bytes | memoryview,
+    meta: ObjectMeta,
+    namespace: str,
+    content_digest: str | None = None,
+) -> bytes:
     from artifactstore.signing import message
 
     return message(
         namespace=namespace,
         key=meta.key,
-        content_digest=digest_of(unsigned),
-        fingerprint_digest=unsigned[len(MAGIC) + 1 : _HEADER_LEN].hex(),
+        content_digest=content_digest or hashlib.sha256(unsigned).hexdigest(),
+        fingerprint_digest=bytes(unsigned[len(MAGIC) + 1 : _HEADER_LEN]).hex(),
         callbacks=meta.callbacks,
         raw_size=meta.raw_size,
     )
@@ -210,20 +215,27 @@ def sign(data: bytes, signer: SigningKey, namespace: str) -> Encoded:
     return Encoded(out, digest_of(out), meta.raw_size, signer=sig.signer, signature=sig.b64)
 
 
-def split_signature(data: bytes) -> tuple[bytes, bytes | None]:
-    """(the object's bytes before its signature frame, the signature body or None)."""
+def _signature_bounds(data: bytes) -> tuple[int, bytes | None]:
+    """(where the bytes before the signature frame end, the signature body or None);
+    no copy of the object is made."""
     body_end = len(data) - _FOOTER.size
     if body_end < _HEADER_LEN or data[body_end + 4 :] != SIG_MAGIC:
-        return data, None
+        return len(data), None
     (length,) = struct.unpack_from("<I", data, body_end)
     start = body_end - length
     head = start - _FRAME_HEAD.size
     if length > MAX_SIG_BYTES or head < _HEADER_LEN:
-        return data, None
+        return len(data), None
     magic, size = _FRAME_HEAD.unpack_from(data, head)
     if magic != _SKIPPABLE or size != length + _FOOTER.size:
-        return data, None
-    return data[:head], data[start:body_end]
+        return len(data), None
+    return head, data[start:body_end]
+
+
+def split_signature(data: bytes) -> tuple[bytes, bytes | None]:
+    """(the object's bytes before its signature frame, the signature body or None)."""
+    end, body = _signature_bounds(data)
+    return (data if end == len(data) else data[:end]), body
 
 
 def _parse_signature(body: bytes) -> Signature | None:
@@ -245,12 +257,21 @@ def read_signature(data: bytes) -> Signature | None:
 
 
 def check_signature(
-    data: bytes, trusted: TrustedKeys, namespace: str, *, key: str | None = None
+    data: bytes,
+    trusted: TrustedKeys,
+    namespace: str,
+    *,
+    key: str | None = None,
+    digests: tuple[str, str] | None = None,
 ) -> Signature:
     """The signature of `data` by one of `trusted` for `namespace` (and `key`), or raise
-    `Unsigned`, `UntrustedKey` or `BadSignature`. Reads no payload."""
-    short = digest_of(data)[:12]
-    unsigned, body = split_signature(data)
+    `Unsigned`, `UntrustedKey` or `BadSignature`. Reads no payload. `digests`: (the
+    object's digest, the digest of its bytes before the signature frame) where the
+    caller has them (`decode` hashes the object once for both)."""
+    end, body = _signature_bounds(data)
+    if digests is None:
+        digests = _digests(data, end)
+    short, content = digests[0][:12], digests[1]
     if body is None:
         raise Unsigned(f"object {short} is unsigned")
     sig = _parse_signature(body)
@@ -258,13 +279,14 @@ def check_signature(
         raise BadSignature(f"object {short} has an unreadable signature")
     if not trusted.knows(sig.signer):
         raise UntrustedKey(f"object {short} is signed by key {sig.signer!r}, which is not trusted")
-    _, meta_body = _split(unsigned)
+    _, meta_body, _ = _bounds(data)
     if meta_body is None:
         raise BadSignature(f"object {short} is signed but carries no entry metadata")
     meta = ObjectMeta.from_bytes(meta_body)
     if key is not None and meta.key != key:
         raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
-    if not trusted.verify(sig.signer, sig.signature, _signed_message(unsigned, meta, namespace)):
+    signed = _signed_message(memoryview(data)[:end], meta, namespace, content)
+    if not trusted.verify(sig.signer, sig.signature, signed):
         raise BadSignature(
             f"object {short} has a bad signature by key {sig.signer!r} "
             f"(altered, or signed for another namespace than {namespace!r})"
@@ -272,22 +294,40 @@ def check_signature(
     return sig
 
 
-def _split(data: bytes) -> tuple[bytes, bytes | None]:
-    """(the payload's zstd frame, the metadata body or None); any signature frame is
-    stripped first."""
-    data, _ = split_signature(data)
-    body_end = len(data) - _FOOTER.size
-    if body_end < _HEADER_LEN or data[body_end + 4 :] != META_MAGIC:
-        return data[_HEADER_LEN:], None
+def _digests(data: bytes, end: int) -> tuple[str, str]:
+    """(sha256 of all of `data`, sha256 of its first `end` bytes), in one pass."""
+    view = memoryview(data)
+    h = hashlib.sha256(view[:end])
+    content = h.hexdigest()
+    if end == len(data):
+        return content, content
+    h.update(view[end:])
+    return h.hexdigest(), content
+
+
+def _bounds(data: bytes) -> tuple[int, bytes | None, int]:
+    """(where the payload's zstd frame ends, the metadata body or None, where the bytes
+    before any signature frame end); no copy of the object is made."""
+    end, _ = _signature_bounds(data)
+    body_end = end - _FOOTER.size
+    if body_end < _HEADER_LEN or data[body_end + 4 : end] != META_MAGIC:
+        return end, None, end
     (length,) = struct.unpack_from("<I", data, body_end)
     start = body_end - length
     head = start - _FRAME_HEAD.size
     if length > MAX_META_BYTES or head < _HEADER_LEN:
-        return data[_HEADER_LEN:], None
+        return end, None, end
     magic, size = _FRAME_HEAD.unpack_from(data, head)
     if magic != _SKIPPABLE or size != length + _FOOTER.size:
-        return data[_HEADER_LEN:], None
-    return data[_HEADER_LEN:head], data[start:body_end]
+        return end, None, end
+    return head, data[start:body_end], end
+
+
+def _split(data: bytes) -> tuple[bytes, bytes | None]:
+    """(the payload's zstd frame, the metadata body or None); any signature frame is
+    left out."""
+    frame_end, body, _ = _bounds(data)
+    return data[_HEADER_LEN:frame_end], body
 
 
 def read_meta(data: bytes) -> ObjectMeta | None:
@@ -329,7 +369,11 @@ def decode(
     another reader may trust that key). Checked before anything is decompressed.
     """
     short = expected_digest[:12]
-    actual = digest_of(data)
+    frame_end, body, unsigned_end = _bounds(data)
+    if trusted is not None:  # one pass for the object's digest and the signed content's
+        actual, content = _digests(data, unsigned_end)
+    else:
+        actual = digest_of(data)
     if actual != expected_digest:
         raise CorruptObject(f"object {short} has digest {actual[:12]}")
     if len(data) < _HEADER_LEN or not data.startswith(MAGIC):
@@ -342,14 +386,14 @@ def decode(
             f"object {short} was built for fingerprint {stored_fp[:12]}, "
             f"this host is {fingerprint_digest[:12]}"
         )
-    frame, body = _split(data)
     meta = None if body is None else ObjectMeta.from_bytes(body)
     if key is not None and meta is not None and meta.key != key:
         raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
     if trusted is not None:
         if namespace is None:
             raise ValueError("checking signatures needs the namespace the entry came from")
-        check_signature(data, trusted, namespace, key=key)
+        check_signature(data, trusted, namespace, key=key, digests=(actual, content))
+    frame = memoryview(data)[_HEADER_LEN:frame_end]
     if callbacks is not None and meta is not None and meta.callbacks not in (None, callbacks):
         raise CallbackMismatch(
             f"object {short} expects {meta.callbacks} host callback(s), "
@@ -377,7 +421,7 @@ def decode(
     return payload
 
 
-def _declared_size(frame: bytes, short: str) -> int:
+def _declared_size(frame: bytes | memoryview, short: str) -> int:
     """The executable's size as the payload frame's header declares it (our encoder
     always writes it); a frame without one is refused rather than inflated blind."""
     try:
