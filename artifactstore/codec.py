@@ -171,14 +171,15 @@ def encode(
     fp = bytes.fromhex(fingerprint_digest)
     if len(fp) != 32:
         raise ValueError("fingerprint digest must be a sha256 hex digest")
+    if signer is not None and namespace is None:
+        raise ValueError("signing needs the namespace the entry is stored in")
     data = MAGIC + bytes([FORMAT_VERSION]) + fp + _compressor().compress(payload)
     if meta is not None:
         body = meta.to_bytes()
         frame = body + _FOOTER.pack(len(body), META_MAGIC)
         data += _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
     if signer is not None:
-        if namespace is None:
-            raise ValueError("signing needs the namespace the entry is stored in")
+        assert namespace is not None
         return sign(data, signer, namespace)
     return Encoded(data=data, digest=digest_of(data), raw_size=len(payload))
 
@@ -203,16 +204,21 @@ def _signed_message(
 
 def sign(data: bytes, signer: SigningKey, namespace: str) -> Encoded:
     """`data` (an object, signed or not) with a signature by `signer` for `namespace`
-    in place of any it had. The object must carry its metadata."""
-    unsigned, _ = split_signature(data)
-    meta = read_meta(unsigned)
-    if meta is None or not unsigned.startswith(MAGIC) or len(unsigned) < _HEADER_LEN:
+    in place of any it had. The object must carry its metadata. One sha256 pass."""
+    _, meta_body, end = _bounds(data)
+    if meta_body is None or not data.startswith(MAGIC) or len(data) < _HEADER_LEN:
         raise CorruptObject("only objects that carry their entry's metadata can be signed")
-    sig = Signature(signer.name, signer.sign(_signed_message(unsigned, meta, namespace)))
+    meta = ObjectMeta.from_bytes(meta_body)
+    unsigned = memoryview(data)[:end]
+    h = hashlib.sha256(unsigned)
+    signed = _signed_message(unsigned, meta, namespace, h.hexdigest())
+    sig = Signature(signer.name, signer.sign(signed))
     body = json.dumps({"k": sig.signer, "s": sig.b64}, sort_keys=True).encode()
     frame = body + _FOOTER.pack(len(body), SIG_MAGIC)
-    out = unsigned + _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
-    return Encoded(out, digest_of(out), meta.raw_size, signer=sig.signer, signature=sig.b64)
+    tail = _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
+    h.update(tail)
+    out = data + tail if end == len(data) else bytes(unsigned) + tail
+    return Encoded(out, h.hexdigest(), meta.raw_size, signer=sig.signer, signature=sig.b64)
 
 
 def _signature_bounds(data: bytes) -> tuple[int, bytes | None]:
@@ -332,7 +338,7 @@ def _split(data: bytes) -> tuple[bytes, bytes | None]:
 
 def read_meta(data: bytes) -> ObjectMeta | None:
     """The entry `data` was stored for; None for objects that predate metadata."""
-    _, body = _split(data)
+    _, body, _ = _bounds(data)
     return None if body is None else ObjectMeta.from_bytes(body)
 
 
