@@ -15,23 +15,47 @@ that predate it (which decompress one frame and ignore what follows) still
 read these objects: no envelope version bump, old and new clients share a store.
 Its body is JSON, followed by its length and `META_MAGIC`, so it is found from
 the end without parsing the payload.
+
+The signature frame (optional; see `artifactstore.signing`) is a second skippable
+frame after the metadata frame, found from the end by its own footer (`SIG_MAGIC`).
+Its body is JSON {"k": key name, "s": base64 Ed25519 signature} over
+`signing.message(...)`, which covers the sha256 of every byte before the frame (the
+*content digest*) and the entry's namespace, key, fingerprint, callback count and raw
+size. The object is still named by the sha256 of all its bytes. Readers with trusted
+keys verify it before inflating anything; readers without ignore it, and so do
+readers that predate it (0.1 reads one frame; 0.2 finds no metadata footer at the
+end and reads the payload frame).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import struct
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 
 from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.sizes import format_size
 
-__all__ = ["CallbackMismatch", "CorruptObject", "FingerprintMismatch", "OverLimit", "WrongEntry"]
+if TYPE_CHECKING:
+    from artifactstore.signing import SigningKey, TrustedKeys
+
+__all__ = [
+    "BadSignature",
+    "CallbackMismatch",
+    "CorruptObject",
+    "FingerprintMismatch",
+    "OverLimit",
+    "SignatureRefused",
+    "Unsigned",
+    "UntrustedKey",
+    "WrongEntry",
+]
 
 MAGIC = b"ARTX"
 FORMAT_VERSION = 1
@@ -42,6 +66,8 @@ _SKIPPABLE = 0x184D2A5E  # one of zstd's skippable-frame magic numbers (0x184D2A
 _FOOTER = struct.Struct("<I4s")  # body length, META_MAGIC
 _FRAME_HEAD = struct.Struct("<II")  # skippable magic, frame size
 MAX_META_BYTES = 1 << 20
+SIG_MAGIC = b"ARTS"
+MAX_SIG_BYTES = 4096
 # Level 3 is zstd's default: ~3-4x on XLA executables at several hundred MB/s,
 # so compression never costs more than a small fraction of the compile it saves.
 ZSTD_LEVEL = 3
@@ -72,6 +98,18 @@ class Encoded:
     data: bytes
     digest: str
     raw_size: int
+    signer: str | None = None  # the signing key's name, for the index
+    signature: str | None = None  # base64
+
+
+@dataclass(frozen=True)
+class Signature:
+    signer: str
+    signature: bytes
+
+    @property
+    def b64(self) -> str:
+        return base64.b64encode(self.signature).decode()
 
 
 @dataclass(frozen=True)
@@ -120,37 +158,187 @@ class ObjectMeta:
             raise CorruptObject(f"object metadata is unreadable: {exc}") from None
 
 
-def encode(payload: bytes, fingerprint_digest: str, meta: ObjectMeta | None = None) -> Encoded:
+def encode(
+    payload: bytes,
+    fingerprint_digest: str,
+    meta: ObjectMeta | None = None,
+    *,
+    signer: SigningKey | None = None,
+    namespace: str | None = None,
+) -> Encoded:
+    """The object for `payload`; signed by `signer` for `namespace` when given (which
+    needs `meta`: the signature covers the entry it names)."""
     fp = bytes.fromhex(fingerprint_digest)
     if len(fp) != 32:
         raise ValueError("fingerprint digest must be a sha256 hex digest")
+    if signer is not None and namespace is None:
+        raise ValueError("signing needs the namespace the entry is stored in")
     data = MAGIC + bytes([FORMAT_VERSION]) + fp + _compressor().compress(payload)
     if meta is not None:
         body = meta.to_bytes()
         frame = body + _FOOTER.pack(len(body), META_MAGIC)
         data += _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
+    if signer is not None:
+        assert namespace is not None
+        return sign(data, signer, namespace)
     return Encoded(data=data, digest=digest_of(data), raw_size=len(payload))
 
 
-def _split(data: bytes) -> tuple[bytes, bytes | None]:
-    """(the payload's zstd frame, the metadata body or None)."""
+def _signed_message(
+    unsigned: bytes | memoryview,
+    meta: ObjectMeta,
+    namespace: str,
+    content_digest: str | None = None,
+) -> bytes:
+    from artifactstore.signing import message
+
+    return message(
+        namespace=namespace,
+        key=meta.key,
+        content_digest=content_digest or hashlib.sha256(unsigned).hexdigest(),
+        fingerprint_digest=bytes(unsigned[len(MAGIC) + 1 : _HEADER_LEN]).hex(),
+        callbacks=meta.callbacks,
+        raw_size=meta.raw_size,
+    )
+
+
+def sign(data: bytes, signer: SigningKey, namespace: str) -> Encoded:
+    """`data` (an object, signed or not) with a signature by `signer` for `namespace`
+    in place of any it had. The object must carry its metadata. One sha256 pass."""
+    _, meta_body, end = _bounds(data)
+    if meta_body is None or not data.startswith(MAGIC) or len(data) < _HEADER_LEN:
+        raise CorruptObject("only objects that carry their entry's metadata can be signed")
+    meta = ObjectMeta.from_bytes(meta_body)
+    unsigned = memoryview(data)[:end]
+    h = hashlib.sha256(unsigned)
+    signed = _signed_message(unsigned, meta, namespace, h.hexdigest())
+    sig = Signature(signer.name, signer.sign(signed))
+    body = json.dumps({"k": sig.signer, "s": sig.b64}, sort_keys=True).encode()
+    frame = body + _FOOTER.pack(len(body), SIG_MAGIC)
+    tail = _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
+    h.update(tail)
+    out = data + tail if end == len(data) else bytes(unsigned) + tail
+    return Encoded(out, h.hexdigest(), meta.raw_size, signer=sig.signer, signature=sig.b64)
+
+
+def _signature_bounds(data: bytes) -> tuple[int, bytes | None]:
+    """(where the bytes before the signature frame end, the signature body or None);
+    no copy of the object is made."""
     body_end = len(data) - _FOOTER.size
-    if body_end < _HEADER_LEN or data[body_end + 4 :] != META_MAGIC:
-        return data[_HEADER_LEN:], None
+    if body_end < _HEADER_LEN or data[body_end + 4 :] != SIG_MAGIC:
+        return len(data), None
+    (length,) = struct.unpack_from("<I", data, body_end)
+    start = body_end - length
+    head = start - _FRAME_HEAD.size
+    if length > MAX_SIG_BYTES or head < _HEADER_LEN:
+        return len(data), None
+    magic, size = _FRAME_HEAD.unpack_from(data, head)
+    if magic != _SKIPPABLE or size != length + _FOOTER.size:
+        return len(data), None
+    return head, data[start:body_end]
+
+
+def split_signature(data: bytes) -> tuple[bytes, bytes | None]:
+    """(the object's bytes before its signature frame, the signature body or None)."""
+    end, body = _signature_bounds(data)
+    return (data if end == len(data) else data[:end]), body
+
+
+def _parse_signature(body: bytes) -> Signature | None:
+    try:
+        raw = json.loads(body)
+        name, b64 = raw["k"], raw["s"]
+        if not isinstance(name, str) or not isinstance(b64, str):
+            return None
+        sig = base64.b64decode(b64, validate=True)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return Signature(name[:64], sig)
+
+
+def read_signature(data: bytes) -> Signature | None:
+    """Who signed `data` (not checked: see `check_signature`); None if unsigned or unreadable."""
+    _, body = split_signature(data)
+    return None if body is None else _parse_signature(body)
+
+
+def check_signature(
+    data: bytes,
+    trusted: TrustedKeys,
+    namespace: str,
+    *,
+    key: str | None = None,
+    digests: tuple[str, str] | None = None,
+) -> Signature:
+    """The signature of `data` by one of `trusted` for `namespace` (and `key`), or raise
+    `Unsigned`, `UntrustedKey` or `BadSignature`. Reads no payload. `digests`: (the
+    object's digest, the digest of its bytes before the signature frame) where the
+    caller has them (`decode` hashes the object once for both)."""
+    end, body = _signature_bounds(data)
+    if digests is None:
+        digests = _digests(data, end)
+    short, content = digests[0][:12], digests[1]
+    if body is None:
+        raise Unsigned(f"object {short} is unsigned")
+    sig = _parse_signature(body)
+    if sig is None:
+        raise BadSignature(f"object {short} has an unreadable signature")
+    if not trusted.knows(sig.signer):
+        raise UntrustedKey(f"object {short} is signed by key {sig.signer!r}, which is not trusted")
+    _, meta_body, _ = _bounds(data)
+    if meta_body is None:
+        raise BadSignature(f"object {short} is signed but carries no entry metadata")
+    meta = ObjectMeta.from_bytes(meta_body)
+    if key is not None and meta.key != key:
+        raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
+    signed = _signed_message(memoryview(data)[:end], meta, namespace, content)
+    if not trusted.verify(sig.signer, sig.signature, signed):
+        raise BadSignature(
+            f"object {short} has a bad signature by key {sig.signer!r} "
+            f"(altered, or signed for another namespace than {namespace!r})"
+        )
+    return sig
+
+
+def _digests(data: bytes, end: int) -> tuple[str, str]:
+    """(sha256 of all of `data`, sha256 of its first `end` bytes), in one pass."""
+    view = memoryview(data)
+    h = hashlib.sha256(view[:end])
+    content = h.hexdigest()
+    if end == len(data):
+        return content, content
+    h.update(view[end:])
+    return h.hexdigest(), content
+
+
+def _bounds(data: bytes) -> tuple[int, bytes | None, int]:
+    """(where the payload's zstd frame ends, the metadata body or None, where the bytes
+    before any signature frame end); no copy of the object is made."""
+    end, _ = _signature_bounds(data)
+    body_end = end - _FOOTER.size
+    if body_end < _HEADER_LEN or data[body_end + 4 : end] != META_MAGIC:
+        return end, None, end
     (length,) = struct.unpack_from("<I", data, body_end)
     start = body_end - length
     head = start - _FRAME_HEAD.size
     if length > MAX_META_BYTES or head < _HEADER_LEN:
-        return data[_HEADER_LEN:], None
+        return end, None, end
     magic, size = _FRAME_HEAD.unpack_from(data, head)
     if magic != _SKIPPABLE or size != length + _FOOTER.size:
-        return data[_HEADER_LEN:], None
-    return data[_HEADER_LEN:head], data[start:body_end]
+        return end, None, end
+    return head, data[start:body_end], end
+
+
+def _split(data: bytes) -> tuple[bytes, bytes | None]:
+    """(the payload's zstd frame, the metadata body or None); any signature frame is
+    left out."""
+    frame_end, body, _ = _bounds(data)
+    return data[_HEADER_LEN:frame_end], body
 
 
 def read_meta(data: bytes) -> ObjectMeta | None:
     """The entry `data` was stored for; None for objects that predate metadata."""
-    _, body = _split(data)
+    _, body, _ = _bounds(data)
     return None if body is None else ObjectMeta.from_bytes(body)
 
 
@@ -163,6 +351,8 @@ def decode(
     callbacks: int | None = None,
     expected_raw_size: int | None = None,
     max_raw_size: int | None = None,
+    trusted: TrustedKeys | None = None,
+    namespace: str | None = None,
 ) -> bytes:
     """Verify digest, envelope, fingerprint and (given `key`) the entry, then decompress.
 
@@ -178,9 +368,18 @@ def decode(
     for intact bytes stored for another key, `CallbackMismatch` for an executable
     expecting another number of host callbacks and `OverLimit` for an executable
     bigger than `max_raw_size`.
+
+    `trusted` (with the `namespace` the entry was looked up in): only an object signed
+    by one of these keys for this namespace and key is inflated; otherwise `Unsigned`,
+    `UntrustedKey` or `BadSignature` (all `SignatureRefused`: never quarantined, since
+    another reader may trust that key). Checked before anything is decompressed.
     """
     short = expected_digest[:12]
-    actual = digest_of(data)
+    frame_end, body, unsigned_end = _bounds(data)
+    if trusted is not None:  # one pass for the object's digest and the signed content's
+        actual, content = _digests(data, unsigned_end)
+    else:
+        actual = digest_of(data)
     if actual != expected_digest:
         raise CorruptObject(f"object {short} has digest {actual[:12]}")
     if len(data) < _HEADER_LEN or not data.startswith(MAGIC):
@@ -193,10 +392,14 @@ def decode(
             f"object {short} was built for fingerprint {stored_fp[:12]}, "
             f"this host is {fingerprint_digest[:12]}"
         )
-    frame, body = _split(data)
     meta = None if body is None else ObjectMeta.from_bytes(body)
     if key is not None and meta is not None and meta.key != key:
         raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
+    if trusted is not None:
+        if namespace is None:
+            raise ValueError("checking signatures needs the namespace the entry came from")
+        check_signature(data, trusted, namespace, key=key, digests=(actual, content))
+    frame = memoryview(data)[_HEADER_LEN:frame_end]
     if callbacks is not None and meta is not None and meta.callbacks not in (None, callbacks):
         raise CallbackMismatch(
             f"object {short} expects {meta.callbacks} host callback(s), "
@@ -224,7 +427,7 @@ def decode(
     return payload
 
 
-def _declared_size(frame: bytes, short: str) -> int:
+def _declared_size(frame: bytes | memoryview, short: str) -> int:
     """The executable's size as the payload frame's header declares it (our encoder
     always writes it); a frame without one is refused rather than inflated blind."""
     try:
@@ -255,3 +458,26 @@ class CallbackMismatch(CorruptObject):
     """Intact bytes whose executable expects another number of host callbacks than the
     loading trace provides: loading it would crash natively on execute. Refused (a miss),
     never quarantined: the pairing is wrong, not necessarily the bytes."""
+
+
+class SignatureRefused(CorruptObject):
+    """Intact bytes this reader will not run because of their signature: refused (a
+    miss), never quarantined, since another reader may trust the key."""
+
+    reason = "bad_signature"  # the counter a refusal is counted under
+
+
+class Unsigned(SignatureRefused):
+    """No signature, while this reader trusts only signed objects."""
+
+    reason = "unsigned"
+
+
+class UntrustedKey(SignatureRefused):
+    """Signed by a key this reader does not list in ARTSTORE_TRUSTED_KEYS."""
+
+    reason = "untrusted_key"
+
+
+class BadSignature(SignatureRefused):
+    """A signature that does not verify (altered object or frame, another namespace)."""

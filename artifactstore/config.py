@@ -10,12 +10,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import platformdirs
 
 from artifactstore.errors import ConfigError
+
+if TYPE_CHECKING:
+    from artifactstore.signing import SigningKey, TrustedKeys
 
 ENV_PREFIX = "ARTSTORE_"
 DEFAULT_NAMESPACE = "default"
@@ -81,6 +84,11 @@ class Settings:
     breaker_cooldown_secs: float = DEFAULT_BREAKER_COOLDOWN_SECS
     max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES  # a stored object, compressed
     max_executable_bytes: int = DEFAULT_MAX_EXECUTABLE_BYTES  # the executable it inflates to
+    # Signed entries (artifactstore.signing): the key this writer signs with (read from
+    # the .key file ARTSTORE_SIGNING_KEY names), and the keys this reader accepts; None:
+    # unsigned, and every intact object is loaded (the digest proves integrity only).
+    signing_key: SigningKey | None = field(default=None, repr=False)
+    trusted_keys: TrustedKeys | None = field(default=None, repr=False)
     embedded: bool = field(default=False)
 
 
@@ -231,6 +239,8 @@ _OPTIONS: dict[str, str] = {
     "breaker_cooldown_secs": "BREAKER_COOLDOWN",
     "max_object_size": "MAX_OBJECT_SIZE",
     "max_executable_size": "MAX_EXECUTABLE_SIZE",
+    "signing_key": "SIGNING_KEY",
+    "trusted_keys": "TRUSTED_KEYS",
 }
 
 
@@ -317,8 +327,34 @@ def resolve(
         max_executable_bytes=_parse_limit(
             "MAX_EXECUTABLE_SIZE", values.get("max_executable_size"), DEFAULT_MAX_EXECUTABLE_BYTES
         ),
+        signing_key=_parse_signing_key(values.get("signing_key")),
+        trusted_keys=_parse_trusted_keys(values.get("trusted_keys")),
         embedded=embedded,
     )
+
+
+def _parse_signing_key(value: Any) -> SigningKey | None:
+    """ARTSTORE_SIGNING_KEY: the path of a .key file (never the key itself)."""
+    if value is None or value == "":
+        return None
+    from artifactstore.signing import SigningKey, load_signing_key
+
+    if isinstance(value, SigningKey):
+        return value
+    return load_signing_key(str(Path(str(value)).expanduser()))
+
+
+def _parse_trusted_keys(value: Any) -> TrustedKeys | None:
+    """ARTSTORE_TRUSTED_KEYS: comma-separated .pub files or NAME:BASE64 public keys."""
+    if value is None or value == "":
+        return None
+    from artifactstore.signing import TrustedKeys
+
+    if isinstance(value, TrustedKeys):
+        return value
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    return TrustedKeys.parse(str(value))
 
 
 def _parse_tier(value: Any) -> str | None:

@@ -196,6 +196,8 @@ class Session:
             module_name=module_name,
             compile_secs=compile_secs,
             callbacks=callbacks,
+            signing_key=self.settings.signing_key,
+            namespace=self.settings.namespace,
         )
         try:
             self.tier.remember(key, TierEntry(encoded.digest, fingerprint.digest, compile_secs),
@@ -214,6 +216,8 @@ class Session:
             out["below_threshold"] = self.below_threshold
         if self.kept_in_tier:
             out["kept_in_tier"] = self.kept_in_tier
+        if self.tier is not None:
+            out.update(self.tier.refusals)
         opened = {name: b.opened for name, b in self.breakers.items() if b.opened}
         if opened:
             out["breaker_opened"] = sum(opened.values())

@@ -18,6 +18,7 @@ from collections import Counter as _Counts
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -37,7 +38,10 @@ from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import db
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
-from artifactstore.tier import Accesses, LocalTier, TierEntry, open_tier
+from artifactstore.tier import Accesses, LocalTier, TierEntry, _warn_once, open_tier
+
+if TYPE_CHECKING:
+    from artifactstore.signing import SigningKey
 
 log = logging.getLogger("artifactstore")
 
@@ -85,6 +89,9 @@ class Store:
         self._touches: dict[str, tuple[int, datetime]] = {}
         self._pending_counts: _Counts[str] = _Counts()
         self._warned: set[str] = set()
+        # Keys whose entry this process refused for its signature: a writer that then
+        # compiles them replaces the entry with one it signs (see `put`).
+        self._refused: dict[str, str] = {}
         self._uploads_paused_until = 0.0  # monotonic: see submit_put
         self._upload_failures = 0  # consecutive, for that pause
         self.worker = worker or Worker("artifactstore-writer", on_tick=self.flush_access)
@@ -220,7 +227,17 @@ class Store:
                 callbacks=callbacks,
                 expected_raw_size=entry.raw_size,
                 max_raw_size=self.settings.max_executable_bytes,
+                trusted=self.settings.trusted_keys,
+                namespace=self.namespace,
             )
+        except codec.SignatureRefused as exc:
+            # Intact bytes this reader will not run (unsigned, unknown key, bad
+            # signature): a miss, never quarantined (another reader may trust the key).
+            _warn_once(
+                exc.reason, "refusing executable: %s (ARTSTORE_TRUSTED_KEYS); compiling", exc
+            )
+            self._refused[key] = exc.reason
+            return self._miss(exc.reason)
         except codec.FingerprintMismatch as exc:
             self._warn_once("fingerprint", "refusing foreign executable: %s", exc)
             return self._miss("fingerprint_mismatch")
@@ -243,6 +260,11 @@ class Store:
         self._remember(key, entry.digest, entry.fingerprint, entry.compile_secs, data)
         return Hit(payload, entry)
 
+    def refused(self, key: str) -> str | None:
+        """Why this process refused `key`'s entry for its signature (`unsigned`,
+        `untrusted_key`, `bad_signature`), or None."""
+        return self._refused.get(key)
+
     def _remember(
         self, key: str, digest: str, fingerprint: str, compile_secs: float, data: bytes
     ) -> None:
@@ -263,7 +285,7 @@ class Store:
             self.counters.add(reason)
         with self._touch_lock:
             self._pending_counts["misses"] += 1
-            if reason in ("corrupt",):
+            if reason in ("corrupt", "unsigned", "untrusted_key", "bad_signature"):
                 self._pending_counts[reason] += 1
         return None
 
@@ -345,7 +367,14 @@ class Store:
         if self.read_only:
             self.counters.add("skipped_read_only")
             return False
-        if self.index.lookup(key) is not None:  # another process stored it first
+        existing = self.index.lookup(key)
+        replace = existing is not None and key in self._refused
+        if replace and self.settings.signing_key is None:
+            # Present, but this process refused it for its signature (and cannot sign):
+            # the entry stays as it is; its readers compile, as this process did.
+            self.counters.add("refused_present")
+            return False
+        if existing is not None and not replace:  # another process stored it first
             self.counters.add("already_present")
             return False
         encoded = encode_entry(
@@ -355,6 +384,8 @@ class Store:
             module_name=module_name,
             compile_secs=compile_secs,
             callbacks=callbacks,
+            signing_key=self.settings.signing_key,
+            namespace=self.namespace,
         )
         host = socket.gethostname()[:255]
         uploaded = self.blobs.put(encoded.digest, encoded.data)
@@ -376,8 +407,31 @@ class Store:
             fingerprint=fingerprint.digest,
             compile_secs=float(compile_secs),
             producer_host=host,
+            signer=encoded.signer,
+            signature=encoded.signature,
         )
-        created = self.index.add_entry(entry, fingerprint.to_json())
+        if existing is not None:
+            # This process refused the entry's object for its signature (unsigned, an
+            # untrusted key, a bad signature) and just compiled the key itself: replace
+            # it with its own, signed object, so readers that trust this key load it.
+            created = self.index.repoint(
+                key,
+                old_digest=existing.digest,
+                new_digest=encoded.digest,
+                size=len(encoded.data),
+                signer=encoded.signer,
+                signature=encoded.signature,
+                entry=entry,
+            )
+            if created:
+                self.index.add_entry(entry, fingerprint.to_json())  # its fingerprint row
+                self._refused.pop(key, None)
+                self.counters.add("replaced_refused")
+                if not self.index.keys_for_digest(existing.digest):
+                    self.blobs.delete(existing.digest)
+                    self.index.forget_objects([existing.digest])
+        else:
+            created = self.index.add_entry(entry, fingerprint.to_json())
         self.counters.add("stored" if created else "already_present")
         if created:
             self._remember(key, encoded.digest, fingerprint.digest, compile_secs, encoded.data)
@@ -502,8 +556,11 @@ def encode_entry(
     module_name: str,
     compile_secs: float,
     callbacks: int | None = None,
+    signing_key: SigningKey | None = None,
+    namespace: str | None = None,
 ) -> codec.Encoded:
-    """The object an entry is stored as: its payload, fingerprint and metadata."""
+    """The object an entry is stored as: its payload, fingerprint and metadata, signed
+    with `signing_key` for `namespace` when given (ARTSTORE_SIGNING_KEY)."""
     meta = codec.ObjectMeta(
         key=key,
         module_name=module_name[:255],
@@ -513,7 +570,7 @@ def encode_entry(
         fingerprint=fingerprint.to_dict(),
         callbacks=callbacks,
     )
-    return codec.encode(payload, fingerprint.digest, meta)
+    return codec.encode(payload, fingerprint.digest, meta, signer=signing_key, namespace=namespace)
 
 
 def _ignore(_backend: str) -> None:

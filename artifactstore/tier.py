@@ -37,14 +37,19 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from artifactstore import codec
 from artifactstore.blobstores.local import LocalBlobStore, write_atomic
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject, OverLimit
+
+if TYPE_CHECKING:
+    from artifactstore.signing import TrustedKeys
 
 log = logging.getLogger("artifactstore")
 
@@ -82,8 +87,15 @@ class LocalTier:
         max_bytes: int | None = None,
         max_object_bytes: int | None = None,
         max_executable_bytes: int | None = None,
+        trusted: TrustedKeys | None = None,
+        namespace: str | None = None,
     ) -> None:
         self.blobs = LocalBlobStore(root, name)
+        # Only objects signed by one of these keys for `namespace` are loaded
+        # (ARTSTORE_TRUSTED_KEYS): a tier copy or key file is verified as the store's are.
+        self.trusted = trusted
+        self.namespace = namespace if namespace is not None else name
+        self.refusals: Counter[str] = Counter()  # "tier_unsigned", ...: for process stats
         # What this reader loads at most (ARTSTORE_MAX_OBJECT_SIZE, _EXECUTABLE_SIZE).
         self.max_object_bytes = max_object_bytes
         self.max_executable_bytes = max_executable_bytes
@@ -154,8 +166,26 @@ class LocalTier:
                 key=key,
                 callbacks=callbacks,
                 max_raw_size=self.max_executable_bytes,
+                trusted=self.trusted,
+                namespace=self.namespace,
             )
-        except (codec.WrongEntry, codec.CallbackMismatch) as exc:
+        except codec.SignatureRefused as exc:
+            # Not loaded; the store's path (asked next) decides what this key loads. A
+            # local store's own object is counted and logged there; a private copy here.
+            if self.owns_objects:
+                self.refusals["tier_" + exc.reason] += 1
+                _warn_once(exc.reason, "tier copy of %s not loaded: %s", key[:12], exc)
+            else:
+                log.debug("artifactstore: tier entry of %s not loaded: %s", key[:12], exc)
+            self.forget(key)
+            return None
+        except codec.WrongEntry as exc:
+            # A key file naming another key's object (damaged, or planted).
+            self.refusals["tier_wrong_entry"] += 1
+            _warn_once("wrong-entry", "tier key file of %s refused: %s", key[:12], exc)
+            self.forget(key)
+            return None
+        except codec.CallbackMismatch as exc:
             # A wrong key file: the object is another key's, or not this trace's.
             log.debug("artifactstore: tier key file of %s unusable: %s", key[:12], exc)
             self.forget(key)
@@ -304,6 +334,17 @@ class LocalTier:
                     claimed.unlink()
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(topic: str, message: str, *args: object) -> None:
+    """One line per topic per process, shared with the store's refusals of signatures
+    (a refused tier copy and the store's refused object are one refusal to the user)."""
+    if topic not in _warned:
+        _warned.add(topic)
+        log.warning("artifactstore: " + message, *args)
+
+
 def open_tier(settings: Settings) -> LocalTier | None:
     """This host's tier for the store `settings` name, or None when turned off.
 
@@ -313,9 +354,11 @@ def open_tier(settings: Settings) -> LocalTier | None:
     """
     if settings.local_tier == "off":
         return None
-    limits = {
+    limits: dict[str, Any] = {
         "max_object_bytes": settings.max_object_bytes,
         "max_executable_bytes": settings.max_executable_bytes,
+        "trusted": settings.trusted_keys,
+        "namespace": settings.namespace,
     }
     if settings.blobs.scheme == "file" and not settings.read_only:
         return LocalTier(

@@ -48,7 +48,7 @@ def test_every_command(which: str, tmp_path: Path, populated: dict[str, str]) ->
         assert json.loads(_ok("ls", "--json", "--platform", "gpu", env=env)) == []
         assert len(json.loads(_ok("ls", "--json", "--limit", "1", env=env))) == 1
     assert _ok("db", "current", env=env).count("current") == 1
-    assert "revision 0002" in _ok("db", "upgrade", env=env)
+    assert "revision 0003" in _ok("db", "upgrade", env=env)
 
 
 def test_fingerprint() -> None:

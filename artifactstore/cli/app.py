@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import click
 
-from artifactstore.cli import entries, gc_cmd, setup_cmd, warm_cmd
+from artifactstore.cli import entries, gc_cmd, setup_cmd, sign_cmd, warm_cmd
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
 from artifactstore.errors import ArtstoreError, one_line
 
@@ -38,6 +38,8 @@ for _command in (
     entries.stats_cmd,
     entries.verify_cmd,
     entries.rm_cmd,
+    sign_cmd.keygen_cmd,
+    sign_cmd.sign_cmd,
     gc_cmd.gc_cmd,
     gc_cmd.quota_group,
     setup_cmd.fingerprint_cmd,

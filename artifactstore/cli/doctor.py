@@ -109,6 +109,7 @@ def gather(overrides: dict[str, Any]) -> Report:
         checks["object_store"] = _check_objects(settings)
         checks["index"] = _check_index(settings)
         checks["local_tier"] = _check_tier(settings)
+        checks["signing"] = _check_signing(settings)
     checks["fingerprint"] = _check_fingerprint()
 
     failed = [
@@ -275,6 +276,20 @@ def _check_tier(settings: _config.Settings) -> Check:
         blocking=False,
         data={"path": str(tier.base), "keys": keys, "bytes": size},
     )
+
+
+def _check_signing(settings: _config.Settings) -> Check:
+    """Which key this process signs with and which it trusts (names, never key material)."""
+    signs = settings.signing_key.name if settings.signing_key is not None else None
+    trusts = settings.trusted_keys.names if settings.trusted_keys is not None else None
+    parts = [f"signs as {signs}" if signs else "writes unsigned entries"]
+    if trusts:
+        parts.append("loads only entries signed by " + ", ".join(trusts))
+    else:
+        parts.append("loads unsigned entries (ARTSTORE_TRUSTED_KEYS unset: digests prove "
+                     "integrity, not authorship)")  # fmt: skip
+    return Check("signing", "ok", "; ".join(parts), blocking=False,
+                 data={"signing_key": signs, "trusted_keys": trusts})  # fmt: skip
 
 
 def _check_fingerprint() -> Check:

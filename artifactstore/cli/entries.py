@@ -53,10 +53,12 @@ def ls_cmd(
             format_size(e.size),
             str(e.hits),
             when(e.last_access),
+            e.signer or "unsigned",
         ]
         for e in entries
     ]
-    headers = ["KEY", "MODULE", "PLATFORM", "DEVICE", "JAXLIB", "SIZE", "HITS", "LAST ACCESS"]
+    headers = ["KEY", "MODULE", "PLATFORM", "DEVICE", "JAXLIB", "SIZE", "HITS", "LAST ACCESS",
+               "SIGNER"]  # fmt: skip
     print_table(headers, rows, right={5, 6})
 
 
@@ -140,12 +142,24 @@ def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
             ("entries without object", report.entries_without_object),
             ("objects without entry", report.objects_without_entry),
             ("quarantined objects", report.quarantined),
+            ("unsigned entries", report.unsigned),
+            ("badly signed entries", report.bad_signature),
+            ("entries signed by an untrusted key", report.untrusted_key),
         ):
+            if title.startswith(("badly", "entries signed")) and not report.signatures_checked:
+                continue
             click.echo(f"{title}: {len(items)}")
             for item in items[:20]:
                 click.echo(f"  {item}")
             if len(items) > 20:
                 click.echo(f"  ... and {len(items) - 20} more")
+        signers = ", ".join(f"{name} ({n})" for name, n in sorted(report.signers.items()))
+        click.echo(f"signed by: {signers or 'nobody'}")
+        if not report.signatures_checked:
+            click.echo(
+                "signatures not checked: set ARTSTORE_TRUSTED_KEYS to check them "
+                "(unsigned entries are loaded by readers without trusted keys)"
+            )
         if report.repaired:
             click.echo("repaired: corrupt objects quarantined, dangling entries removed")
         click.echo("OK" if report.ok else "PROBLEMS FOUND")

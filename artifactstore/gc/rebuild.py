@@ -55,6 +55,8 @@ def recover(blobs: BlobStore, digest: str) -> Recovered | None:
         ) from None
     if fp.digest != fp_digest:
         raise CorruptObject(f"object {digest[:12]}: metadata and envelope name other platforms")
+    # Carried over as recorded (readers verify the object's frame, not this column).
+    sig = codec.read_signature(data)
     entry = NewEntry(
         key=meta.key,
         digest=digest,
@@ -71,6 +73,8 @@ def recover(blobs: BlobStore, digest: str) -> Recovered | None:
         fingerprint=fp_digest,
         compile_secs=meta.compile_secs,
         producer_host=meta.producer_host[:255],
+        signer=None if sig is None else sig.signer,
+        signature=None if sig is None else sig.b64,
     )
     return Recovered(entry, fp.to_json())
 

@@ -28,10 +28,23 @@ class VerifyReport:
     objects_without_entry: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
     repaired: bool = False
+    # Signatures (keys of the entries): `unsigned` always; `bad_signature` and
+    # `untrusted_key` only where ARTSTORE_TRUSTED_KEYS is set (they are what its
+    # readers refuse, so then they, and unsigned entries, are problems).
+    signatures_checked: bool = False
+    signers: dict[str, int] = field(default_factory=dict)  # key name -> entries
+    unsigned: list[str] = field(default_factory=list)
+    bad_signature: list[str] = field(default_factory=list)
+    untrusted_key: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.corrupt or self.entries_without_object or self.objects_without_entry)
+        refused = self.signatures_checked and (
+            self.unsigned or self.bad_signature or self.untrusted_key
+        )
+        return not (
+            self.corrupt or self.entries_without_object or self.objects_without_entry or refused
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -43,6 +56,11 @@ class VerifyReport:
             "objects_without_entry": self.objects_without_entry,
             "quarantined": self.quarantined,
             "repaired": self.repaired,
+            "signatures_checked": self.signatures_checked,
+            "signers": self.signers,
+            "unsigned": self.unsigned,
+            "bad_signature": self.bad_signature,
+            "untrusted_key": self.untrusted_key,
         }
 
 
@@ -62,7 +80,7 @@ def verify(
     missing or corrupt objects are removed, so the next compile stores them
     anew; `artstore gc` deletes orphaned objects.
     """
-    report = VerifyReport()
+    report = VerifyReport(signatures_checked=store.settings.trusted_keys is not None)
     grace = DEFAULT_GRACE_SECS if grace_secs is None else grace_secs
     cutoff = time.time() - grace
     missing: list[str] = []
@@ -77,12 +95,16 @@ def verify(
                 report.corrupt.append(info.digest)
             elif info.digest not in chunk.referenced and info.mtime < cutoff:
                 report.objects_without_entry.append(info.digest)
+            elif info.digest in chunk.referenced:
+                _check_signature(store, data, info.digest, report)
             if progress is not None:
                 progress(1)
         missing += [d for d in chunk.unlisted() if not store.blobs.exists(d)]
     report.entries_without_object = sorted(
         key for digest in missing for key in store.index.keys_for_digest(digest)
     )
+    for names in (report.unsigned, report.bad_signature, report.untrusted_key):
+        names.sort()
     report.quarantined = sorted(b.digest for b in store.blobs.iter_quarantined())
     if repair and not store.read_only:
         for digest in report.corrupt:
@@ -95,3 +117,23 @@ def verify(
             store.entries_removed()
         report.repaired = True
     return report
+
+
+def _check_signature(store: Store, data: bytes, digest: str, report: VerifyReport) -> None:
+    """Sort the entries that reference this intact object by their signature."""
+    keys = store.index.keys_for_digest(digest)
+    trusted = store.settings.trusted_keys
+    sig = codec.read_signature(data)
+    if sig is None:
+        report.unsigned += keys
+        return
+    report.signers[sig.signer] = report.signers.get(sig.signer, 0) + len(keys)
+    if trusted is None:
+        return
+    for key in keys:
+        try:
+            codec.check_signature(data, trusted, store.namespace, key=key)
+        except codec.UntrustedKey:
+            report.untrusted_key.append(key)
+        except codec.CorruptObject:  # bad signature, or the object is another key's
+            report.bad_signature.append(key)

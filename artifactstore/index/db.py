@@ -38,11 +38,18 @@ _PG_MIGRATION_LOCK = 0x41525453  # "ARTS"
 # The newest migration in migrations/versions. Kept as a constant so that a
 # process checking its schema need not import Alembic or scan the scripts;
 # tests/test_units.py fails if it drifts from Alembic's head.
-SCHEMA_HEAD = "0002"
+SCHEMA_HEAD = "0003"
 
 
 def migrations_dir() -> Path:
-    """Where the Alembic scripts are, installed (package data) or in a checkout."""
+    """Where the Alembic scripts are, installed (package data) or in a checkout.
+
+    The checkout this package was imported from wins: an editable install maps
+    `artifactstore.migrations` to the checkout it was installed from, which need not
+    be this one (a git worktree run with PYTHONPATH)."""
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "migrations" / "env.py").is_file():
+        return checkout / "migrations"
     try:
         from importlib.resources import files
 

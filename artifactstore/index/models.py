@@ -88,6 +88,10 @@ class Entry(Base):
     fingerprint: Mapped[str] = mapped_column(DIGEST)
     compile_secs: Mapped[float] = mapped_column(Float)
     producer_host: Mapped[str] = mapped_column(String(255))
+    # Signed entries (migration 0003): the signing key's name and the signature
+    # (base64 Ed25519); NULL for unsigned entries and those written before 0003.
+    signer: Mapped[str | None] = mapped_column(String(63), nullable=True, default=None)
+    signature: Mapped[str | None] = mapped_column(String(128), nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_access: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     hits: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -8,7 +8,7 @@ raise nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +39,10 @@ class NewEntry:
     fingerprint: str
     compile_secs: float
     producer_host: str
+    # The name of the key that signed the object, and the signature (base64); None for
+    # unsigned entries. Informational: readers verify the object's own signature frame.
+    signer: str | None = field(default=None, kw_only=True)
+    signature: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,46 @@ class EntryIndex:
                 .returning(Entry.id)  # rowcount is -1 for this statement on psycopg
             )
             return result.first() is not None
+
+    def repoint(
+        self,
+        key: str,
+        *,
+        old_digest: str,
+        new_digest: str,
+        size: int,
+        signer: str | None,
+        signature: str | None,
+        entry: NewEntry | None = None,
+    ) -> bool:
+        """Point `key` at `new_digest` (a re-signed copy of its object) in one transaction,
+        only while it still points at `old_digest`; False if it no longer does.
+        `entry`: replace every column with its values too (another object for the key)."""
+        now = utcnow()
+        values: dict[str, Any] = {}
+        if entry is not None:
+            values = {name: getattr(entry, name) for name in entry.__dataclass_fields__}
+            values.update(created_at=now, last_access=now, hits=0)
+        values.update(digest=new_digest, size=size, signer=signer, signature=signature)
+        with self.engine.begin() as conn:
+            conn.execute(
+                upsert(self.engine, StoredObject)
+                .values(namespace=self.namespace, digest=new_digest, size=size, created_at=now)
+                .on_conflict_do_update(
+                    index_elements=["namespace", "digest"], set_={"created_at": now}
+                )
+            )
+            result = conn.execute(
+                update(Entry)
+                .where(
+                    Entry.namespace == self.namespace,
+                    Entry.key == key,
+                    Entry.digest == old_digest,
+                )
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            return bool(result.rowcount)
 
     def record_access(self, touches: dict[str, tuple[int, datetime]]) -> None:
         """Apply batched hits: key -> (count, latest access time)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from artifactstore.blobstores.local import write_atomic
-from artifactstore.errors import one_line
+from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.jaxhook import api as _ji
 from artifactstore.warm import ENV_VAR, SUMMARY_FIELDS
 
@@ -106,6 +106,14 @@ class Recorder:
         def put(key: str, payload: bytes, **kwargs: Any) -> bool:
             before = store.counters.snapshot().get("bytes_uploaded", 0)
             created = bool(real_put(key, payload, **kwargs))
+            why = store.refused(key) if not created else None
+            if why is not None:
+                # Present, but not what readers that trust these keys load: not "present".
+                raise ArtstoreError(
+                    f"entry {key[:12]} is present but refused here ({why}, "
+                    "ARTSTORE_TRUSTED_KEYS): set ARTSTORE_SIGNING_KEY to replace it with a "
+                    "signed one"
+                )
             uploaded = store.counters.snapshot().get("bytes_uploaded", 0) - before
             item = {
                 "key": key,
