@@ -8,6 +8,7 @@ program runs as a 0.1 client and as this version, against one store.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -30,6 +31,9 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
             check=True,
         )
         subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
+        # Where an installed wheel has them: else `artifactstore.migrations` would be
+        # found through this checkout's editable install, with this version's scripts.
+        shutil.copytree(root / "migrations", root / "artifactstore" / "migrations")
     except (OSError, subprocess.CalledProcessError) as exc:
         message = f"previous release {PREVIOUS_RELEASE} not in this checkout's history: {exc}"
         if IN_CI:
