@@ -329,7 +329,7 @@ class S3BlobStore(BlobStore):
         if isinstance(exc, (bce.ConnectTimeoutError, bce.ReadTimeoutError)):
             return (
                 f"S3 bucket {bucket} at {self._endpoint()} did not answer within "
-                f"{self.timeout_secs:g}s during {op} ({kind}): check the network "
+                f"{self.timeout_secs:g} s during {op} ({kind}): check the network "
                 "or raise ARTSTORE_TIMEOUT"
             )
         if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError)):
