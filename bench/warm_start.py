@@ -34,6 +34,7 @@ TARGET_NAME, TARGET_RATIO = "artifactstore embedded (warm)", 1.05
 S3PG_NAME, S3PG_RATIO = "artifactstore S3+PostgreSQL (warm)", 1.10
 S3PG_NO_TIER = "artifactstore S3+PostgreSQL (new host, no local tier)"
 DEFAULT_THRESHOLD = "artifactstore embedded (warm, default 0.1 s threshold)"
+SIGNED = "artifactstore embedded (warm, signed, trusted keys set)"
 TARGETS = [(TARGET_NAME, TARGET_RATIO), (S3PG_NAME, S3PG_RATIO)]  # wall <= ratio x JAX_WARM
 COLUMNS = [("first call (s)", "first_call_secs"), ("process wall (s)", "wall_secs")]
 RATIO_COLS = [("first/no-cache", "first_call_secs", NO_CACHE),
@@ -109,11 +110,24 @@ def default_threshold_env(tmp: Path) -> dict[str, str]:
     return {"ARTSTORE_URL": str(tmp)}
 
 
+def signed_env(tmp: Path) -> dict[str, str]:
+    """Issue 15: every entry signed on write and its signature verified on every load."""
+    from artifactstore.signing import generate
+
+    keys = tmp.parent / f"{tmp.name}-keys"
+    if not (keys / "bench.key").exists():
+        keys.mkdir(exist_ok=True)
+        generate("bench", keys)
+    return {**embedded_env(tmp), "ARTSTORE_SIGNING_KEY": str(keys / "bench.key"),
+            "ARTSTORE_TRUSTED_KEYS": str(keys / "bench.pub")}  # fmt: skip
+
+
 CONFIGS: list[Config] = [
     Config(NO_CACHE),
     Config(JAX_WARM, args=lambda tmp: ["--jax-cache", str(tmp)], prefill=True),
     Config(TARGET_NAME, env=embedded_env, prefill=True, store=True),
     Config(DEFAULT_THRESHOLD, env=default_threshold_env, prefill=True, store=True),
+    Config(SIGNED, env=signed_env, prefill=True, store=True),
     Config(S3PG_NAME, env=s3pg_env, prefill=True, store=True),
     Config(S3PG_NO_TIER, env=s3pg_no_tier_env, prefill=True, store=True),
 ]

@@ -95,6 +95,15 @@ def _scan(directory: Path, *, nested: bool) -> Iterator[BlobInfo]:
                     yield BlobInfo(entry.name, st.st_size, st.st_mtime)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading it means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # once, at import: os.umask is process-wide, not thread-safe to probe
+
+
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Readers see the old file or all of `data`, never a part (temp file + rename).
 
@@ -103,6 +112,9 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
     try:
+        # mkstemp makes 0600 files: give them the mode any file of this user gets
+        # (umask), so a store shared read-only with other users can be read by them.
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             if durable:
