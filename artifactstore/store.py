@@ -391,21 +391,14 @@ class Store:
         uploaded = self.blobs.put(encoded.digest, encoded.data)
         if uploaded:
             self.counters.add("bytes_uploaded", len(encoded.data))
-        entry = NewEntry(
+        entry = NewEntry.for_object(
             key=key,
             digest=encoded.digest,
             size=len(encoded.data),
             raw_size=encoded.raw_size,
-            module_name=module_name[:255],
-            platform=fingerprint.platform,
-            platform_version=fingerprint.platform_version[:255],
-            device_kind=fingerprint.device_kind[:255],
-            device_count=fingerprint.device_count,
-            jax_version=fingerprint.jax_version,
-            jaxlib_version=fingerprint.jaxlib_version,
-            cpu_arch=fingerprint.cpu_arch,
-            fingerprint=fingerprint.digest,
-            compile_secs=float(compile_secs),
+            module_name=module_name,
+            fingerprint=fingerprint,
+            compile_secs=compile_secs,
             producer_host=host,
             signer=encoded.signer,
             signature=encoded.signature,

@@ -57,34 +57,19 @@ def recover(blobs: BlobStore, digest: str) -> Recovered | None:
         raise CorruptObject(f"object {digest[:12]}: metadata and envelope name other platforms")
     # Carried over as recorded (readers verify the object's frame, not this column).
     sig = codec.read_signature(data)
-    entry = NewEntry(
+    entry = NewEntry.for_object(
         key=meta.key,
         digest=digest,
         size=len(data),
         raw_size=meta.raw_size,
-        module_name=meta.module_name[:255],
-        platform=fp.platform,
-        platform_version=fp.platform_version[:255],
-        device_kind=fp.device_kind[:255],
-        device_count=fp.device_count,
-        jax_version=fp.jax_version,
-        jaxlib_version=fp.jaxlib_version,
-        cpu_arch=fp.cpu_arch,
-        fingerprint=fp_digest,
+        module_name=meta.module_name,
+        fingerprint=fp,  # its digest is the envelope's (checked above)
         compile_secs=meta.compile_secs,
-        producer_host=meta.producer_host[:255],
+        producer_host=meta.producer_host,
         signer=None if sig is None else sig.signer,
         signature=None if sig is None else sig.b64,
     )
     return Recovered(entry, fp.to_json())
-
-
-def restore(store: Store, digest: str) -> bool:
-    """Recreate the entry object `digest` holds, if it carries one and its key is free."""
-    found = recover(store.blobs, digest)
-    if found is None or store.index.lookup(found.entry.key) is not None:
-        return False
-    return store.index.add_entry(found.entry, found.fingerprint_json)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
+from artifactstore.fingerprint import Fingerprint
 from artifactstore.index.accesses import append_accesses
 from artifactstore.index.models import CounterRow, Entry, FingerprintRow, StoredObject, utcnow
 from artifactstore.index.sql import upsert
@@ -43,6 +44,43 @@ class NewEntry:
     # unsigned entries. Informational: readers verify the object's own signature frame.
     signer: str | None = field(default=None, kw_only=True)
     signature: str | None = field(default=None, kw_only=True)
+
+    @classmethod
+    def for_object(
+        cls,
+        *,
+        key: str,
+        digest: str,
+        size: int,
+        raw_size: int,
+        module_name: str,
+        fingerprint: Fingerprint,
+        compile_secs: float,
+        producer_host: str,
+        signer: str | None,
+        signature: str | None,
+    ) -> NewEntry:
+        """The row for an object: platform columns from its fingerprint, text cut to the
+        columns' widths. One place for a writer's put and for gc's rebuild from objects."""
+        return cls(
+            key=key,
+            digest=digest,
+            size=size,
+            raw_size=raw_size,
+            module_name=module_name[:255],
+            platform=fingerprint.platform,
+            platform_version=fingerprint.platform_version[:255],
+            device_kind=fingerprint.device_kind[:255],
+            device_count=fingerprint.device_count,
+            jax_version=fingerprint.jax_version,
+            jaxlib_version=fingerprint.jaxlib_version,
+            cpu_arch=fingerprint.cpu_arch,
+            fingerprint=fingerprint.digest,
+            compile_secs=float(compile_secs),
+            producer_host=producer_host[:255],
+            signer=signer,
+            signature=signature,
+        )
 
 
 @dataclass(frozen=True)
