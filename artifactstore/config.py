@@ -44,8 +44,8 @@ DEFAULT_LOCAL_TIER_BYTES = 10 * 1000**3
 DEFAULT_MAX_OBJECT_BYTES = 4 * 1024**3
 DEFAULT_MAX_EXECUTABLE_BYTES = 8 * 1024**3
 
-_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -102,6 +102,11 @@ def parse_blob_url(url: str) -> BlobLocation:
     text = url.strip()
     if not text:
         raise ConfigError("empty store URL: use a directory, file:///path or s3://bucket/prefix")
+    if not text.isprintable():  # urlsplit would silently drop tabs and newlines
+        raise ConfigError(
+            "store URL contains control characters: use a directory, file:///path or "
+            "s3://bucket/prefix"
+        )
     if "://" not in text:
         if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text) and not re.match(r"^[A-Za-z]:[\\/]", text):
             raise ConfigError(
@@ -125,7 +130,7 @@ def parse_blob_url(url: str) -> BlobLocation:
                 "S3 URLs must not carry credentials: use s3://bucket/prefix and "
                 "boto3's standard credential chain (AWS_PROFILE, AWS_ACCESS_KEY_ID, ...)"
             )
-        if not _BUCKET_RE.match(bucket):
+        if not _BUCKET_RE.fullmatch(bucket):
             raise ConfigError(
                 f"invalid S3 bucket name {bucket!r} in store URL: use s3://bucket/prefix "
                 "with a 3-63 character lowercase bucket name"
@@ -213,7 +218,7 @@ def parse_float(
 
 
 def check_namespace(namespace: str) -> str:
-    if not _NAMESPACE_RE.match(namespace):
+    if not _NAMESPACE_RE.fullmatch(namespace):
         raise ConfigError(
             f"invalid namespace {namespace!r}: use 1-63 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
 from artifactstore import codec
 from artifactstore.background import Worker, call_with_timeout
@@ -36,6 +36,7 @@ from artifactstore.errors import (
 )
 from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import db
+from artifactstore.index.accesses import MAX_HITS_PER_ROW
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
 from artifactstore.tier import Accesses, LocalTier, TierEntry, _warn_once, open_tier
@@ -163,10 +164,21 @@ class Store:
             self.tier.invalidate()
 
     def add_accesses(self, accesses: Accesses) -> None:
-        """Merge hits served elsewhere (the tier) into the next batched access flush."""
-        self._merge_touches(
-            {key: (n, datetime.fromtimestamp(when, UTC)) for key, (n, when) in accesses.items()}
-        )
+        """Merge hits served elsewhere (the tier's journals) into the next access flush.
+
+        Journals are files: a row the index could not take (a key longer than its
+        column, a count past BIGINT, a time past year 9999) would fail every later
+        flush, so such rows are dropped here and counts and times are clamped."""
+        now = time.time()
+        touches: dict[str, tuple[int, datetime]] = {}
+        for key, (n, when) in accesses.items():
+            if not (0 < len(key) <= 64 and key.isascii() and key.isprintable()):
+                continue
+            if not 0 < when < float("inf"):  # also drops NaN
+                continue
+            hits = min(max(int(n), 1), MAX_HITS_PER_ROW)
+            touches[key] = (hits, datetime.fromtimestamp(min(when, now), UTC))
+        self._merge_touches(touches)
 
     def _merge_touches(self, touches: dict[str, tuple[int, datetime]]) -> None:
         """Add hit counts into the pending batch, keeping each key's latest access time."""
@@ -330,6 +342,10 @@ class Store:
                 self.index.add_counters(dict(counts))
         except ReadOnlyError as exc:  # an index this process may not write (a read-only file)
             log.debug("artifactstore: hits not recorded: %s", exc)
+            return
+        except (DataError, IntegrityError, OverflowError) as exc:
+            # These rows will never go in: keeping them would fail every later flush.
+            self._warn_once("access-rows", "hit counts dropped (%s)", one_line(exc))
             return
         except Exception as exc:
             if self.read_only:

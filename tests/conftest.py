@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+from artifactstore import config
+from artifactstore.store import Store
+
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -164,3 +167,24 @@ def any_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
         return clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     env: dict[str, str] = request.getfixturevalue("team_env")
     return env
+
+
+OpenStore = Callable[..., Store]
+
+
+@pytest.fixture
+def open_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenStore]:
+    """Open a Store in this process on a test environment (AWS settings for boto3 too)."""
+    opened: list[Store] = []
+
+    def _open(env: dict[str, str], **overrides: Any) -> Store:
+        for name, value in env.items():
+            if name.startswith("AWS_") or name == "NO_PROXY":
+                monkeypatch.setenv(name, value)
+        store = Store.open(config.resolve(overrides, environ=env))
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        store.close()

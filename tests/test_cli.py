@@ -151,3 +151,23 @@ def test_missing_postgres_driver_names_the_extra(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "pip install 'artifactstore[postgres]'" in proc.stderr
+
+
+def test_index_fields_cannot_drive_the_terminal(store_env: dict[str, str]) -> None:
+    """Anyone who may write the index chooses module and host names: `ls` and a gc
+    dry run print their control characters escaped."""
+    from artifactstore import config
+    from artifactstore.fingerprint import compute
+    from artifactstore.store import Store
+
+    evil = "f\x1b]0;owned\x07\x1b[2J\nnext"
+    fp = compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                 device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    store = Store.open(config.resolve(environ=store_env))
+    store.put("e" * 64, b"x", fingerprint=fp, module_name=evil, compile_secs=1)
+    store.close()
+    for args in (["ls"], ["gc", "--dry-run", "--max-size", "0"]):
+        out = _ok(*args, env=store_env)
+        assert "\x1b" not in out and "\x07" not in out, (args, out)
+        assert "\\x1b" in out, (args, out)  # shown, escaped
+

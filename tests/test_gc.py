@@ -12,16 +12,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import artstore, clean_env, run_program, start_program
+from conftest import OpenStore, artstore, clean_env, run_program, start_program
 from sqlalchemy import create_engine, text
 
-from artifactstore import codec, config, fingerprint, gc, sizes
+from artifactstore import codec, fingerprint, gc, sizes
 from artifactstore.errors import ConfigError
 from artifactstore.gc.quota_pass import QuotaPass
 from artifactstore.index.eviction import EvictionIndex
@@ -30,7 +29,6 @@ from artifactstore.index.quotas import set_quota
 from artifactstore.index.repo import NewEntry
 from artifactstore.store import Store
 
-OpenStore = Callable[..., Store]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -41,24 +39,6 @@ def _fp(jaxlib: str = "0.4.30") -> fingerprint.Fingerprint:
 
 def _key(i: int) -> str:
     return f"{i:064x}"
-
-
-@pytest.fixture
-def open_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenStore]:
-    """Open a Store in this process on a test environment (AWS settings for boto3 too)."""
-    opened: list[Store] = []
-
-    def _open(env: dict[str, str], **overrides: Any) -> Store:
-        for name, value in env.items():
-            if name.startswith("AWS_") or name == "NO_PROXY":
-                monkeypatch.setenv(name, value)
-        store = Store.open(config.resolve(overrides, environ=env))
-        opened.append(store)
-        return store
-
-    yield _open
-    for store in opened:
-        store.close()
 
 
 def _populate(

@@ -23,10 +23,6 @@ from pathlib import Path
 import pytest
 from conftest import PROGRAMS, artstore, clean_env, run_program
 
-from artifactstore import config
-from artifactstore.fingerprint import Fingerprint, compute
-from artifactstore.store import Store
-
 READER_UID = 65534  # nobody
 
 
@@ -213,29 +209,7 @@ def test_no_migration_is_attempted_on_a_read_only_index(filled: Filled) -> None:
     assert _snapshot(store) == before  # not even a migration lock file
 
 
-# -- ARTSTORE_READ_ONLY on a store this process could write ---------------------
-def _fp() -> Fingerprint:
-    return compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                   device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
-
-
-def test_reader_setting_refuses_index_writes_but_records_hits(store_env: dict[str, str]) -> None:
-    """The reader's connection may append hits to `accesses` and nothing else."""
-    writer = Store.open(config.resolve(environ=store_env))
-    writer.put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
-    writer.close()
-    reader_env = dict(store_env, ARTSTORE_READ_ONLY="1")
-    for args in (["rm", "--all", "--yes"], ["rm", "a" * 12]):
-        proc = artstore(*args, env=reader_env)
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 1 and len(lines) == 1, lines
-        assert "unset ARTSTORE_READ_ONLY" in lines[0], lines
-    reader = Store.open(config.resolve(environ=reader_env))
-    assert reader.get("a" * 64, _fp().digest) is not None  # the entry is still there
-    reader.flush_access()  # raises if the append were refused
-    reader.close()
-
-
+# -- ARTSTORE_READ_ONLY on a store this process could write (also test_readonly_index)
 def test_reader_setting_creates_no_index(tmp_path: Path) -> None:
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_READ_ONLY="1")
     proc = artstore("ls", env=env)

@@ -50,6 +50,8 @@ def test_config_env_and_arguments(tmp_path: Path) -> None:
         ({"url": "/tmp/x", "index": "oracle://u@h/d"}, "unsupported index database"),
         ({"bogus": 1}, "unknown option 'bogus'"),
         ({"namespace": "../etc"}, "invalid namespace"),
+        ({"namespace": "team\n"}, "invalid namespace"),  # `$` would match before it
+        ({"url": "s3://team-jax\n/x", "index": "sqlite:///x"}, "control characters"),
         ({"min_compile_secs": -1}, "must be >= 0"),
         ({"timeout_secs": "inf"}, "must be >= 0.01 and <= 86400"),
         ({"timeout_secs": "1e12"}, "must be >= 0.01 and <= 86400"),
@@ -64,6 +66,24 @@ def test_config_errors(overrides: dict[str, object], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle) as info:
         config.resolve(overrides, environ={})
     assert "\n" not in str(info.value) and "secret" not in str(info.value)
+
+
+def test_backends_check_the_namespace_too(tmp_path: Path) -> None:
+    """A namespace is a path component and a key prefix: the backends check it as well,
+    whoever built them."""
+    from sqlalchemy import create_engine
+
+    from artifactstore.blobstores import LocalBlobStore
+    from artifactstore.blobstores.s3 import S3BlobStore
+    from artifactstore.index.repo import EntryIndex
+
+    for bad in ("team\n", "../x", "a/b", ""):
+        with pytest.raises(ConfigError, match="invalid namespace"):
+            LocalBlobStore(tmp_path, bad)
+        with pytest.raises(ConfigError, match="invalid namespace"):
+            S3BlobStore("bucket", "p", bad, None, 1.0)
+        with pytest.raises(ConfigError, match="invalid namespace"):
+            EntryIndex(create_engine("sqlite://"), bad)
 
 
 def test_redact_url() -> None:

@@ -12,11 +12,11 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-_DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 
 
 def check_digest(digest: str) -> str:
-    if not _DIGEST_RE.match(digest):
+    if not _DIGEST_RE.fullmatch(digest):
         raise ValueError(f"not a sha256 hex digest: {digest!r}")
     return digest
 

@@ -14,12 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
+from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit
 
 
 class LocalBlobStore(BlobStore):
     def __init__(self, root: str | Path, namespace: str) -> None:
         self.root = Path(root)
+        check_namespace(namespace)  # a path component: never "..", "/", or a newline
         self.base = self.root / namespace
         self.objects = self.base / "objects"
         self.quarantine_dir = self.base / "quarantine"

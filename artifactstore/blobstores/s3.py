@@ -36,6 +36,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
+from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit, StoreUnavailable
 
 MiB = 1024 * 1024
@@ -86,7 +87,7 @@ class S3BlobStore(BlobStore):
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.namespace = namespace
+        self.namespace = check_namespace(namespace)  # a key prefix of its own
         self.endpoint_url = endpoint_url
         self.timeout_secs = timeout_secs
         self.base = f"{self.prefix}/{namespace}" if self.prefix else namespace

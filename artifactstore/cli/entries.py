@@ -8,7 +8,7 @@ import sys
 import click
 
 from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
-from artifactstore.cli.render import json_option, print_fields, print_json, print_table, when
+from artifactstore.cli.render import json_option, print_fields, print_json, print_table, safe, when
 from artifactstore.sizes import format_seconds, format_size
 
 
@@ -150,10 +150,10 @@ def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
                 continue
             click.echo(f"{title}: {len(items)}")
             for item in items[:20]:
-                click.echo(f"  {item}")
+                click.echo(f"  {safe(item)}")
             if len(items) > 20:
                 click.echo(f"  ... and {len(items) - 20} more")
-        signers = ", ".join(f"{name} ({n})" for name, n in sorted(report.signers.items()))
+        signers = ", ".join(f"{safe(name)} ({n})" for name, n in sorted(report.signers.items()))
         click.echo(f"signed by: {signers or 'nobody'}")
         if not report.signatures_checked:
             click.echo(

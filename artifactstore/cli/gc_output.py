@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 import click
 
+from artifactstore.cli.render import safe
 from artifactstore.gc.report import GcReport, Removal
 from artifactstore.sizes import format_size
 
@@ -57,7 +58,7 @@ class Output:
             self._write((",\n  " if self._items else "\n  ") + json.dumps(removal.to_json()))
         elif self.dry_run:
             label = removal.name[:12] if removal.kind == "entry" else removal.name[:16]
-            extra = f"  {removal.module[:40]}" if removal.module else ""
+            extra = f"  {safe(removal.module[:40])}" if removal.module else ""
             self._write(
                 f"would remove {removal.kind:<6} {label}  {format_size(removal.size):>10}"
                 f"  ({removal.reason}){extra}\n"

@@ -57,9 +57,20 @@ def when(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%d")
 
 
+def safe(value: object) -> str:
+    """`value` as text that cannot drive the terminal: index fields are written by anyone
+    with write access, and an escape sequence in a module or host name would otherwise
+    reach the operator's terminal. Control characters are shown as Python escapes."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
     """Columns two spaces apart under a dashed rule; columns in `right` right-aligned."""
     right = right or set()
+    rows = [[safe(c) for c in r] for r in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]
@@ -82,7 +93,7 @@ def print_fields(pairs: Iterable[tuple[str, object]]) -> None:
     pairs = list(pairs)
     width = max(len(name) for name, _ in pairs) + 2
     for name, value in pairs:
-        click.echo(f"{name + ':':<{width}}{value}")
+        click.echo(f"{name + ':':<{width}}{safe(value)}")
 
 
 def fingerprint_fields(fp: Fingerprint) -> list[tuple[str, object]]:

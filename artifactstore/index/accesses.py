@@ -11,8 +11,13 @@ from datetime import datetime
 
 from sqlalchemy import Engine, bindparam, case, delete, func, insert, select, update
 
+from artifactstore.index.db import allow_access_append
 from artifactstore.index.models import Access, Entry
 from artifactstore.index.sql import write_transaction
+
+# Hits one access row may carry: a process cannot plausibly serve more between two
+# flushes, and any number of such rows sums far below BIGINT's limit.
+MAX_HITS_PER_ROW = 1_000_000
 
 
 def append_accesses(
@@ -26,6 +31,7 @@ def append_accesses(
         for k, (n, t) in touches.items()
     ]
     with engine.begin() as conn:
+        allow_access_append(conn)
         conn.execute(insert(Access), rows)
 
 

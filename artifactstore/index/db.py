@@ -104,7 +104,7 @@ def open_engine(url: str, *, timeout_secs: float = 10.0, read_only: bool = False
     lock_ms = max(1, int(timeout_secs * 1000))
 
     @event.listens_for(engine, "connect")
-    def _bound_lock_waits(dbapi_conn: Any, _record: Any) -> None:
+    def _session_settings(dbapi_conn: Any, _record: Any) -> None:
         # A lock held elsewhere (an operator's LOCK TABLE, a migration, a long
         # transaction) fails the statement after the bound, server-side, instead of
         # hanging it: the CLI has no other bound, and a hung call in a program keeps
@@ -112,13 +112,31 @@ def open_engine(url: str, *, timeout_secs: float = 10.0, read_only: bool = False
         # PgBouncer refuses.)
         with dbapi_conn.cursor() as cur:
             cur.execute(f"SET lock_timeout = {lock_ms}")
+            if read_only:
+                # The server refuses every write of a reader, whatever its role may do:
+                # only `append_accesses` opens its transaction READ WRITE.
+                cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
         dbapi_conn.commit()
 
+    why = _READ_ONLY_SETTING
+    if read_only:
+        _READ_ONLY[engine] = why
+    event.listen(engine, "handle_error", functools.partial(_refused_pg_write, why))
     return engine
+
+
+def allow_access_append(conn: Connection) -> None:
+    """Open a reader's transaction for its one permitted write, the access append.
+
+    A read-only engine refuses every other write (SQLite: the authorizer; PostgreSQL:
+    READ ONLY transactions); on a writer's engine this changes nothing."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET TRANSACTION READ WRITE")
 
 
 # Engines that refuse index writes -> the one line saying why and what to do.
 _READ_ONLY: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
+_READ_ONLY_SETTING = "the index is read-only here: unset ARTSTORE_READ_ONLY to write"
 
 
 def read_only_reason(engine: Engine) -> str | None:
@@ -174,10 +192,7 @@ def _open_sqlite(url: URL, *, timeout_secs: float, read_only: bool) -> Engine:
     elif read_only:
         event.listen(engine, "connect", _sqlite_reader_pragmas)
         event.listen(engine, "connect", _refuse_writes_but_accesses)
-        why = (
-            f"the index {path} is read-only here (ARTSTORE_READ_ONLY is set): "
-            "unset ARTSTORE_READ_ONLY to write"
-        )
+        why = _READ_ONLY_SETTING
         _READ_ONLY[engine] = why
     else:
         event.listen(engine, "connect", _sqlite_pragmas)
@@ -207,6 +222,21 @@ def _refused_write(why: str, context: ExceptionContext) -> None:
     code = getattr(context.original_exception, "sqlite_errorcode", None)
     if isinstance(code, int) and code & 0xFF in (8, 23):  # SQLITE_READONLY*, SQLITE_AUTH
         raise ReadOnlyError(why) from None
+
+
+def _refused_pg_write(why: str, context: ExceptionContext) -> None:
+    """PostgreSQL refused a write: this reader's READ ONLY transaction, or a role without
+    the privilege (infra/policies/postgres-roles.sql). One line naming the fix."""
+    code = getattr(context.original_exception, "sqlstate", None)
+    if code == "25006":  # read_only_sql_transaction
+        raise ReadOnlyError(why) from None
+    if code == "42501":  # insufficient_privilege, or a row-level security policy
+        role = context.engine.url.username if context.engine is not None else None
+        raise ReadOnlyError(
+            f"the index refused this write for role {role or '(default)'} "
+            f"({one_line(context.original_exception)}): run it as a role that may "
+            "(infra/policies/postgres-roles.sql)"
+        ) from None
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
+from artifactstore.config import check_namespace
 from artifactstore.fingerprint import Fingerprint
 from artifactstore.index.accesses import append_accesses
 from artifactstore.index.models import CounterRow, Entry, FingerprintRow, StoredObject, utcnow
@@ -137,7 +138,7 @@ class EntryIndex:
 
     def __init__(self, engine: Engine, namespace: str) -> None:
         self.engine = engine
-        self.namespace = namespace
+        self.namespace = check_namespace(namespace)
 
     # -- hot path -----------------------------------------------------------
     def lookup(self, key: str) -> EntryInfo | None:

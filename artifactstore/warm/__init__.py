@@ -48,7 +48,7 @@ ENV_VAR = "ARTSTORE_WARM"
 # The startup hook's directory, which `warm -- CMD` puts first on PYTHONPATH.
 ACTIVATE_DIR = Path(__file__).resolve().parent / "_activate"
 # MODULE:FUNCTION, checked by the parent before it starts workers, and by each worker.
-TARGET_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+TARGET_RE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 # What the report shows of a fingerprint after its digest, as children record it.
 SUMMARY_FIELDS = (
     "platform",

@@ -39,7 +39,7 @@ def run_specs(
     progress: Callable[[int], SpecProgress],
 ) -> Report:
     """Compile every specialization FUNCTION lists in `jobs` worker processes."""
-    if not TARGET_RE.match(target):
+    if not TARGET_RE.fullmatch(target):
         raise WarmError(
             f"invalid target {target!r}: use MODULE:FUNCTION "
             "(e.g. mypkg.shapes:specializations) or -- CMD [ARGS...]"

@@ -60,7 +60,7 @@ class Item:
 # -- loading and validating MODULE:FUNCTION ---------------------------------
 def load_items(target: str) -> tuple[list[Item], int]:
     """The distinct specializations FUNCTION lists, and how many duplicates were dropped."""
-    if not TARGET_RE.match(target):
+    if not TARGET_RE.fullmatch(target):
         raise SpecError(
             f"invalid target {target!r}: use MODULE:FUNCTION, e.g. mypkg.shapes:specializations"
         )

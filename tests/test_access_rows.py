@@ -1,0 +1,55 @@
+"""Hit counts reach the index in batches; a bad row must never block the rows after it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from conftest import OpenStore
+from sqlalchemy import select
+
+from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.index.models import Entry
+
+KEY = "c" * 64
+
+
+def _fp() -> Fingerprint:
+    return compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                   device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+
+
+def _hits(store: object) -> tuple[int, datetime]:
+    with store.engine.connect() as conn:  # type: ignore[attr-defined]
+        row = conn.execute(select(Entry.hits, Entry.last_access).where(Entry.key == KEY)).one()
+    return int(row[0]), row[1]
+
+
+def test_bad_journal_rows_are_dropped_and_the_rest_counted(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    store = open_store(any_env, local_tier="off")
+    assert store.put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
+    before, _ = _hits(store)
+    # What a tier journal file can hold (JSON numbers of any size, NaN, long keys).
+    journal = json.loads(
+        json.dumps({KEY: [2**70, 1e20], "k" * 300: [1, 1.0], "d" * 64: [1, float("nan")]})
+    )
+    store.add_accesses({k: (int(n), float(t)) for k, (n, t) in journal.items()})
+    store.flush_access()
+    hits, when = _hits(store)
+    assert 0 < hits - before <= 1_000_000
+    assert when.replace(tzinfo=UTC) <= datetime.now(UTC)  # not pinned in year 5138
+
+
+def test_a_row_the_index_refuses_does_not_fail_later_flushes(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    store = open_store(any_env, local_tier="off")
+    assert store.put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
+    before, _ = _hits(store)
+    store._merge_touches({KEY: (2**70, datetime.now(UTC))})  # past BIGINT: refused
+    store.flush_access()  # dropped with one warning, not kept for every later flush
+    store._merge_touches({KEY: (1, datetime.now(UTC))})
+    store.flush_access()
+    assert _hits(store)[0] == before + 1
