@@ -170,4 +170,3 @@ def test_index_fields_cannot_drive_the_terminal(store_env: dict[str, str]) -> No
         out = _ok(*args, env=store_env)
         assert "\x1b" not in out and "\x07" not in out, (args, out)
         assert "\\x1b" in out, (args, out)  # shown, escaped
-
