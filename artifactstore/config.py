@@ -29,6 +29,11 @@ DEFAULT_NAMESPACE = "default"
 DEFAULT_MIN_COMPILE_SECS = 0.1
 DEFAULT_TIMEOUT_SECS = 10.0
 DEFAULT_FLUSH_SECS = 60.0
+# A team index's connections per process (pool size, and as many again in overflow),
+# and how long an unused one stays open: a process that compiled once and then
+# trains for a day holds none (PostgreSQL serves max_connections, 100 by default).
+DEFAULT_DB_POOL_SIZE = 4
+DEFAULT_DB_IDLE_SECS = 10.0
 # Circuit breaker on the store: every failure already cost up to ARTSTORE_TIMEOUT,
 # so one is enough to stop paying; a minute later one probe finds out if it is back.
 DEFAULT_BREAKER_FAILURES = 1
@@ -75,6 +80,8 @@ class Settings:
     min_compile_secs: float = DEFAULT_MIN_COMPILE_SECS
     timeout_secs: float = DEFAULT_TIMEOUT_SECS
     flush_secs: float = DEFAULT_FLUSH_SECS
+    db_pool_size: int = DEFAULT_DB_POOL_SIZE
+    db_idle_secs: float = DEFAULT_DB_IDLE_SECS
     s3_endpoint_url: str | None = None
     cache_callbacks: bool = True
     local_tier: str | None = None  # a directory, "off", or None for the default place
@@ -235,6 +242,8 @@ _OPTIONS: dict[str, str] = {
     "min_compile_secs": "MIN_COMPILE_SECS",
     "timeout_secs": "TIMEOUT",
     "flush_secs": "FLUSH_TIMEOUT",
+    "db_pool_size": "DB_POOL_SIZE",
+    "db_idle_secs": "DB_IDLE_SECS",
     "s3_endpoint_url": "S3_ENDPOINT_URL",
     "cache_callbacks": "CACHE_CALLBACKS",
     "local_tier": "LOCAL_TIER",
@@ -306,6 +315,17 @@ def resolve(
         ),
         flush_secs=parse_float(
             ENV_PREFIX + "FLUSH_TIMEOUT", values.get("flush_secs", DEFAULT_FLUSH_SECS)
+        ),
+        db_pool_size=int(
+            parse_float(
+                ENV_PREFIX + "DB_POOL_SIZE",
+                values.get("db_pool_size", DEFAULT_DB_POOL_SIZE),
+                minimum=1,
+                maximum=100,
+            )
+        ),
+        db_idle_secs=parse_float(
+            ENV_PREFIX + "DB_IDLE_SECS", values.get("db_idle_secs", DEFAULT_DB_IDLE_SECS)
         ),
         s3_endpoint_url=str(endpoint) if endpoint else None,
         cache_callbacks=parse_bool(

@@ -95,7 +95,7 @@ class Store:
         self._refused: dict[str, str] = {}
         self._uploads_paused_until = 0.0  # monotonic: see submit_put
         self._upload_failures = 0  # consecutive, for that pause
-        self.worker = worker or Worker("artifactstore-writer", on_tick=self.flush_access)
+        self.worker = worker or Worker("artifactstore-writer", on_tick=self._tick)
         self.tier = tier
         # Called (on the writing thread) after each entry this process creates;
         # layers above subscribe here (the opt-in quota pass) without the store
@@ -127,7 +127,10 @@ class Store:
         using = using or _ignore
         using("index")
         engine = db.open_engine(
-            settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
+            settings.index_url,
+            timeout_secs=settings.timeout_secs,
+            read_only=settings.read_only,
+            pool_size=settings.db_pool_size,
         )
         status = db.schema_status(engine)
         if status.state is not db.SchemaState.CURRENT:
@@ -143,6 +146,14 @@ class Store:
         store.using = using
         store.fold_tier_journals()
         return store
+
+    def _tick(self) -> None:
+        """The background writer's periodic work: hits to the index, then idle
+        database connections closed (a process that only trains holds none)."""
+        try:
+            self.flush_access()
+        finally:
+            db.release_idle(self.engine, self.settings.db_idle_secs)
 
     def fold_tier_journals(self) -> None:
         """Count hits that processes served from this host's tier, so LRU sees them."""

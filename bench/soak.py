@@ -194,7 +194,7 @@ def kill_connections() -> int:
     ) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = 'artifactstore' AND datname = %s",
+            "WHERE application_name LIKE 'artifactstore-%%' AND datname = %s",
             (DATABASE,),
         ).fetchall()
     return sum(1 for (ok,) in rows if ok)

@@ -13,6 +13,7 @@ import fcntl
 import functools
 import logging
 import os
+import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,12 +62,16 @@ def migrations_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
-def open_engine(url: str, *, timeout_secs: float = 10.0, read_only: bool = False) -> Engine:
+def open_engine(
+    url: str, *, timeout_secs: float = 10.0, read_only: bool = False, pool_size: int = 4
+) -> Engine:
     """An engine with bounded waits: a dead database costs at most about timeout_secs.
 
     `read_only`: this process is a reader (ARTSTORE_READ_ONLY). A SQLite index is
     also opened read-only, whatever the settings, when this process may not write
     it: see `_open_sqlite`. `read_only_reason` tells such engines apart.
+    `pool_size`: PostgreSQL connections kept (as many again in overflow); see
+    `release_idle` for when they are closed.
     """
     try:
         parsed = make_url(url)
@@ -79,14 +84,15 @@ def open_engine(url: str, *, timeout_secs: float = 10.0, read_only: bool = False
     if parsed.get_backend_name() == "sqlite":
         return _open_sqlite(parsed, timeout_secs=timeout_secs, read_only=read_only)
     kwargs["pool_pre_ping"] = True
-    kwargs["pool_size"] = 4
-    kwargs["max_overflow"] = 4
+    kwargs["pool_size"] = pool_size
+    kwargs["max_overflow"] = pool_size
     kwargs["pool_timeout"] = timeout_secs
     kwargs["connect_args"] = {
         # Whole seconds, per address the host name resolves to; libpq and psycopg wait
         # at least 2 whatever is asked.
         "connect_timeout": max(2, round(timeout_secs)),
-        "application_name": "artifactstore",
+        # Operators (and tests) tell readers' connections from writers' by this.
+        "application_name": "artifactstore-reader" if read_only else "artifactstore-writer",
         # A database host that dies mid-query (no RST) is noticed in about 25 s, not
         # after the kernel's 2-hour keepalive default.
         "keepalives": 1,
@@ -118,11 +124,38 @@ def open_engine(url: str, *, timeout_secs: float = 10.0, read_only: bool = False
                 cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
         dbapi_conn.commit()
 
+    @event.listens_for(engine, "checkin")
+    def _note_use(_dbapi_conn: Any, _record: Any) -> None:
+        _LAST_USE[engine] = time.monotonic()
+
     why = _READ_ONLY_SETTING
     if read_only:
         _READ_ONLY[engine] = why
     event.listen(engine, "handle_error", functools.partial(_refused_pg_write, why))
     return engine
+
+
+# PostgreSQL engines -> when a connection last went back to their pool (monotonic).
+_LAST_USE: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
+
+
+def release_idle(engine: Engine, idle_secs: float) -> bool:
+    """Close a PostgreSQL engine's pooled connections when none was used for `idle_secs`.
+
+    The server has a fixed number of connections for every client of every team: a
+    program holds them only while it writes (its background writer calls this each
+    tick). SQLite's are files, kept. True if connections were closed."""
+    last = _LAST_USE.get(engine)
+    if last is None or time.monotonic() - last < idle_secs:
+        return False
+    pool = engine.pool
+    if getattr(pool, "checkedout", lambda: 1)() or not getattr(pool, "checkedin", lambda: 0)():
+        return False
+    # A connection checked out meanwhile stays valid: it goes back to the old pool,
+    # which closes it on return.
+    engine.dispose(close=True)
+    _LAST_USE.pop(engine, None)
+    return True
 
 
 def allow_access_append(conn: Connection) -> None:

@@ -191,7 +191,7 @@ class Stack:
         with psycopg.connect(psycopg_url(self.db_url), autocommit=True) as conn:
             rows = conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'artifactstore' AND datname = %s",
+                "WHERE application_name LIKE 'artifactstore-%%' AND datname = %s",
                 (self.db_name,),
             ).fetchall()
         return len(rows)
