@@ -334,7 +334,16 @@ class Store:
         except Exception as exc:
             if self.read_only:
                 cause = one_line(exc)
-                if "permission denied" in cause.lower() or "privilege" in cause.lower():
+                lowered = cause.lower()
+                if "row-level security" in lowered:  # a namespace the login is not granted
+                    self._warn_once(
+                        "reader-access",
+                        "hits not recorded for LRU (%s): grant namespace %s to this login "
+                        "(infra/policies/grant-namespace.sql)",
+                        cause,
+                        self.namespace,
+                    )
+                elif "permission denied" in lowered or "privilege" in lowered:
                     self._warn_once(
                         "reader-access",
                         "hits not recorded for LRU (%s): grant INSERT on table accesses to "
