@@ -26,6 +26,7 @@ from sqlalchemy import Engine, create_engine, func, insert, select, text
 from sqlalchemy.exc import DBAPIError
 
 from artifactstore import config, fingerprint, gc
+from artifactstore.errors import StoreUnavailable
 from artifactstore.gc.quota_pass import QuotaPass
 from artifactstore.index import db
 from artifactstore.index.accesses import BIGINT_MAX, ROW_HITS_MAX, fold_accesses
@@ -349,3 +350,60 @@ def test_s3_policies_are_scoped_to_their_prefix(kind: str) -> None:
     else:
         assert {"s3:PutObject", "s3:DeleteObject"} <= actions
     assert "s3:ListBucketMultipartUploads" not in actions  # lists the whole bucket
+
+
+class _PrefixScopedS3:
+    """A client with the permissions of s3-reader.json as AWS applies them: no
+    HeadBucket (an unconditioned ListBucket), 403 for a missing key, listings only
+    under the namespace's prefix."""
+
+    def __init__(self, scope: str, keys: set[str]) -> None:
+        self.scope, self.keys, self.listed = scope, keys, list[str]()
+        self.refused: set[str] = set()  # present, but this client may not read them
+
+    def _denied(self, op: str) -> Exception:
+        from botocore.exceptions import ClientError
+
+        return ClientError({"Error": {"Code": "AccessDenied", "Message": "denied"}}, op)
+
+    def head_bucket(self, **_: Any) -> None:
+        raise self._denied("HeadBucket")
+
+    def head_object(self, *, Key: str, **_: Any) -> dict[str, Any]:
+        if Key in self.keys and Key not in self.refused:
+            return {}
+        raise self._denied("HeadObject")
+
+    def get_object(self, *, Key: str, **kw: Any) -> dict[str, Any]:
+        self.head_object(Key=Key)
+        raise AssertionError("not reached: only missing keys are asked for")
+
+    def list_objects_v2(self, *, Prefix: str, **_: Any) -> dict[str, Any]:
+        if not Prefix.startswith(self.scope):
+            raise self._denied("ListObjectsV2")
+        self.listed.append(Prefix)
+        return {"Contents": [{"Key": k} for k in sorted(self.keys) if k.startswith(Prefix)]}
+
+
+def test_s3_namespace_policy_misses_are_misses_not_failures() -> None:
+    """Under s3-reader.json a missing object answers 403 and HeadBucket is refused: the
+    store still opens, a miss is a miss, and a real denial is still reported."""
+    from artifactstore.blobstores.s3 import S3BlobStore
+
+    store = S3BlobStore("bucket", "cache", "team-a", None, 5.0)
+    present = store.key("ab" * 32)
+    fake = _PrefixScopedS3("cache/team-a/objects/", {present})
+    store._client = fake
+    store.check()  # by listing its own prefix instead of HeadBucket
+    assert store.get("cd" * 32) is None
+    assert store.exists("cd" * 32) is False
+    assert store.exists("ab" * 32) is True
+    assert all(p.startswith("cache/team-a/objects/") for p in fake.listed)
+    fake.keys.add(store.key("ef" * 32))  # listed, yet its GET is refused: a real denial
+    fake.refused.add(store.key("ef" * 32))
+    with pytest.raises(StoreUnavailable, match="access denied"):
+        store.exists("ef" * 32)
+    other = S3BlobStore("bucket", "cache", "team-b", None, 5.0)
+    other._client = fake
+    with pytest.raises(StoreUnavailable, match="access denied"):
+        other.check()  # another namespace's prefix may not even be listed
