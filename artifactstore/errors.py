@@ -28,6 +28,10 @@ class ReadOnlyError(ArtstoreError):
     """A write was attempted through a read-only store."""
 
 
+class PrivilegeRefused(ReadOnlyError):
+    """The database role may not make this write (its grants or row-level security)."""
+
+
 class CorruptObject(ArtstoreError):
     """Stored bytes do not match their digest or envelope."""
 

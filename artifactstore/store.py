@@ -30,13 +30,14 @@ from artifactstore.config import Settings
 from artifactstore.errors import (
     CorruptObject,
     OverLimit,
+    PrivilegeRefused,
     ReadOnlyError,
     StoreUnavailable,
     one_line,
 )
 from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import db
-from artifactstore.index.accesses import MAX_HITS_PER_ROW
+from artifactstore.index.accesses import ROW_HITS_MAX
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
 from artifactstore.tier import Accesses, LocalTier, TierEntry, _warn_once, open_tier
@@ -187,7 +188,7 @@ class Store:
                 continue
             if not 0 < when < float("inf"):  # also drops NaN
                 continue
-            hits = min(max(int(n), 1), MAX_HITS_PER_ROW)
+            hits = min(max(int(n), 1), ROW_HITS_MAX)
             touches[key] = (hits, datetime.fromtimestamp(min(when, now), UTC))
         self._merge_touches(touches)
 
@@ -351,27 +352,17 @@ class Store:
             else:
                 self.index.record_access(touches)
                 self.index.add_counters(dict(counts))
+        except PrivilegeRefused as exc:  # the login's grants: asking again will not help
+            self._warn_once("access-rows", "hit counts of %s not recorded: %s", self.namespace, exc)
         except ReadOnlyError as exc:  # an index this process may not write (a read-only file)
             log.debug("artifactstore: hits not recorded: %s", exc)
-            return
         except (DataError, IntegrityError, OverflowError) as exc:
             # These rows will never go in: keeping them would fail every later flush.
             self._warn_once("access-rows", "hit counts dropped (%s)", one_line(exc))
-            return
-        except Exception as exc:
+        except Exception:
             if self.read_only:
-                cause = one_line(exc)
-                if "permission denied" in cause.lower() or "privilege" in cause.lower():
-                    self._warn_once(
-                        "reader-access",
-                        "hits not recorded for LRU (%s): grant INSERT on table accesses to "
-                        "the reader role (infra/policies/postgres-roles.sql)",
-                        cause,
-                    )
-                else:  # the database is down: kept for the next flush (the breaker says so)
-                    log.debug("artifactstore: hits not recorded yet: %s", cause)
-                counts = _Counts()
-            self._merge_touches(touches)  # keep them for the next flush
+                counts = _Counts()  # readers never write counters
+            self._merge_touches(touches)  # the database is down: kept for the next flush
             with self._touch_lock:
                 self._pending_counts.update(counts)
             raise

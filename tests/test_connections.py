@@ -9,11 +9,11 @@ import time
 
 import psycopg
 from conftest import clean_env
+from faults.harness import Job
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from artifactstore.index import db
-from faults.harness import Job
 
 
 def _connections(pg_url: str, app: str) -> int:

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from conftest import OpenStore, artstore, clean_env, run_program, start_program
-from sqlalchemy import create_engine, text
 
 from artifactstore import codec, fingerprint, gc, sizes
 from artifactstore.errors import ConfigError
@@ -172,31 +171,6 @@ def test_read_only_hits_count_for_lru(any_env: dict[str, str], open_store: OpenS
     entry = writer.index.lookup(_key(0))
     assert entry is not None and entry.hits == 2 and entry.last_access > T0 + timedelta(days=1)
     assert _gc(any_env)["summary"]["accesses_folded"] == 0  # folded exactly once
-
-
-def test_reader_role_may_only_append_accesses(
-    team_env: dict[str, str], open_store: OpenStore
-) -> None:
-    """The reader role of infra/policies can record hits but never touch entries."""
-    roles = Path(__file__).resolve().parents[1] / "infra" / "policies" / "postgres-roles.sql"
-    url = team_env["ARTSTORE_INDEX"]
-    dbname = url.rsplit("/", 1)[1]
-    proc = subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-v", "ON_ERROR_STOP=1",
-                           "-q", "-d", dbname, "-f", str(roles)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    writer = open_store(team_env)
-    _populate(writer, 1)
-    reader_url = url.replace("//postgres@", "//artstore_reader@")
-    assert "artstore_reader@" in reader_url
-    reader = open_store(dict(team_env, ARTSTORE_INDEX=reader_url), read_only=True)
-    assert reader.get(_key(0), _fp().digest) is not None
-    reader.flush_access()  # raises if the INSERT were denied
-    engine = create_engine(reader_url)
-    with pytest.raises(Exception, match="permission denied"), engine.begin() as conn:
-        conn.execute(text("UPDATE entries SET hits = hits + 1"))
-    engine.dispose()
-    assert _gc(team_env)["summary"]["accesses_folded"] == 1
 
 
 # -- other policies ---------------------------------------------------------

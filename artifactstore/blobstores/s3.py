@@ -180,7 +180,7 @@ class S3BlobStore(BlobStore):
             body: bytes = response["Body"].read()
             return body
         except Exception as exc:
-            if _code(exc) in _NOT_FOUND:
+            if _code(exc) in _NOT_FOUND or self._denied_but_absent(key, exc):
                 return None
             self._fail("get", exc)
 
@@ -286,7 +286,17 @@ class S3BlobStore(BlobStore):
                     f"S3 bucket '{self.bucket}' does not exist at {self._endpoint()}: "
                     "create it or fix ARTSTORE_URL"
                 ) from None
-            self._fail("check", exc)
+            if _code(exc) not in _DENIED:
+                self._fail("check", exc)
+            # Per-namespace policies (infra/policies/) allow ListBucket only under the
+            # namespace's prefix, and HeadBucket needs an unconditioned ListBucket: a
+            # listing of our own prefix proves the same bucket, credentials and access.
+            try:
+                self.client.list_objects_v2(
+                    Bucket=self.bucket, Prefix=self.objects_prefix, MaxKeys=1
+                )
+            except Exception as again:
+                self._fail("check", again)
 
     # -- helpers --------------------------------------------------------------
 
@@ -295,9 +305,24 @@ class S3BlobStore(BlobStore):
             self.client.head_object(Bucket=self.bucket, Key=key)
             return True
         except Exception as exc:
-            if _code(exc) in _NOT_FOUND:
+            if _code(exc) in _NOT_FOUND or self._denied_but_absent(key, exc):
                 return False
             self._fail("head", exc)
+
+    def _denied_but_absent(self, key: str, exc: BaseException) -> bool:
+        """Whether a 403 for `key` only means that it does not exist.
+
+        S3 answers a missing key with 404 only to credentials allowed to list the
+        bucket, and per-namespace policies allow listing under their prefix only,
+        so a miss may arrive as 403. One listing of exactly that key tells a miss
+        (True) from a real denial (False: the caller reports it)."""
+        if _code(exc) not in _DENIED:
+            return False
+        try:
+            found = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
+        except Exception:
+            return False
+        return not any(item.get("Key") == key for item in found.get("Contents", ()))
 
     def _list(self, prefix: str, op: str) -> Iterator[BlobInfo]:
         try:

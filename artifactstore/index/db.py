@@ -27,6 +27,7 @@ from sqlalchemy.engine import URL, Connection, ExceptionContext, make_url
 from artifactstore.config import redact_url
 from artifactstore.errors import (
     ConfigError,
+    PrivilegeRefused,
     ReadOnlyError,
     SchemaMismatch,
     StoreUnavailable,
@@ -265,10 +266,14 @@ def _refused_pg_write(why: str, context: ExceptionContext) -> None:
         raise ReadOnlyError(why) from None
     if code == "42501":  # insufficient_privilege, or a row-level security policy
         role = context.engine.url.username if context.engine is not None else None
-        raise ReadOnlyError(
-            f"the index refused this write for role {role or '(default)'} "
-            f"({one_line(context.original_exception)}): run it as a role that may "
-            "(infra/policies/postgres-roles.sql)"
+        cause = one_line(context.original_exception)
+        fix = (
+            "grant this login the namespace (infra/policies/grant-namespace.sql)"
+            if "row-level security" in cause
+            else "use a role that may (infra/policies/postgres-roles.sql)"
+        )
+        raise PrivilegeRefused(
+            f"the index refused this write for role {role or '(default)'} ({cause}): {fix}"
         ) from None
 
 

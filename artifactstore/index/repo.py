@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, delete, func, select, update
+from sqlalchemy import Engine, Float, and_, bindparam, cast, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from artifactstore.config import check_namespace
 from artifactstore.fingerprint import Fingerprint
-from artifactstore.index.accesses import append_accesses
+from artifactstore.index.accesses import append_accesses, saturating_hits
 from artifactstore.index.models import CounterRow, Entry, FingerprintRow, StoredObject, utcnow
 from artifactstore.index.sql import upsert
 
@@ -226,11 +226,11 @@ class EntryIndex:
             update(Entry)
             .where(Entry.namespace == self.namespace, Entry.key == bindparam("k"))
             .values(
-                hits=Entry.hits + bindparam("n"),
+                hits=saturating_hits(bindparam("n", type_=Entry.hits.type)),
                 last_access=bindparam("t", type_=Entry.last_access.type),
             )
         )
-        params = [{"k": k, "n": n, "t": t} for k, (n, t) in touches.items()]
+        params = [{"k": k, "n": max(n, 0), "t": t} for k, (n, t) in touches.items()]
         with self.engine.begin() as conn:
             conn.execute(stmt.execution_options(synchronize_session=False), params)
 
@@ -335,7 +335,9 @@ class EntryIndex:
                 select(
                     func.count(Entry.id),
                     func.coalesce(func.sum(Entry.size), 0),
-                    func.coalesce(func.sum(Entry.hits), 0),
+                    # As a float: SQLite's integer sum() fails on overflow, and hits
+                    # saturate at BIGINT's top (index/accesses.py), so two such add up past it.
+                    func.coalesce(func.sum(cast(Entry.hits, Float)), 0),
                     func.coalesce(func.sum(Entry.hits * Entry.compile_secs), 0.0),
                 ).where(Entry.namespace == self.namespace)
             ).one()

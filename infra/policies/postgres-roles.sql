@@ -1,40 +1,85 @@
--- Roles for a team index in PostgreSQL. Run once per database as a superuser
--- (or the database owner), connected to the artstore database:
+-- Least-privilege roles and per-namespace row-level security for a team index in
+-- PostgreSQL (13+). Run as a superuser, connected to the artstore database, once
+-- before the first `artstore db upgrade` (it lets artstore_admin create the schema)
+-- and again after every upgrade (it grants on the tables migrations created):
 --
 --   psql -v ON_ERROR_STOP=1 -d artstore -f infra/policies/postgres-roles.sql
 --
+-- Then grant each login its namespaces (cluster-wide, once per login and namespace):
+--
+--   psql -d artstore -v namespace=team-a -v role=team_a_writer -f infra/policies/grant-namespace.sql
+--
 -- Passwords are read from the environment with psql's \getenv (psql 15+), so
 -- they never live in this file: ARTSTORE_ADMIN_PASSWORD, ARTSTORE_WRITER_PASSWORD,
--- ARTSTORE_READER_PASSWORD. Unset ones are left alone (e.g. when using
--- certificate or IAM authentication instead).
+-- ARTSTORE_READER_PASSWORD, ARTSTORE_GC_PASSWORD. Unset ones are left alone (e.g.
+-- with certificate or IAM authentication, or per-team logins instead).
 --
+-- Roles (group roles; each may log in itself, or per-team logins are made members,
+-- e.g. CREATE ROLE team_a_writer LOGIN IN ROLE artstore_writer):
 --   artstore_admin   owns the schema and runs `artstore db upgrade` (migrations).
---   artstore_writer  CI / warm jobs and writers: read and write rows, no DDL.
---   artstore_reader  workers with ARTSTORE_READ_ONLY=1: SELECT, plus INSERT on
---                    `accesses` only, where readers append their batched hits;
---                    `artstore gc` folds them into entries, so LRU sees the
---                    cluster's reads. Readers can never change entries or objects.
--- Safe to re-run (after migrations, it also grants on the tables they created).
+--                    Table owners bypass row-level security: never use it for work.
+--   artstore_gc      the operator / cron role: `artstore gc`, `quota set/rm`,
+--                    `verify --repair` across every namespace. Reads and writes all
+--                    rows of all tables but alembic_version; no DDL.
+--   artstore_writer  CI / warm jobs and researchers who write: entries, objects,
+--                    counters, accesses and its `gc:NAMESPACE` lease, only in the
+--                    namespaces granted to the login; inserts fingerprints (checked
+--                    against their digest); reads its namespaces' quotas. Enough for
+--                    puts, `artstore rm` and the opt-in quota pass
+--                    (ARTSTORE_ENFORCE_QUOTA) in its namespaces; cannot set quotas.
+--   artstore_reader  workers with ARTSTORE_READ_ONLY=1: reads its namespaces' rows,
+--                    and appends hits to `accesses` for them only. On insert a trigger
+--                    clamps each row (0..1000000 hits, a time no later than now), so
+--                    no row can pin an entry or overflow the fold; `artstore gc` folds
+--                    them into entries so that LRU sees the cluster's reads.
+-- Nobody but the admin (the owner) may write alembic_version.
+--
+-- Namespaces ARE a security boundary between reader and writer logins: row-level
+-- security shows and lets them change only rows of namespaces whose role
+-- artstore_ns_<namespace> they are members of (grant-namespace.sql). A login that is
+-- a member of artstore_all_namespaces (namespace='*') sees every namespace: for a
+-- single team, or to keep an existing deployment working while granting namespaces.
+-- The gc role, the admin and superusers are not limited by namespace. Namespaces of
+-- more than 51 characters cannot be granted (role names stop at 63): use shorter ones.
+--
+-- Safe to re-run: privileges are revoked and granted again in one transaction, so a
+-- re-run also removes grants an earlier version of this file gave (e.g. the writer's
+-- UPDATE on quotas and alembic_version). Tables a future migration adds get no
+-- privileges until this file (updated with that migration) is run again.
 
 \set ON_ERROR_STOP on
 
+BEGIN;
+
+-- Cluster-wide roles; two databases of one cluster may run this at once.
 DO $$
+DECLARE
+  name text;
 BEGIN
-  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'artstore_admin') THEN
-    CREATE ROLE artstore_admin LOGIN;
-  END IF;
-  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'artstore_writer') THEN
-    CREATE ROLE artstore_writer LOGIN;
-  END IF;
-  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'artstore_reader') THEN
-    CREATE ROLE artstore_reader LOGIN;
-  END IF;
+  FOREACH name IN ARRAY ARRAY['artstore_admin', 'artstore_gc', 'artstore_writer',
+                              'artstore_reader', 'artstore_all_namespaces'] LOOP
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = name) THEN
+      BEGIN
+        IF name = 'artstore_all_namespaces' THEN
+          EXECUTE format('CREATE ROLE %I NOLOGIN', name);
+        ELSE
+          EXECUTE format('CREATE ROLE %I LOGIN', name);
+        END IF;
+      EXCEPTION WHEN duplicate_object OR unique_violation THEN
+        NULL;  -- created meanwhile by a run in another database
+      END;
+    END IF;
+  END LOOP;
 END
 $$;
 
 \getenv admin_password ARTSTORE_ADMIN_PASSWORD
 \if :{?admin_password}
 ALTER ROLE artstore_admin PASSWORD :'admin_password';
+\endif
+\getenv gc_password ARTSTORE_GC_PASSWORD
+\if :{?gc_password}
+ALTER ROLE artstore_gc PASSWORD :'gc_password';
 \endif
 \getenv writer_password ARTSTORE_WRITER_PASSWORD
 \if :{?writer_password}
@@ -45,39 +90,127 @@ ALTER ROLE artstore_writer PASSWORD :'writer_password';
 ALTER ROLE artstore_reader PASSWORD :'reader_password';
 \endif
 
--- Only the three roles may connect; only the admin may create objects.
+-- Only these roles (and their members) may connect; only the admin may create objects.
 DO $$
 BEGIN
   EXECUTE format('REVOKE ALL ON DATABASE %I FROM PUBLIC', current_database());
   EXECUTE format('GRANT CONNECT, TEMPORARY ON DATABASE %I TO artstore_admin', current_database());
-  EXECUTE format('GRANT CONNECT ON DATABASE %I TO artstore_writer, artstore_reader',
+  EXECUTE format('GRANT CONNECT ON DATABASE %I TO artstore_gc, artstore_writer, artstore_reader',
                  current_database());
 END
 $$;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE, CREATE ON SCHEMA public TO artstore_admin;
-GRANT USAGE ON SCHEMA public TO artstore_writer, artstore_reader;
+GRANT USAGE ON SCHEMA public TO artstore_gc, artstore_writer, artstore_reader;
 
--- Tables that exist already (re-run after `artstore db upgrade`).
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO artstore_writer;
-GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO artstore_writer;
-GRANT SELECT ON ALL TABLES IN SCHEMA public TO artstore_reader;
+-- Start from nothing: what earlier versions of this file granted goes, including
+-- default privileges on future tables (a new table is granted here, deliberately).
+REVOKE ALL ON ALL TABLES IN SCHEMA public FROM artstore_gc, artstore_writer, artstore_reader;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM artstore_gc, artstore_writer, artstore_reader;
+ALTER DEFAULT PRIVILEGES FOR ROLE artstore_admin IN SCHEMA public
+  REVOKE ALL ON TABLES FROM artstore_gc, artstore_writer, artstore_reader;
+ALTER DEFAULT PRIVILEGES FOR ROLE artstore_admin IN SCHEMA public
+  REVOKE ALL ON SEQUENCES FROM artstore_gc, artstore_writer, artstore_reader;
 
--- Tables and sequences that future migrations create as artstore_admin.
-ALTER DEFAULT PRIVILEGES FOR ROLE artstore_admin IN SCHEMA public
-  GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO artstore_writer;
-ALTER DEFAULT PRIVILEGES FOR ROLE artstore_admin IN SCHEMA public
-  GRANT USAGE, SELECT ON SEQUENCES TO artstore_writer;
-ALTER DEFAULT PRIVILEGES FOR ROLE artstore_admin IN SCHEMA public
-  GRANT SELECT ON TABLES TO artstore_reader;
+-- Whether the current user may act for `ns`: a member of artstore_ns_<ns> or of
+-- artstore_all_namespaces. A namespace without a role is nobody's (no error);
+-- the name is compared untruncated, so a namespace too long for a role name never
+-- matches a shorter one's role.
+CREATE OR REPLACE FUNCTION artstore_ns_member(ns text) RETURNS boolean
+  LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
+    SELECT EXISTS (
+      SELECT 1 FROM pg_catalog.pg_roles r
+      WHERE r.rolname IN ('artstore_ns_' || ns, 'artstore_all_namespaces')
+        AND pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER'))
+  $$;
 
--- Readers append their hits to `accesses` (created by migration 0002; re-run
--- this file after `artstore db upgrade` if it did not exist yet).
+-- Clamp a reader's access row as `fold_accesses` does (artifactstore/index/accesses.py,
+-- ROW_HITS_MAX): a row counts 0..1000000 hits at a time no later than now.
+CREATE OR REPLACE FUNCTION artstore_clamp_access() RETURNS trigger
+  LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+  BEGIN
+    NEW.hits := LEAST(GREATEST(NEW.hits, 0), 1000000);
+    IF NEW.last_access > now() OR NOT isfinite(NEW.last_access) THEN
+      NEW.last_access := now();
+    END IF;
+    RETURN NEW;
+  END
+  $$;
+
+-- Grants and row-level security on the tables that exist now.
 DO $$
+DECLARE
+  t text;
 BEGIN
+  IF to_regclass('public.alembic_version') IS NOT NULL THEN
+    GRANT SELECT ON alembic_version TO artstore_gc, artstore_writer, artstore_reader;
+  END IF;
+
+  -- Tables with a namespace column: gc everywhere, readers and writers in theirs.
+  FOREACH t IN ARRAY ARRAY['entries', 'objects', 'counters', 'accesses', 'quotas'] LOOP
+    CONTINUE WHEN to_regclass('public.' || t) IS NULL;
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I TO artstore_gc', t);
+    EXECUTE format('GRANT SELECT ON %I TO artstore_writer, artstore_reader', t);
+    EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
+    EXECUTE format('DROP POLICY IF EXISTS artstore_gc ON %I', t);
+    EXECUTE format('CREATE POLICY artstore_gc ON %I TO artstore_gc USING (true)', t);
+    EXECUTE format('DROP POLICY IF EXISTS artstore_namespace ON %I', t);
+    EXECUTE format('CREATE POLICY artstore_namespace ON %I TO artstore_writer, artstore_reader '
+                   'USING (artstore_ns_member(namespace)) '
+                   'WITH CHECK (artstore_ns_member(namespace))', t);
+    IF t IN ('entries', 'objects', 'counters') THEN
+      EXECUTE format('GRANT INSERT, UPDATE, DELETE ON %I TO artstore_writer', t);
+    END IF;
+  END LOOP;
+
+  IF to_regclass('public.entries') IS NOT NULL THEN
+    GRANT USAGE ON SEQUENCE entries_id_seq TO artstore_gc, artstore_writer;
+  END IF;
+
   IF to_regclass('public.accesses') IS NOT NULL THEN
-    GRANT INSERT ON accesses TO artstore_reader;
-    GRANT USAGE ON SEQUENCE accesses_id_seq TO artstore_reader;
+    -- Readers append (and a writer started with ARTSTORE_READ_ONLY does too); a
+    -- writer folds its namespaces' rows in its quota pass.
+    GRANT INSERT ON accesses TO artstore_writer, artstore_reader;
+    GRANT DELETE ON accesses TO artstore_writer;
+    GRANT USAGE ON SEQUENCE accesses_id_seq TO artstore_gc, artstore_writer, artstore_reader;
+    -- Runs for every inserting role, before the policy's check.
+    DROP TRIGGER IF EXISTS artstore_clamp_access ON accesses;
+    CREATE TRIGGER artstore_clamp_access BEFORE INSERT OR UPDATE ON accesses
+      FOR EACH ROW EXECUTE FUNCTION artstore_clamp_access();
+    DROP POLICY IF EXISTS artstore_namespace ON accesses;
+    CREATE POLICY artstore_namespace ON accesses TO artstore_writer, artstore_reader
+      USING (artstore_ns_member(namespace))
+      WITH CHECK (artstore_ns_member(namespace) AND hits BETWEEN 0 AND 1000000
+                  AND last_access <= now());
+  END IF;
+
+  -- Leases are named gc:NAMESPACE: a writer may hold its own namespaces' gc lease.
+  IF to_regclass('public.leases') IS NOT NULL THEN
+    GRANT SELECT, INSERT, UPDATE, DELETE ON leases TO artstore_gc, artstore_writer;
+    ALTER TABLE leases ENABLE ROW LEVEL SECURITY;
+    DROP POLICY IF EXISTS artstore_gc ON leases;
+    CREATE POLICY artstore_gc ON leases TO artstore_gc USING (true);
+    DROP POLICY IF EXISTS artstore_namespace ON leases;
+    CREATE POLICY artstore_namespace ON leases TO artstore_writer
+      USING (name LIKE 'gc:%' AND artstore_ns_member(substr(name, 4)))
+      WITH CHECK (name LIKE 'gc:%' AND artstore_ns_member(substr(name, 4)));
+  END IF;
+
+  -- Fingerprints are shared by every namespace and keyed by their own digest: a
+  -- writer may add one only under its true digest, so nobody can plant a wrong body.
+  IF to_regclass('public.fingerprints') IS NOT NULL THEN
+    GRANT SELECT, INSERT, UPDATE, DELETE ON fingerprints TO artstore_gc;
+    GRANT SELECT ON fingerprints TO artstore_reader;
+    GRANT SELECT, INSERT ON fingerprints TO artstore_writer;
+    ALTER TABLE fingerprints ENABLE ROW LEVEL SECURITY;
+    DROP POLICY IF EXISTS artstore_gc ON fingerprints;
+    CREATE POLICY artstore_gc ON fingerprints TO artstore_gc USING (true);
+    DROP POLICY IF EXISTS artstore_namespace ON fingerprints;
+    CREATE POLICY artstore_namespace ON fingerprints TO artstore_writer, artstore_reader
+      USING (true)
+      WITH CHECK (digest = encode(sha256(convert_to(body, 'UTF8')), 'hex'));
   END IF;
 END
 $$;
+
+COMMIT;
