@@ -40,6 +40,7 @@ from artifactstore.index import db
 from artifactstore.index.accesses import ROW_HITS_MAX
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
+from artifactstore.manifest import Manifest
 from artifactstore.tier import Accesses, LocalTier, TierEntry, _warn_once, open_tier
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ log = logging.getLogger("artifactstore")
 @dataclass(frozen=True)
 class Hit:
     payload: bytes
-    entry: EntryInfo
+    entry: EntryInfo | Manifest  # what led to the object: its manifest, or its index row
 
 
 @dataclass
@@ -216,8 +217,7 @@ class Store:
         `callbacks`: the number of host callbacks the caller will bind on load; an
         executable stored for another number is a miss (`callback_mismatch`).
         """
-        self.using("index")
-        entry = self.index.lookup(key)
+        entry = self._find(key)
         if entry is None:
             return self._miss("misses")
         if entry.fingerprint != fingerprint_digest:
@@ -284,6 +284,44 @@ class Store:
         self._remember(key, entry.digest, entry.fingerprint, entry.compile_secs, data)
         return Hit(payload, entry)
 
+    def _find(self, key: str) -> EntryInfo | Manifest | None:
+        """Where `key`'s object is: its manifest in the object store, else its index row
+        (entries stored before manifests existed, or whose publication failed)."""
+        self.using("object store")
+        data = self.blobs.get_manifest(key)
+        if data is not None:
+            try:
+                return Manifest.decode(data, key)
+            except CorruptObject as exc:  # only says where to look: ask the index instead
+                self.counters.add("bad_manifest")
+                self._warn_once("manifest", "ignoring a damaged manifest: %s", exc)
+        self.using("index")
+        return self.index.lookup(key)
+
+    def publish(self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None) -> bool:
+        """Publish `entry`'s manifest, after its object and index row: readers find it
+        without the database. False (counted, logged once) if the object store refused;
+        the entry is stored all the same, and `artstore verify --repair` publishes it."""
+        try:
+            self.blobs.put_manifest(entry.key, Manifest.of(entry, callbacks=callbacks).encode())
+            return True
+        except Exception as exc:
+            self.counters.add("manifest_unpublished")
+            self._warn_once(
+                "publish",
+                "manifest of %s not published (%s): readers find it through the index until "
+                "`artstore verify --repair`",
+                entry.key[:12],
+                one_line(exc),
+            )
+            return False
+
+    def withdraw(self, keys: list[str]) -> None:
+        """Withdraw the manifests of entries being removed (before or just after their
+        rows go; their objects outlive both by gc's grace period)."""
+        if keys:
+            self.blobs.delete_manifests(keys)
+
     def refused(self, key: str) -> str | None:
         """Why this process refused `key`'s entry for its signature (`unsigned`,
         `untrusted_key`, `bad_signature`), or None."""
@@ -313,7 +351,7 @@ class Store:
                 self._pending_counts[reason] += 1
         return None
 
-    def _quarantine(self, entry: EntryInfo, why: str) -> None:
+    def _quarantine(self, entry: EntryInfo | Manifest, why: str) -> None:
         if self.read_only:  # a reader moves nothing: say so, and leave it to a writer
             self._warn_once(
                 "corrupt",
@@ -331,9 +369,10 @@ class Store:
         except Exception as exc:
             log.debug("artifactstore: quarantine of %s failed: %s", entry.digest[:12], exc)
 
-    def _drop_entry(self, entry: EntryInfo) -> None:
+    def _drop_entry(self, entry: EntryInfo | Manifest) -> None:
         """Remove an entry whose object is gone, so the next compile can store it again."""
         if not self.read_only:
+            self.withdraw([entry.key])
             self.index.delete_entry(entry.key, digest=entry.digest)
 
     def _touch(self, key: str) -> None:
@@ -457,6 +496,7 @@ class Store:
             self.blobs.delete(encoded.digest)
             self.index.forget_objects([encoded.digest])
         if created:
+            self.publish(entry, callbacks=callbacks)
             for listener in self.on_stored:
                 listener()
         return created

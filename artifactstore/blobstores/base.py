@@ -72,5 +72,22 @@ class BlobStore(abc.ABC):
     def describe(self) -> str:
         """Where the objects live, without secrets."""
 
+    # -- manifests: each entry's record, beside the objects (artifactstore.manifest) --
+    @abc.abstractmethod
+    def get_manifest(self, key: str) -> bytes | None:
+        """`key`'s manifest as stored, or None if none is published. Never verifies."""
+
+    @abc.abstractmethod
+    def put_manifest(self, key: str, data: bytes) -> None:
+        """Publish `key`'s manifest atomically, replacing any other; durable on return."""
+
+    @abc.abstractmethod
+    def delete_manifests(self, keys: Sequence[str]) -> None:
+        """Withdraw the manifests of `keys`, published or not."""
+
+    @abc.abstractmethod
+    def iter_manifest_keys(self) -> Iterator[str]:
+        """The key of every published manifest (streamed)."""
+
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise StoreUnavailable if the backend cannot be reached."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
 from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit
+from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
 
 
 class LocalBlobStore(BlobStore):
@@ -25,6 +26,7 @@ class LocalBlobStore(BlobStore):
         self.base = self.root / namespace
         self.objects = self.base / "objects"
         self.quarantine_dir = self.base / "quarantine"
+        self.manifests = self.base / "manifests"
 
     def _path(self, digest: str) -> Path:
         check_digest(digest)
@@ -78,6 +80,34 @@ class LocalBlobStore(BlobStore):
 
     def iter_quarantined(self) -> Iterator[BlobInfo]:
         yield from _scan(self.quarantine_dir, nested=False)
+
+    def _manifest_path(self, key: str) -> Path:
+        check_key(key)
+        return self.manifests / key[:2] / key
+
+    def get_manifest(self, key: str) -> bytes | None:
+        try:
+            with open(self._manifest_path(key), "rb") as handle:
+                return handle.read(MAX_MANIFEST_BYTES + 1)  # more is refused by its decode
+        except FileNotFoundError:
+            return None
+
+    def put_manifest(self, key: str, data: bytes) -> None:
+        path = self._manifest_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
+
+    def delete_manifests(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            with contextlib.suppress(FileNotFoundError):
+                self._manifest_path(key).unlink()
+
+    def iter_manifest_keys(self) -> Iterator[str]:
+        if not self.manifests.is_dir():
+            return
+        for shard in sorted(p for p in self.manifests.iterdir() if p.is_dir()):
+            with os.scandir(shard) as entries:
+                yield from (e.name for e in entries if not e.name.startswith("."))
 
     def describe(self) -> str:
         return str(self.base)

@@ -42,6 +42,18 @@ class ReadOnlyBlobStore(BlobStore):
     def iter_quarantined(self) -> Iterator[BlobInfo]:
         return self.inner.iter_quarantined()
 
+    def get_manifest(self, key: str) -> bytes | None:
+        return self.inner.get_manifest(key)
+
+    def put_manifest(self, key: str, data: bytes) -> None:
+        raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
+
+    def delete_manifests(self, keys: Sequence[str]) -> None:
+        raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to delete")
+
+    def iter_manifest_keys(self) -> Iterator[str]:
+        return self.inner.iter_manifest_keys()
+
     def describe(self) -> str:
         return self.inner.describe() + " (read-only)"
 

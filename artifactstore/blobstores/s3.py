@@ -9,6 +9,7 @@ Layout inside the bucket (one namespace per team/project)::
 
     {prefix}/{namespace}/objects/{digest[:2]}/{digest}
     {prefix}/{namespace}/quarantine/{digest}
+    {prefix}/{namespace}/keys/{key}          manifests (artifactstore.manifest)
 
 S3 makes an object visible only once its upload (single or multipart) has
 completed, so readers never see partial bytes and no temp-file dance is needed.
@@ -25,7 +26,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -38,6 +39,7 @@ from botocore.config import Config
 from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
 from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit, StoreUnavailable
+from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
 
 MiB = 1024 * 1024
 # Below this a single PUT is cheapest; above it multipart uploads parts in
@@ -93,6 +95,7 @@ class S3BlobStore(BlobStore):
         self.base = f"{self.prefix}/{namespace}" if self.prefix else namespace
         self.objects_prefix = f"{self.base}/objects/"
         self.quarantine_prefix = f"{self.base}/quarantine/"
+        self.manifests_prefix = f"{self.base}/keys/"
         self.transfer_config = TransferConfig(
             multipart_threshold=multipart_threshold,
             multipart_chunksize=multipart_chunksize,
@@ -225,27 +228,73 @@ class S3BlobStore(BlobStore):
         return True
 
     def delete_many(self, digests: Sequence[str]) -> None:
-        """DeleteObjects, 1000 keys a request, instead of a HEAD and a DELETE per key."""
-        for start in range(0, len(digests), DELETE_BATCH):
-            chunk = digests[start : start + DELETE_BATCH]
-            keys = [{"Key": self.key(d)} for d in chunk]
+        self._delete_keys([self.key(d) for d in digests], "objects", super().delete_many)
+
+    def _delete_keys(
+        self, keys: list[str], what: str, one_by_one: Callable[[Sequence[str]], None]
+    ) -> None:
+        """DeleteObjects, 1000 keys a request, instead of a HEAD and a DELETE per key;
+        `one_by_one(names)` for stores without the batch call."""
+        for start in range(0, len(keys), DELETE_BATCH):
+            chunk = keys[start : start + DELETE_BATCH]
             try:
                 answer = self.client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True}
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
                 )
             except Exception as exc:
-                if _code(exc) == "NotImplemented":  # stores without the batch call
-                    super().delete_many(chunk)
+                if _code(exc) == "NotImplemented":
+                    one_by_one([k.rsplit("/", 1)[-1] for k in chunk])
                     continue
                 self._fail("delete", exc)
             errors = answer.get("Errors") or []
             if errors:
                 first = errors[0]
                 raise StoreUnavailable(
-                    f"S3 bucket '{self.bucket}' refused to delete {len(errors)} objects "
+                    f"S3 bucket '{self.bucket}' refused to delete {len(errors)} {what} "
                     f"({first.get('Code', 'error')}: {first.get('Message', '')}): "
                     "check that the credentials may s3:DeleteObject"
                 )
+
+    # -- manifests ------------------------------------------------------------
+    def manifest_key(self, key: str) -> str:
+        return f"{self.manifests_prefix}{check_key(key)}"
+
+    def get_manifest(self, key: str) -> bytes | None:
+        name = self.manifest_key(key)
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=name)
+            body: bytes = response["Body"].read(MAX_MANIFEST_BYTES + 1)
+            response["Body"].close()
+            return body
+        except Exception as exc:
+            if _code(exc) in _NOT_FOUND or self._denied_but_absent(name, exc):
+                return None
+            self._fail("get manifest", exc)
+
+    def put_manifest(self, key: str, data: bytes) -> None:
+        try:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=self.manifest_key(key),
+                Body=data,
+                ContentType="application/json",
+            )
+        except Exception as exc:
+            self._fail("put manifest", exc)
+
+    def delete_manifests(self, keys: Sequence[str]) -> None:
+        def one_by_one(names: Sequence[str]) -> None:
+            for name in names:
+                try:
+                    self.client.delete_object(Bucket=self.bucket, Key=self.manifest_key(name))
+                except Exception as exc:
+                    self._fail("delete manifest", exc)
+
+        self._delete_keys([self.manifest_key(k) for k in keys], "manifests", one_by_one)
+
+    def iter_manifest_keys(self) -> Iterator[str]:
+        return (info.digest for info in self._list(self.manifests_prefix, "list manifests", 0))
 
     def quarantine(self, digest: str) -> None:
         source = self.key(digest)
@@ -324,13 +373,15 @@ class S3BlobStore(BlobStore):
             return False
         return not any(item.get("Key") == key for item in found.get("Contents", ()))
 
-    def _list(self, prefix: str, op: str) -> Iterator[BlobInfo]:
+    def _list(self, prefix: str, op: str, length: int = 64) -> Iterator[BlobInfo]:
+        """Objects under `prefix` whose names are `length` long (0: any our own name;
+        manifests' `digest` is their key)."""
         try:
             paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
                 for item in page.get("Contents", ()):
                     name = str(item["Key"]).rsplit("/", 1)[-1]
-                    if len(name) != 64:
+                    if (len(name) != length) if length else not name.isalnum():
                         continue  # not ours (a stray upload or a marker)
                     yield BlobInfo(name, int(item["Size"]), item["LastModified"].timestamp())
         except StoreUnavailable:

@@ -142,6 +142,8 @@ def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
             ("entries without object", report.entries_without_object),
             ("objects without entry", report.objects_without_entry),
             ("quarantined objects", report.quarantined),
+            ("entries without manifest", report.manifests_missing),
+            ("manifests without entry", report.manifests_without_entry),
             ("unsigned entries", report.unsigned),
             ("badly signed entries", report.bad_signature),
             ("entries signed by an untrusted key", report.untrusted_key),

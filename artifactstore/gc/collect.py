@@ -123,6 +123,16 @@ def _remove_entries(run: GcRun, victims: Victims, phase: str, reason: Reason) ->
     )
 
 
+def _noting(keys: list[str], then: Callable[[VictimRow], None]) -> Callable[[VictimRow], None]:
+    """`then`, after appending each deleted row's key to `keys`."""
+
+    def removed(row: VictimRow) -> None:
+        keys.append(row.key)
+        then(row)
+
+    return removed
+
+
 def _delete_entries(run: GcRun, victims: Victims, phase: str, total: int, reason: Reason) -> None:
     bounds = run.ix.id_bounds()
     if bounds is None:
@@ -130,13 +140,18 @@ def _delete_entries(run: GcRun, victims: Victims, phase: str, total: int, reason
     low, top = bounds
     while low <= top:
         high = low + run.entry_range.size
+        keys: list[str] = []
         deleted = run.entry_range.run(
             run.ix.delete_victims,
             victims,
             low,
             high,
-            lambda row: _entry_removed(run, row, reason),
+            _noting(keys, lambda row: _entry_removed(run, row, reason)),
         )
+        # Rows are chosen and deleted in one statement, so their manifests follow at once:
+        # a reader that follows one meanwhile loads a valid executable (objects outlive
+        # their entries by the grace period) or misses.
+        run.store.withdraw(keys)
         low = high
         run.progress(phase, deleted, total)
         run.keep_lease()

@@ -32,6 +32,8 @@ def remove(store: Store, keys: list[str] | None) -> RemoveReport:
     """Delete entries (all of the namespace if `keys` is None), then their orphaned objects."""
     report = RemoveReport()
     before = dict(store.index.referenced_digests())
+    # Manifests first, so that no reader is sent to an entry being removed.
+    store.withdraw(list(store.blobs.iter_manifest_keys()) if keys is None else keys)
     if keys is None:
         report.entries = store.index.delete_all_entries()
     else:

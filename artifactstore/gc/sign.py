@@ -113,6 +113,9 @@ def sign_entries(
             report.refuse("changed_meanwhile", entry.key)
             continue
         report.signed += 1
+        moved_entry = store.index.lookup(entry.key)
+        if moved_entry is not None:
+            store.publish(moved_entry)  # readers follow the manifest to the signed object
         if not store.index.keys_for_digest(entry.digest):
             store.blobs.delete(entry.digest)
             store.index.forget_objects([entry.digest])

@@ -11,9 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from artifactstore import codec
+from artifactstore.errors import CorruptObject
 from artifactstore.gc import reconcile
 from artifactstore.gc.policy import DEFAULT_GRACE_SECS
 from artifactstore.index.eviction import EvictionIndex
+from artifactstore.index.repo import EntryInfo
+from artifactstore.manifest import Manifest
 from artifactstore.store import Store
 
 CountProgress = Callable[[int], None]  # objects checked since the last call
@@ -36,6 +39,10 @@ class VerifyReport:
     unsigned: list[str] = field(default_factory=list)
     bad_signature: list[str] = field(default_factory=list)
     untrusted_key: list[str] = field(default_factory=list)
+    # Manifests (keys): entries whose manifest is absent, damaged or names another object
+    # (readers without the index miss them), and manifests without an entry.
+    manifests_missing: list[str] = field(default_factory=list)
+    manifests_without_entry: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -43,7 +50,12 @@ class VerifyReport:
             self.unsigned or self.bad_signature or self.untrusted_key
         )
         return not (
-            self.corrupt or self.entries_without_object or self.objects_without_entry or refused
+            self.corrupt
+            or self.entries_without_object
+            or self.objects_without_entry
+            or refused
+            or self.manifests_missing
+            or self.manifests_without_entry
         )
 
     def to_json(self) -> dict[str, object]:
@@ -61,6 +73,8 @@ class VerifyReport:
             "unsigned": self.unsigned,
             "bad_signature": self.bad_signature,
             "untrusted_key": self.untrusted_key,
+            "manifests_missing": self.manifests_missing,
+            "manifests_without_entry": self.manifests_without_entry,
         }
 
 
@@ -106,17 +120,46 @@ def verify(
     for names in (report.unsigned, report.bad_signature, report.untrusted_key):
         names.sort()
     report.quarantined = sorted(b.digest for b in store.blobs.iter_quarantined())
+    stale = _check_manifests(store, report)
     if repair and not store.read_only:
         for digest in report.corrupt:
             store.blobs.quarantine(digest)
         bad = set(report.corrupt) | set(missing)
         for digest in bad:
-            store.index.delete_entries(store.index.keys_for_digest(digest))
+            keys = store.index.keys_for_digest(digest)
+            store.withdraw(keys)
+            store.index.delete_entries(keys)
         store.index.forget_objects(bad)
         if bad:
             store.entries_removed()
+        store.withdraw(report.manifests_without_entry)
+        for entry in stale:
+            if entry.digest not in bad:
+                store.publish(entry)
         report.repaired = True
     return report
+
+
+def _check_manifests(store: Store, report: VerifyReport) -> list[EntryInfo]:
+    """Cross-check manifests with index rows; the entries whose manifest to (re)publish.
+
+    A row is committed before its manifest is published and deleted before it is
+    withdrawn, so a put or a removal in flight can show here for a moment; repairing
+    it publishes or withdraws what the writer or gc was about to."""
+    published = set(store.blobs.iter_manifest_keys())
+    stale: list[EntryInfo] = []
+    for entry in store.index.iter_entries():
+        data = store.blobs.get_manifest(entry.key) if entry.key in published else None
+        published.discard(entry.key)
+        try:
+            found = None if data is None else Manifest.decode(data, entry.key)
+        except CorruptObject:
+            found = None
+        if found is None or found.digest != entry.digest or found.fingerprint != entry.fingerprint:
+            stale.append(entry)
+    report.manifests_missing = sorted(e.key for e in stale)
+    report.manifests_without_entry = sorted(published)
+    return stale
 
 
 def _check_signature(store: Store, data: bytes, digest: str, report: VerifyReport) -> None:
