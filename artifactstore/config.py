@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 import platformdirs
 
 from artifactstore.errors import ConfigError
+from artifactstore.redact import remember_secrets_in
 
 if TYPE_CHECKING:
     from artifactstore.signing import SigningKey, TrustedKeys
@@ -262,6 +263,10 @@ def resolve(
             values[option] = given[option]
         elif env.get(ENV_PREFIX + env_name, "") != "":
             values[option] = env[ENV_PREFIX + env_name]
+    for option in ("url", "index", "s3_endpoint_url"):
+        if isinstance(values.get(option), str):
+            # Before anything can fail and quote it: its passwords are masked everywhere.
+            remember_secrets_in(values[option])
 
     embedded = "url" not in values
     if embedded:
@@ -395,13 +400,3 @@ def _parse_limit(env_name: str, value: Any, default: int) -> int:
             "e.g. 4GiB"
         )
     return size
-
-
-def redact_url(url: str) -> str:
-    """An index URL fit for logs: the password replaced by ***."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return "<index URL>"
