@@ -62,7 +62,7 @@ _ASSIGNMENT = re.compile(
 # Secrets in the environment of this process, masked wherever their values appear.
 SECRET_ENV_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
                    "PGPASSWORD")  # fmt: skip
-_MIN_LITERAL = 4  # shorter values would mask ordinary words; patterns still catch them
+_MIN_LITERAL = 8  # shorter values would mask ordinary words; the patterns still catch them
 
 _known: set[str] = set()
 _known_lock = threading.Lock()
