@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 import platformdirs
 
 from artifactstore.errors import ConfigError
-from artifactstore.redact import remember_secrets_in
+from artifactstore.redact import redact, remember_secrets_in
 
 if TYPE_CHECKING:
     from artifactstore.signing import SigningKey, TrustedKeys
@@ -91,6 +91,12 @@ class Settings:
     signing_key: SigningKey | None = field(default=None, repr=False)
     trusted_keys: TrustedKeys | None = field(default=None, repr=False)
     embedded: bool = field(default=False)
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, redacted: configure() returns Settings, and a program
+        that prints or logs them must not print the index URL's password."""
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return redact(f"Settings({shown})")
 
 
 def default_cache_dir() -> Path:

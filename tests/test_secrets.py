@@ -442,6 +442,11 @@ def test_errors_and_log_records_are_redacted(caplog: pytest.LogCaptureFixture) -
         except ValueError:
             logging.getLogger("artifactstore").exception("failed")
     assert "pw-in" not in caplog.text and "u:***@h" in caplog.text
+    # configure() returns the settings: printing them shows no password either.
+    from artifactstore import config
+
+    settings = config.resolve({"url": "/tmp/s", "index": url}, {})
+    assert "pw-in" not in repr(settings) and "pw-in-error" in settings.index_url
 
 
 def test_signing_key_file_readers_are_one_helper(tmp_path: Path) -> None:
