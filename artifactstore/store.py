@@ -40,6 +40,7 @@ from artifactstore.index import db
 from artifactstore.index.accesses import ROW_HITS_MAX
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
+from artifactstore.redact import redact
 from artifactstore.tier import Accesses, LocalTier, TierEntry, _warn_once, open_tier
 
 if TYPE_CHECKING:
@@ -200,9 +201,7 @@ class Store:
                 self._touches[key] = (old_n + n, max(when, old_t))
 
     def describe(self) -> str:
-        from artifactstore.config import redact_url
-
-        return f"{self.blobs.describe()} + {redact_url(self.settings.index_url)}"
+        return redact(f"{self.blobs.describe()} + {self.settings.index_url}")
 
     def _warn_once(self, topic: str, message: str, *args: object) -> None:
         if topic not in self._warned:

@@ -17,6 +17,7 @@ from artifactstore.cli.render import (
     print_table,
 )
 from artifactstore.errors import one_line
+from artifactstore.redact import redact
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -62,7 +63,7 @@ def db_upgrade(obj: Ctx, revision: str) -> None:
 
     settings, engine = _engine(obj)
     status = db.upgrade(engine, revision)
-    click.echo(f"index {_config.redact_url(settings.index_url)} at revision {status.current}")
+    click.echo(f"index {redact(settings.index_url)} at revision {status.current}")
 
 
 @db_group.command("current")
@@ -75,7 +76,7 @@ def db_current(obj: Ctx) -> None:
     status = db.schema_status(engine)
     print_fields(
         [
-            ("index", _config.redact_url(settings.index_url)),
+            ("index", redact(settings.index_url)),
             ("revision", status.current or "(none)"),
             ("head", status.head),
             ("state", status.state.value),
