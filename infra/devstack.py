@@ -21,8 +21,8 @@ import os
 import re
 import shlex
 import signal
-import stat
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
