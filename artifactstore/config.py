@@ -98,6 +98,9 @@ class Settings:
     signing_key: SigningKey | None = field(default=None, repr=False)
     trusted_keys: TrustedKeys | None = field(default=None, repr=False)
     embedded: bool = field(default=False)
+    # A local store's new directories and files readable by their group (0750/0640)
+    # rather than private (0700/0600), to share it read-only; never group-writable.
+    group_readable: bool = False
 
     def __repr__(self) -> str:
         """The dataclass's repr, redacted: configure() returns Settings, and a program
@@ -262,6 +265,7 @@ _OPTIONS: dict[str, str] = {
     "max_executable_size": "MAX_EXECUTABLE_SIZE",
     "signing_key": "SIGNING_KEY",
     "trusted_keys": "TRUSTED_KEYS",
+    "group_readable": "GROUP_READABLE",
 }
 
 
@@ -366,6 +370,9 @@ def resolve(
         signing_key=_parse_signing_key(values.get("signing_key")),
         trusted_keys=_parse_trusted_keys(values.get("trusted_keys")),
         embedded=embedded,
+        group_readable=parse_bool(
+            ENV_PREFIX + "GROUP_READABLE", values.get("group_readable", False)
+        ),
     )
 
 

@@ -26,6 +26,11 @@ class ConfigError(ArtstoreError):
     """Bad configuration: URL, option, size, namespace."""
 
 
+class UnsafeDirectory(ConfigError):
+    """A local tier or store directory another user could write (or did create): it is
+    not used, so that nobody can plant an executable this process would load."""
+
+
 class StoreUnavailable(ArtstoreError):
     """The object store or index cannot be reached or answered too slowly."""
 

@@ -255,6 +255,7 @@ def _check_tier(settings: _config.Settings) -> Check:
         tier = open_tier(settings)
         if tier is None:
             return Check("local tier", "ok", "off", blocking=False, data={"path": None})
+        tier.check()  # another user's, or writable by others: not used (creates nothing)
         keys = tier.key_count()
         size = sum(blob.size for blob in tier.blobs.iter_blobs())
     except Exception as exc:
