@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import ArtstoreError, ConfigError
+from artifactstore.redact import install_log_filter
 
 if TYPE_CHECKING:
     from artifactstore.jaxhook import configure, deactivate, flush, process_stats
@@ -30,6 +31,10 @@ __all__ = [
     "flush",
     "process_stats",
 ]
+# Every import of any part of the package passes here first, so no log record of the
+# package is written before its secrets are redacted.
+install_log_filter()
+
 _ADAPTER = frozenset({"configure", "deactivate", "flush", "process_stats"})
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 import platformdirs
 
 from artifactstore.errors import ConfigError
+from artifactstore.redact import redact, remember_secrets_in
 
 if TYPE_CHECKING:
     from artifactstore.signing import SigningKey, TrustedKeys
@@ -97,6 +98,15 @@ class Settings:
     signing_key: SigningKey | None = field(default=None, repr=False)
     trusted_keys: TrustedKeys | None = field(default=None, repr=False)
     embedded: bool = field(default=False)
+    # A local store's new directories and files readable by their group (0750/0640)
+    # rather than private (0700/0600), to share it read-only; never group-writable.
+    group_readable: bool = False
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, redacted: configure() returns Settings, and a program
+        that prints or logs them must not print the index URL's password."""
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return redact(f"Settings({shown})")
 
 
 def default_cache_dir() -> Path:
@@ -255,6 +265,7 @@ _OPTIONS: dict[str, str] = {
     "max_executable_size": "MAX_EXECUTABLE_SIZE",
     "signing_key": "SIGNING_KEY",
     "trusted_keys": "TRUSTED_KEYS",
+    "group_readable": "GROUP_READABLE",
 }
 
 
@@ -276,6 +287,10 @@ def resolve(
             values[option] = given[option]
         elif env.get(ENV_PREFIX + env_name, "") != "":
             values[option] = env[ENV_PREFIX + env_name]
+    for option in ("url", "index", "s3_endpoint_url"):
+        if isinstance(values.get(option), str):
+            # Before anything can fail and quote it: its passwords are masked everywhere.
+            remember_secrets_in(values[option])
 
     embedded = "url" not in values
     if embedded:
@@ -355,6 +370,9 @@ def resolve(
         signing_key=_parse_signing_key(values.get("signing_key")),
         trusted_keys=_parse_trusted_keys(values.get("trusted_keys")),
         embedded=embedded,
+        group_readable=parse_bool(
+            ENV_PREFIX + "GROUP_READABLE", values.get("group_readable", False)
+        ),
     )
 
 
@@ -420,13 +438,3 @@ def _parse_limit(env_name: str, value: Any, default: int) -> int:
             "e.g. 4GiB"
         )
     return size
-
-
-def redact_url(url: str) -> str:
-    """An index URL fit for logs: the password replaced by ***."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return "<index URL>"

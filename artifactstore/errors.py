@@ -7,13 +7,28 @@ traceback. Messages name the problem and the fix, and never contain secrets.
 
 from __future__ import annotations
 
+from artifactstore.redact import redact
+
 
 class ArtstoreError(Exception):
-    """An error whose message is fit to show a user as one line."""
+    """An error whose message is fit to show a user as one line.
+
+    Its message is redacted when the error is made: a URL or setting quoted in it
+    (e.g. a malformed index URL) is shown without its password or tokens, wherever
+    the error ends up (the CLI, a log line, the traceback of a program calling
+    `configure()`)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(ArtstoreError):
     """Bad configuration: URL, option, size, namespace."""
+
+
+class UnsafeDirectory(ConfigError):
+    """A local tier or store directory another user could write (or did create): it is
+    not used, so that nobody can plant an executable this process would load."""
 
 
 class StoreUnavailable(ArtstoreError):
@@ -52,12 +67,9 @@ class LeaseHeld(ArtstoreError):
 
 
 def one_line(exc: BaseException) -> str:
-    """First line of an exception, type-prefixed, with URL credentials masked."""
-    import re
-
-    lines = str(exc).strip().splitlines()
+    """First line of an exception, type-prefixed, secrets redacted: how any exception
+    from outside the package (a driver, botocore, the OS) is quoted in a message."""
+    lines = redact(str(exc)).strip().splitlines()
     first = lines[0] if lines else ""
-    first = re.sub(r"(://[^/:@\s]*:)[^@\s]*@", r"\1***@", first)
-    first = re.sub(r"(?i)(password|secret|token)=\S+", r"\1=***", first)
     text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     return text[:300]

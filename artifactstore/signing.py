@@ -116,7 +116,7 @@ def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     where = str(path)
-    if not os.path.exists(where) and re.fullmatch(r"[A-Za-z0-9._-]+:[A-Za-z0-9+/=]{40,}", where):
+    if not os.path.exists(where) and _looks_like_key_material(where):
         # The key itself pasted into the variable: never echo it.
         raise ConfigError(
             "ARTSTORE_SIGNING_KEY must be the path of a .key file (`artstore keygen NAME`), "
@@ -127,25 +127,17 @@ def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
             f"signing key file {_show_path(where)} is a public key: ARTSTORE_SIGNING_KEY "
             "names the secret NAME.key file"
         )
-    try:
-        with open(where, "rb") as f:
-            raw = f.read(_MAX_KEY_FILE + 1)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ConfigError(
-            f"cannot read signing key file {_show_path(where)}: {reason} "
-            "(ARTSTORE_SIGNING_KEY must be the path of a .key file from `artstore keygen`)"
-        ) from None
+    text = _read_key_file(
+        where,
+        f"signing key file {_show_path(where)}",
+        "(ARTSTORE_SIGNING_KEY must be the path of a .key file from `artstore keygen`)",
+    )
     bad = ConfigError(
         f"signing key file {_show_path(where)} is not an artifactstore/Nix secret key "
         "(expected one line NAME:BASE64 of a 32-byte Ed25519 seed, as `artstore keygen` "
         "writes it)"
     )
-    try:
-        text = raw.decode("ascii").strip()
-    except UnicodeDecodeError:
-        raise bad from None
-    if len(raw) > _MAX_KEY_FILE or text.count(":") != 1:
+    if text is None or text.count(":") != 1:
         raise bad
     name, b64 = text.split(":", 1)
     if not KEY_NAME_RE.fullmatch(name):
@@ -157,7 +149,46 @@ def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
         if both is None:
             raise bad
         seed = both[:_SEED_LEN]
+    _check_private_mode(where)
     return SigningKey(name, where, Ed25519PrivateKey.from_private_bytes(seed))
+
+
+def _looks_like_key_material(value: str) -> bool:
+    """A setting that names no file and reads like a key (NAME:BASE64, or bare base64
+    of 32 bytes or more): refused without being echoed."""
+    return re.fullmatch(r"(?:[A-Za-z0-9._-]+:)?[A-Za-z0-9+/]{40,}={0,2}", value.strip()) is not None
+
+
+def _read_key_file(path: str | os.PathLike[str], what: str, fix: str) -> str | None:
+    """The text of a key file (secret or public): None when it is not one short ASCII
+    line, a one-line ConfigError naming `what` and `fix` when it cannot be read. The
+    contents never reach a message: callers say only that the format is wrong."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_KEY_FILE + 1)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"cannot read {what}: {reason} {fix}") from None
+    if len(raw) > _MAX_KEY_FILE:
+        return None
+    try:
+        return raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+
+
+def _check_private_mode(path: str) -> None:
+    """A secret key others can read is no longer secret, as ssh says of its own keys."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:  # read a moment ago; the read itself is what matters
+        return
+    if mode & 0o077:
+        raise ConfigError(
+            f"signing key file {_show_path(path)} is readable or writable by other users "
+            f"(mode {mode:04o}): run `chmod 600 {path}` (and rotate the key if others "
+            "may have read it)"
+        )
 
 
 def _show_path(path: str) -> str:
@@ -214,21 +245,20 @@ def _parse_public(item: str, n: int) -> tuple[str, bytes]:
     where = f"entry {n} of ARTSTORE_TRUSTED_KEYS"
     text = item
     looks_inline = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}:[A-Za-z0-9+/=]+", item)
+    if not looks_inline and not os.path.exists(item) and _looks_like_key_material(item):
+        raise ConfigError(
+            f"{where} is neither a file nor NAME:BASE64 (not echoed: it may be key "
+            "material): list NAME.pub files or NAME:BASE64 public keys"
+        )
     if not looks_inline:
-        path = Path(item).expanduser()
-        try:
-            with open(path, "rb") as f:
-                raw = f.read(_MAX_KEY_FILE + 1)
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise ConfigError(
-                f"{where}: cannot read public key file {_show_path(item)}: {reason} "
-                "(use .pub files or NAME:BASE64 public keys, comma-separated)"
-            ) from None
-        try:
-            text = raw.decode("ascii").strip()
-        except UnicodeDecodeError:
-            text = ""
+        text = (
+            _read_key_file(
+                Path(item).expanduser(),
+                f"public key file {_show_path(item)} ({where})",
+                "(use .pub files or NAME:BASE64 public keys, comma-separated)",
+            )
+            or ""
+        )
         where = f"public key file {_show_path(item)}"
     bad = ConfigError(
         f"{where} is not a public key: expected NAME:BASE64 of a 32-byte Ed25519 public key, "

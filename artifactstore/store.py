@@ -10,6 +10,7 @@ read-only stores never write.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import threading
@@ -18,15 +19,16 @@ from collections import Counter as _Counts
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
-from artifactstore import codec
+from artifactstore import codec, safedir
 from artifactstore.background import Worker, call_with_timeout
 from artifactstore.blobstores import BlobStore, open_blobstore
-from artifactstore.config import Settings
+from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import (
     CorruptObject,
     OverLimit,
@@ -41,7 +43,14 @@ from artifactstore.index.accesses import ROW_HITS_MAX
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
 from artifactstore.manifest import Manifest
-from artifactstore.tier import Accesses, LocalTier, TierEntry, _warn_once, open_tier
+from artifactstore.redact import redact
+from artifactstore.tier import (
+    Accesses,
+    LocalTier,
+    TierEntry,
+    _warn_once,
+    open_tier,
+)
 
 if TYPE_CHECKING:
     from artifactstore.signing import SigningKey
@@ -128,6 +137,7 @@ class Store:
         """
         using = using or _ignore
         using("index")
+        secure_local_dirs(settings)
         engine = db.open_engine(
             settings.index_url,
             timeout_secs=settings.timeout_secs,
@@ -201,9 +211,7 @@ class Store:
                 self._touches[key] = (old_n + n, max(when, old_t))
 
     def describe(self) -> str:
-        from artifactstore.config import redact_url
-
-        return f"{self.blobs.describe()} + {redact_url(self.settings.index_url)}"
+        return redact(f"{self.blobs.describe()} + {self.settings.index_url}")
 
     def _warn_once(self, topic: str, message: str, *args: object) -> None:
         if topic not in self._warned:
@@ -634,3 +642,29 @@ def _open_tier(settings: Settings) -> LocalTier | None:
     except Exception as exc:
         log.debug("artifactstore: no local tier: %s", one_line(exc))
         return None
+
+
+def secure_local_dirs(settings: Settings) -> None:
+    """Check a local store's directory and a SQLite index's, creating them for a writer.
+
+    A writer's must be its own and writable by no one else (created 0700, or 0750
+    with ARTSTORE_GROUP_READABLE); a store read without ARTSTORE_READ_ONLY may also
+    be root's, and with it anyone's: the setting says its owner is trusted. Either
+    way no one but the owner may be able to write it (safedir). Raises
+    UnsafeDirectory (one line, with the fix), so the store is not used.
+    """
+    from artifactstore.index import health
+
+    trust: safedir.Trust = "any" if settings.read_only else "mine_or_root"
+    create = not settings.read_only
+    modes = safedir.store_modes(settings.group_readable)
+    # The embedded default lives in the user's cache directory, which must be theirs.
+    cache = Path(os.path.realpath(default_cache_dir())) if settings.embedded else None
+    index = health.sqlite_path(settings.index_url)
+    dirs = [Path(settings.blobs.path)] if settings.blobs.scheme == "file" else []
+    if index is not None and index.is_absolute():
+        dirs.append(index.parent)
+    for path in dict.fromkeys(Path(os.path.realpath(d)) for d in dirs):
+        top = cache if cache is not None and cache in (path, *path.parents) else path
+        safedir.secure_dir(path, top=top, modes=modes, create=create, trust=trust,
+                           setting="ARTSTORE_URL")  # fmt: skip

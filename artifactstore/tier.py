@@ -11,7 +11,11 @@ load executables this host already holds. The tier keeps, per namespace,
 
 A key file only says where to look: the object's digest, envelope and
 fingerprint are verified on every read exactly as on the full path, so a stale
-or damaged tier can cause a miss, never a wrong load. The tier is a cache in
+or damaged tier can cause a miss, never a wrong load. Without trusted keys that
+verification cannot tell a planted object from ours, so the tier is used only
+when its directory is this user's and writable by no one else (artifactstore.safedir,
+checked once per process); a refused tier is not used at all, with one warning,
+and the store works without it. The tier is a cache in
 front of the index, not a second index: deleting an entry in a shared store
 does not reach other hosts' tiers (their copies remain valid executables for
 the key); `invalidate()` drops this host's key map when an operator removes
@@ -43,10 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from artifactstore import codec
+from artifactstore import codec, safedir
 from artifactstore.blobstores.local import LocalBlobStore, write_atomic
 from artifactstore.config import Settings, default_cache_dir
-from artifactstore.errors import CorruptObject, OverLimit
+from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
 
 if TYPE_CHECKING:
     from artifactstore.signing import TrustedKeys
@@ -89,8 +93,18 @@ class LocalTier:
         max_executable_bytes: int | None = None,
         trusted: TrustedKeys | None = None,
         namespace: str | None = None,
+        top: Path | None = None,
+        modes: safedir.Modes = safedir.PRIVATE,
+        trust: safedir.Trust = "mine",
+        setting: str = "ARTSTORE_LOCAL_TIER",
     ) -> None:
-        self.blobs = LocalBlobStore(root, name)
+        """`top`, `modes`, `trust`, `setting`: see `safedir.secure_dir` (which directories
+        must be whose, and the option to name when one is refused)."""
+        self.blobs = LocalBlobStore(root, name, modes=modes, top=top, setting=setting)
+        self._top = top if top is not None else Path(root)
+        self._trust: safedir.Trust = trust
+        self._setting = setting
+        self._safe: bool | None = None  # None: not checked yet (or not there yet)
         # Only objects signed by one of these keys for `namespace` are loaded
         # (ARTSTORE_TRUSTED_KEYS): a tier copy or key file is verified as the store's are.
         self.trusted = trusted
@@ -110,6 +124,39 @@ class LocalTier:
         self._below: BelowThreshold | None = None  # read on first use
         self._below_added: BelowThreshold = {}
 
+    # -- is this directory ours? ------------------------------------------------
+    def check(self) -> bool:
+        """Whether the tier directory exists and is safe to use; raises UnsafeDirectory."""
+        return safedir.secure_dir(
+            self.base, top=self._top, modes=self.blobs.modes, create=False,
+            trust=self._trust, setting=self._setting,
+        )  # fmt: skip
+
+    def _usable(self, *, create: bool = False) -> bool:
+        """Whether to read (or, with `create`, write) here: checked once per process.
+
+        A refused directory turns the tier off for the process (one warning): nothing
+        in it is read, so nothing another user planted there is loaded."""
+        if self._safe is not None:
+            return self._safe
+        try:
+            if create:
+                self.blobs.make_dir(self.base)
+                ok = True
+            else:
+                ok = self.check()
+        except UnsafeDirectory as exc:
+            self._safe = False
+            _warn_once("unsafe-tier", "local tier not used: %s", exc)
+            return False
+        except OSError:
+            if create:
+                raise  # the caller says "not updated", as for any failed write
+            return False
+        if ok:
+            self._safe = True
+        return ok
+
     def _key_path(self, key: str) -> Path:
         if len(key) < 8 or not key.isalnum():
             raise ValueError(f"not a cache key: {key!r}")
@@ -118,12 +165,16 @@ class LocalTier:
     # -- read ---------------------------------------------------------------
     def has_entries(self) -> bool:
         """Cheap check (no scan) whether this host has ever remembered a key."""
+        if not self._usable():
+            return False
         with contextlib.suppress(OSError), os.scandir(self.keys) as it:
             return any(True for _ in it)
         return False
 
     def key_count(self) -> int:
         """Keys this host remembers (a scan of the key map: for reports, not the hot path)."""
+        if not self._usable():
+            return 0
         try:
             shards = [d for d in self.keys.iterdir() if d.is_dir()]
         except FileNotFoundError:
@@ -131,8 +182,11 @@ class LocalTier:
         return sum(1 for shard in shards for f in shard.iterdir() if not f.name.startswith("."))
 
     def lookup(self, key: str) -> TierEntry | None:
+        if not self._usable():
+            return None
         try:
-            raw = json.loads(self._key_path(key).read_bytes())
+            # Never through a symbolic link: a key file chooses what is loaded.
+            raw = json.loads(safedir.read_regular(self._key_path(key)))
             return TierEntry(str(raw["d"]), str(raw["f"]), float(raw["c"]))
         except FileNotFoundError:
             return None
@@ -209,12 +263,14 @@ class LocalTier:
     # -- write --------------------------------------------------------------
     def remember(self, key: str, entry: TierEntry, data: bytes) -> None:
         """Note `key` -> `entry` (and keep a copy of `data` when the tier owns its objects)."""
+        if not self._usable(create=True):
+            return
         if self.owns_objects:
             self.blobs.put(entry.digest, data)
         path = self._key_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.blobs.make_dir(path.parent)
         body = json.dumps({"d": entry.digest, "f": entry.fingerprint, "c": entry.compile_secs})
-        write_atomic(path, body.encode(), durable=False)
+        write_atomic(path, body.encode(), durable=False, mode=self.blobs.modes.file)
         if self.owns_objects and self.max_bytes is not None and not self._pruned:
             self._pruned = True  # one scan per process bounds the cost
             self.prune(self.max_bytes)
@@ -225,7 +281,7 @@ class LocalTier:
 
     def invalidate(self) -> None:
         """Forget every key at once (entries were removed from the store behind us)."""
-        if not self.keys.is_dir():
+        if not self._usable() or not self.keys.is_dir():
             return
         old = self.base / f".keys-old-{uuid.uuid4().hex}"
         with contextlib.suppress(FileNotFoundError):
@@ -274,16 +330,20 @@ class LocalTier:
         if len(merged) > BELOW_THRESHOLD_MAX:
             newest = sorted(merged.items(), key=lambda kv: kv[1][1])[-BELOW_THRESHOLD_MAX:]
             merged = dict(newest)
-        self.base.mkdir(parents=True, exist_ok=True)
-        write_atomic(self._below_path, json.dumps(merged).encode(), durable=False)
+        if not self._usable(create=True):
+            return
+        body = json.dumps(merged).encode()
+        write_atomic(self._below_path, body, durable=False, mode=self.blobs.modes.file)
 
     @property
     def _below_path(self) -> Path:
         return self.base / "below-threshold.json"
 
     def _read_below(self) -> BelowThreshold:
+        if not self._usable():
+            return {}
         try:
-            raw = json.loads(self._below_path.read_bytes())
+            raw = json.loads(safedir.read_regular(self._below_path))
             return {str(k): (float(c), float(t)) for k, (c, t) in raw.items()}
         except FileNotFoundError:
             return {}
@@ -307,12 +367,17 @@ class LocalTier:
         accesses = self.take_accesses()
         if not accesses:
             return
-        self.journal.mkdir(parents=True, exist_ok=True)
+        if not self._usable(create=True):
+            return
+        self.blobs.make_dir(self.journal)
         name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
-        write_atomic(self.journal / name, json.dumps(accesses).encode(), durable=False)
+        body = json.dumps(accesses).encode()
+        write_atomic(self.journal / name, body, durable=False, mode=self.blobs.modes.file)
 
     def drain_journals(self) -> Iterator[Accesses]:
         """Each journal once: claimed by an atomic rename, so two folders never both count it."""
+        if not self._usable():
+            return
         try:
             with os.scandir(self.journal) as it:
                 names = [e.name for e in it if e.name.endswith(".json") and e.name[0] != "."]
@@ -325,7 +390,7 @@ class LocalTier:
             except FileNotFoundError:
                 continue  # another process took it
             try:
-                raw = json.loads(claimed.read_bytes())
+                raw = json.loads(safedir.read_regular(claimed))
                 yield {str(k): (int(n), float(t)) for k, (n, t) in raw.items()}
             except (OSError, ValueError, TypeError):
                 log.debug("artifactstore: dropping unreadable access journal %s", name)
@@ -361,10 +426,24 @@ def open_tier(settings: Settings) -> LocalTier | None:
         "namespace": settings.namespace,
     }
     if settings.blobs.scheme == "file" and not settings.read_only:
+        # Also read when the store is root's (published), as Store.open decides.
         return LocalTier(
-            Path(settings.blobs.path), settings.namespace, owns_objects=False, **limits
+            Path(settings.blobs.path),
+            settings.namespace,
+            owns_objects=False,
+            modes=safedir.store_modes(settings.group_readable),
+            trust="mine_or_root",
+            setting="ARTSTORE_URL",
+            **limits,
         )
-    root = Path(settings.local_tier) if settings.local_tier else default_cache_dir() / "tiers"
+    # One resolution of symbolic links, here; none below `top` is followed (safedir).
+    if settings.local_tier:
+        root = top = Path(os.path.realpath(settings.local_tier))
+    else:
+        top = Path(os.path.realpath(default_cache_dir()))
+        root = top / "tiers"
     identity = f"{settings.blobs.describe()}|{settings.index_url}|{settings.namespace}"
     name = hashlib.sha256(identity.encode()).hexdigest()[:24]
-    return LocalTier(root, name, owns_objects=True, max_bytes=settings.local_tier_bytes, **limits)
+    return LocalTier(
+        root, name, owns_objects=True, max_bytes=settings.local_tier_bytes, top=top, **limits
+    )

@@ -19,8 +19,10 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -299,13 +301,45 @@ def state_dir() -> Path:
     return base / f"artifactstore-devstack-{os.getuid()}"
 
 
-def _state_file() -> Path:
-    return state_dir() / "state.json"
+def secure_state_dir(*, create: bool) -> Path | None:
+    """The state directory, if it is ours: its name is predictable (under /tmp without
+    XDG_RUNTIME_DIR), and its state.json chooses the endpoint that `up` and `env` print
+    for `eval`, so one another user made first (or can write) is refused, never used.
+    None when it does not exist and `create` is false."""
+    directory = state_dir()
+    try:
+        if create:
+            directory.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):  # also a symbolic link
+        problem = "is not a directory (a symbolic link?)"
+    elif st.st_uid != os.geteuid():
+        problem = f"is owned by uid {st.st_uid}, not by you"
+    elif st.st_mode & 0o077:
+        problem = "is open to other users"
+    else:
+        return directory
+    raise RuntimeError(f"state directory {directory} {problem}: remove it and run `up` again")
+
+
+def _state_file() -> Path | None:
+    directory = secure_state_dir(create=False)
+    return None if directory is None else directory / "state.json"
 
 
 def _read_state() -> dict[str, Any] | None:
+    path = _state_file()
+    if path is None:
+        return None
     try:
-        state = json.loads(_state_file().read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as handle:
+            state = json.loads(handle.read())
     except (OSError, ValueError):
         return None
     if not isinstance(state, dict) or not _alive(int(state.get("pid", 0))):
@@ -324,7 +358,8 @@ def dev_env(endpoint: str) -> dict[str, str]:
 
 def _print_exports(endpoint: str) -> None:
     for name, value in dev_env(endpoint).items():
-        print(f"export {name}={value}")
+        # Quoted: the output is run by `eval`, and values come from a state file.
+        print(f"export {name}={shlex.quote(value)}")
 
 
 def _log(message: str) -> None:
@@ -337,8 +372,8 @@ def cmd_up(port: int | None) -> int:
         _log(f"already running (pid {state['pid']}) at {state['endpoint']}")
         _print_exports(str(state["endpoint"]))
         return 0
-    directory = state_dir()
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    directory = secure_state_dir(create=True)
+    assert directory is not None
     server = start_moto(port, log_path=directory / "moto.log", detach=True)
     try:
         create_bucket(server.endpoint, DEV_BUCKET)
@@ -348,7 +383,7 @@ def cmd_up(port: int | None) -> int:
     except BaseException:
         server.stop()
         raise
-    _state_file().write_text(
+    (directory / "state.json").write_text(
         json.dumps({"pid": server.pid, "port": server.port, "endpoint": server.endpoint})
     )
     _log(f"moto S3 at {server.endpoint} (pid {server.pid}, log {directory / 'moto.log'})")
@@ -368,8 +403,10 @@ def cmd_down(drop: bool) -> int:
             _log(f"stopped moto (pid {pid})")
         else:
             _log(f"pid {pid} is not a moto server any more; leaving it alone")
-    with contextlib.suppress(FileNotFoundError):
-        _state_file().unlink()
+    path = _state_file()
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
     if drop:
         drop_database(DEV_DATABASE)
         _log(f"dropped database {DEV_DATABASE}")

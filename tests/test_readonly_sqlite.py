@@ -1,9 +1,11 @@
 """An embedded store (directory + SQLite) this process may not write: read it, write nothing.
 
-A writer fills a store, the tree is made read-only, and readers run as a user
-the file system binds: another uid where it can reach this interpreter and
-checkout, else root without capabilities (which obeys file permissions just
-the same; a venv under a mode-700 /root is out of another uid's reach).
+A writer fills a store made readable by its group (ARTSTORE_GROUP_READABLE, the
+documented way to share one: new files are private otherwise), the tree is given to
+the readers' group and made read-only, and readers run as a user the file system
+binds (tests/otheruser.py): another uid in that group where it can reach this
+interpreter and checkout, else root without capabilities (which obeys file
+permissions just the same; a venv under a mode-700 /root is out of another uid's reach).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -22,19 +24,9 @@ from pathlib import Path
 
 import pytest
 from conftest import PROGRAMS, artstore, clean_env, run_program
+from otheruser import OtherUser, python_user
 
-READER_UID = 65534  # nobody
-
-
-@dataclass(frozen=True)
-class Reader:
-    prefix: list[str]  # runs a command as the reader
-    uid: int
-
-    def run(self, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.prefix, *args], env=env, capture_output=True, text=True, timeout=300
-        )
+Reader = OtherUser
 
 
 @dataclass(frozen=True)
@@ -59,18 +51,6 @@ class ReadOnlyStore:
         )
 
 
-def _reader() -> Reader:
-    setpriv = shutil.which("setpriv")
-    if os.geteuid() != 0 or setpriv is None:
-        pytest.skip("needs root and setpriv (util-linux) to run a reader the file system binds")
-    other = [setpriv, f"--reuid={READER_UID}", f"--regid={READER_UID}", "--clear-groups", "--"]
-    probe = [sys.executable, "-c", "import artifactstore, jax"]
-    if subprocess.run([*other, *probe], capture_output=True, timeout=120).returncode == 0:
-        return Reader(other, READER_UID)
-    powerless = [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--"]
-    return Reader(powerless, 0)
-
-
 def _snapshot(root: Path) -> list[tuple[str, int, int]]:
     return sorted(
         (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
@@ -81,6 +61,18 @@ def _chmod_tree(root: Path, writable: bool) -> None:
     for path in [root, *root.rglob("*")]:
         mode = path.stat().st_mode
         path.chmod(mode | 0o200 if writable else mode & ~0o222)
+
+
+def _share_with_group(root: Path, gid: int) -> None:
+    """What an owner does to share a group-readable store: give it to the readers' group.
+    Nothing the writer made may be readable by users outside that group."""
+    for path in [root, *root.rglob("*")]:
+        if path.name.startswith("index.db"):
+            continue  # SQLite's own mode (0644 less the umask), inside a 0750 directory
+        mode = path.stat().st_mode
+        assert not mode & stat.S_IRWXO, (path, oct(mode))
+        assert mode & stat.S_IRGRP and not mode & stat.S_IWGRP, (path, oct(mode))
+        os.chown(path, -1, gid)
 
 
 @dataclass(frozen=True)
@@ -95,12 +87,12 @@ class Filled:
 @pytest.fixture(scope="module")
 def filled() -> Iterator[Filled]:
     """One writer's store, in the two states a writer leaves SQLite in, made read-only."""
-    reader = _reader()
+    reader = python_user()
     base = Path(tempfile.mkdtemp(prefix="artstore-ro-"))
     base.chmod(0o755)  # pytest's tmp_path is under a mode-700 directory
     stores = {"wal-left": base / "wal-left", "checkpointed": base / "checkpointed"}
     try:
-        env = clean_env(ARTSTORE_URL=str(stores["checkpointed"]))
+        env = clean_env(ARTSTORE_URL=str(stores["checkpointed"]), ARTSTORE_GROUP_READABLE="1")
         wrote = run_program("job.py", env)
         assert wrote["xla_compiles"], "the writer compiled nothing"
         # As the writer's process left it (its -wal and -shm beside the index)...
@@ -114,6 +106,7 @@ def filled() -> Iterator[Filled]:
             conn.execute("SELECT count(*) FROM entries").fetchone()
         assert not (stores["checkpointed"] / "index.db-shm").exists()
         for store in stores.values():
+            _share_with_group(store, reader.uid)
             _chmod_tree(store, writable=False)
         denied = reader.run(["touch", str(base / "checkpointed" / "probe")], clean_env())
         assert denied.returncode != 0, "the reader can write the read-only store"

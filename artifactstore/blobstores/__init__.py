@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from artifactstore import safedir
 from artifactstore.blobstores.base import BlobInfo, BlobStore
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.blobstores.readonly import ReadOnlyBlobStore
@@ -24,5 +25,6 @@ def open_blobstore(settings: Settings) -> BlobStore:
             timeout_secs=settings.timeout_secs,
         )
     else:
-        store = LocalBlobStore(loc.path, settings.namespace)
+        modes = safedir.store_modes(settings.group_readable)
+        store = LocalBlobStore(loc.path, settings.namespace, modes=modes)
     return ReadOnlyBlobStore(store) if settings.read_only else store

@@ -8,25 +8,49 @@ reported as stored survives a crash.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from artifactstore import safedir
 from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
 from artifactstore.config import check_namespace
-from artifactstore.errors import OverLimit
+from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
 
 
 class LocalBlobStore(BlobStore):
-    def __init__(self, root: str | Path, namespace: str) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        namespace: str,
+        *,
+        modes: safedir.Modes = safedir.PRIVATE,
+        top: str | Path | None = None,
+        setting: str = "ARTSTORE_URL",
+    ) -> None:
+        """`modes`: of what it creates; `top`: the highest directory that must be this
+        user's before the first write (`root` by default; see `safedir.secure_dir`)."""
         self.root = Path(root)
         check_namespace(namespace)  # a path component: never "..", "/", or a newline
         self.base = self.root / namespace
         self.objects = self.base / "objects"
         self.quarantine_dir = self.base / "quarantine"
         self.manifests = self.base / "manifests"
+        self.modes = modes
+        self._top = Path(top) if top is not None else self.root
+        self._setting = setting
+        self._secured = False
+
+    def make_dir(self, path: Path) -> None:
+        """Create `path` (a directory in this tree) as writes need it: the tree from `top`
+        checked once per process, then only what lies below the namespace."""
+        if not self._secured:
+            safedir.secure_dir(self.base, top=self._top, modes=self.modes, setting=self._setting)
+            self._secured = True
+        safedir.make_subdir(path, self.base, self.modes)
 
     def _path(self, digest: str) -> Path:
         check_digest(digest)
@@ -34,7 +58,7 @@ class LocalBlobStore(BlobStore):
 
     def get(self, digest: str, *, max_bytes: int | None = None) -> bytes | None:
         try:
-            with open(self._path(digest), "rb") as handle:
+            with safedir.open_regular(self._path(digest)) as handle:
                 # Objects are replaced whole (rename), never appended to: the size of
                 # the open file is the size read.
                 size = os.fstat(handle.fileno()).st_size
@@ -46,6 +70,11 @@ class LocalBlobStore(BlobStore):
                 return handle.read()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.EINVAL):
+                raise
+            # A symbolic link (or a device, a FIFO) where an object belongs: never followed.
+            raise CorruptObject(f"object {digest[:12]} is not a regular file") from None
 
     def exists(self, digest: str) -> bool:
         return self._path(digest).is_file()
@@ -54,8 +83,8 @@ class LocalBlobStore(BlobStore):
         path = self._path(digest)
         if path.is_file():
             return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data)
+        self.make_dir(path.parent)
+        write_atomic(path, data, mode=self.modes.file)
         return True
 
     def touch(self, digest: str) -> None:
@@ -71,7 +100,7 @@ class LocalBlobStore(BlobStore):
             return False
 
     def quarantine(self, digest: str) -> None:
-        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        self.make_dir(self.quarantine_dir)
         with contextlib.suppress(FileNotFoundError):
             os.replace(self._path(digest), self.quarantine_dir / digest)
 
@@ -87,15 +116,19 @@ class LocalBlobStore(BlobStore):
 
     def get_manifest(self, key: str) -> bytes | None:
         try:
-            with open(self._manifest_path(key), "rb") as handle:
+            with safedir.open_regular(self._manifest_path(key)) as handle:
                 return handle.read(MAX_MANIFEST_BYTES + 1)  # more is refused by its decode
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.EINVAL):
+                raise
+            return b""  # a link or a device where a manifest belongs: never followed
 
     def put_manifest(self, key: str, data: bytes) -> None:
         path = self._manifest_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data)
+        self.make_dir(path.parent)
+        write_atomic(path, data, mode=self.modes.file)
 
     def delete_manifests(self, keys: Sequence[str]) -> None:
         for key in keys:
@@ -127,26 +160,18 @@ def _scan(directory: Path, *, nested: bool) -> Iterator[BlobInfo]:
                     yield BlobInfo(entry.name, st.st_size, st.st_mtime)
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)  # reading it means setting it: put it straight back
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()  # once, at import: os.umask is process-wide, not thread-safe to probe
-
-
-def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+def write_atomic(path: Path, data: bytes, *, durable: bool = True, mode: int = 0o600) -> None:
     """Readers see the old file or all of `data`, never a part (temp file + rename).
 
     `durable`: fsync the file and its directory before returning, for what was
     reported as stored; caches that can be rebuilt (key maps, journals) skip it.
+    `mode`: the file's, whatever the umask: private unless a store is made
+    group-readable (safedir.GROUP_READABLE). The rename replaces a symbolic link
+    at `path`, never writes through it.
     """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
     try:
-        # mkstemp makes 0600 files: give them the mode any file of this user gets
-        # (umask), so a store shared read-only with other users can be read by them.
-        os.fchmod(fd, 0o666 & ~_UMASK)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             if durable:

@@ -40,6 +40,7 @@ from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
 from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit, StoreUnavailable
 from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
+from artifactstore.redact import redact
 
 MiB = 1024 * 1024
 # Below this a single PUT is cheapest; above it multipart uploads parts in
@@ -155,7 +156,7 @@ class S3BlobStore(BlobStore):
             endpoint = str(self.client.meta.endpoint_url)
         except StoreUnavailable:
             endpoint = self.endpoint_url or "the default AWS endpoint"
-        return _mask(endpoint)
+        return redact(endpoint)
 
     # -- keys -----------------------------------------------------------------
 
@@ -526,9 +527,3 @@ def _configured_endpoint(session: Any) -> str | None:
         return None
     value = scoped.get("endpoint_url") if isinstance(scoped, dict) else None
     return str(value) if value else None
-
-
-def _mask(url: str) -> str:
-    """An endpoint fit for messages: userinfo and query string removed."""
-    url = re.sub(r"(://)[^/@\s]*@", r"\1", url)
-    return url.split("?", 1)[0]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from artifactstore import config as _config
+from artifactstore.redact import redact
 
 if TYPE_CHECKING:
     from artifactstore.store import Store
@@ -19,8 +20,9 @@ EXIT_FAIL = 1
 
 
 def fail(message: str, code: int = EXIT_FAIL) -> NoReturn:
-    """One line on stderr, then exit: how every failure a person can cause ends."""
-    click.echo(f"artstore: error: {message}", err=True)
+    """One line on stderr, then exit: how every failure a person can cause ends
+    (redacted here too: click's own messages and `str()` of any error end here)."""
+    click.echo(f"artstore: error: {redact(message)}", err=True)
     sys.exit(code)
 
 

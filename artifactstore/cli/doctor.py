@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,10 +20,9 @@ from artifactstore import config as _config
 from artifactstore.background import call_with_timeout
 from artifactstore.errors import ArtstoreError, ConfigError, one_line
 from artifactstore.jaxhook.compat import Probe, probe
+from artifactstore.redact import redact
 
 Status = Literal["ok", "fail", "warn", "skip"]
-# Values of these variables are masked wherever they might surface in a message.
-_SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "PGPASSWORD")
 
 
 @dataclass
@@ -124,13 +122,9 @@ def gather(overrides: dict[str, Any]) -> Report:
         verdict = f"the store would be used: {where}{mode}"
     else:
         verdict = "the store is not used: " + "; ".join(failed)
-    secrets = [os.environ.get(name, "") for name in _SECRET_VARS]
-    if settings is not None:
-        secrets.append(_index_password(settings.index_url))
-    scrub = _scrubber([s for s in secrets if len(s) >= 4])
     for check in checks.values():
-        check.detail, check.verdict = scrub(check.detail), scrub(check.verdict)
-    return Report(checks, ok, scrub(verdict))
+        check.detail, check.verdict = _scrub(check.detail), _scrub(check.verdict)
+    return Report(checks, ok, _scrub(verdict))
 
 
 def _check_hook(found: Probe) -> Check:
@@ -185,7 +179,7 @@ def _check_index(settings: _config.Settings) -> Check:
     from artifactstore.index import db
     from artifactstore.store import migrates_on_open
 
-    shown = _config.redact_url(settings.index_url)
+    shown = redact(settings.index_url)
     data: dict[str, Any] = {"url": shown}
     sqlite_file = _sqlite_file(settings.index_url)
 
@@ -261,6 +255,7 @@ def _check_tier(settings: _config.Settings) -> Check:
         tier = open_tier(settings)
         if tier is None:
             return Check("local tier", "ok", "off", blocking=False, data={"path": None})
+        tier.check()  # another user's, or writable by others: not used (creates nothing)
         keys = tier.key_count()
         size = sum(blob.size for blob in tier.blobs.iter_blobs())
     except Exception as exc:
@@ -351,21 +346,6 @@ def _sqlite_file(url: str) -> Path | None:
     return Path(str(parsed.database))
 
 
-def _index_password(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    try:
-        return str(make_url(url).password or "")
-    except Exception:
-        return ""
-
-
-def _scrubber(secrets: list[str]) -> Callable[[str], str]:
-    """Mask secrets anywhere in a message, and keep it on one line."""
-
-    def scrub(text: str) -> str:
-        for secret in secrets:
-            text = text.replace(secret, "***")
-        return " ".join(text.split())
-
-    return scrub
+def _scrub(text: str) -> str:
+    """A detail or verdict fit for the report: secrets masked, on one line."""
+    return " ".join(redact(text).split())

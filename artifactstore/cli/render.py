@@ -1,5 +1,8 @@
 """How commands print: tables, key/value listings and JSON, all through here.
 
+Every string printed through here is redacted (`artifactstore.redact`): values such as
+a store's description or a doctor check quote URLs, and URLs carry passwords.
+
 `artstore gc` streams its removals instead (`gc_output`), so that a dry run over
 millions of entries never holds them in memory.
 """
@@ -12,6 +15,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+from artifactstore.redact import redact
 
 if TYPE_CHECKING:
     from artifactstore.fingerprint import Fingerprint
@@ -41,8 +46,20 @@ def json_option(help: str = "Print JSON.") -> Callable[[F], F]:
 
 
 def print_json(data: Any, *, sort_keys: bool = False) -> None:
-    """What every `--json` prints: one indented document."""
-    click.echo(json.dumps(data, indent=2, sort_keys=sort_keys))
+    """What every `--json` prints: one indented document, its strings redacted."""
+    click.echo(json.dumps(_redacted(data), indent=2, sort_keys=sort_keys))
+
+
+def _redacted(data: Any) -> Any:
+    """`data` with every string in it redacted (before JSON escapes them, which would
+    hide a value's end from the patterns)."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, dict):
+        return {key: _redacted(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_redacted(value) for value in data]
+    return data
 
 
 def when(dt: datetime) -> str:
@@ -85,7 +102,7 @@ def table(headers: list[str], rows: list[list[str]], right: set[int] | None = No
 
 
 def print_table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> None:
-    click.echo(table(headers, rows, right))
+    click.echo(redact(table(headers, rows, right)))
 
 
 def print_fields(pairs: Iterable[tuple[str, object]]) -> None:
@@ -93,7 +110,7 @@ def print_fields(pairs: Iterable[tuple[str, object]]) -> None:
     pairs = list(pairs)
     width = max(len(name) for name, _ in pairs) + 2
     for name, value in pairs:
-        click.echo(f"{name + ':':<{width}}{safe(value)}")
+        click.echo(f"{name + ':':<{width}}{safe(redact(str(value)))}")
 
 
 def fingerprint_fields(fp: Fingerprint) -> list[tuple[str, object]]:

@@ -17,6 +17,7 @@ from artifactstore.cli.render import (
     print_table,
 )
 from artifactstore.errors import one_line
+from artifactstore.redact import redact
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -46,8 +47,10 @@ def db_group() -> None:
 
 def _engine(obj: Ctx) -> tuple[_config.Settings, Engine]:
     from artifactstore.index import db
+    from artifactstore.store import secure_local_dirs
 
     settings = obj.settings()
+    secure_local_dirs(settings)  # the directory the index is created in: ours, private
     return settings, db.open_engine(
         settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
     )
@@ -62,7 +65,7 @@ def db_upgrade(obj: Ctx, revision: str) -> None:
 
     settings, engine = _engine(obj)
     status = db.upgrade(engine, revision)
-    click.echo(f"index {_config.redact_url(settings.index_url)} at revision {status.current}")
+    click.echo(f"index {redact(settings.index_url)} at revision {status.current}")
 
 
 @db_group.command("current")
@@ -75,7 +78,7 @@ def db_current(obj: Ctx) -> None:
     status = db.schema_status(engine)
     print_fields(
         [
-            ("index", _config.redact_url(settings.index_url)),
+            ("index", redact(settings.index_url)),
             ("revision", status.current or "(none)"),
             ("head", status.head),
             ("state", status.state.value),

@@ -177,10 +177,10 @@ def check(settings: Settings) -> CheckReport:
     """Is the index there, readable, at this version's schema, and the one the objects
     were stored with? Never creates or migrates anything."""
     from artifactstore.blobstores import open_blobstore
-    from artifactstore.config import redact_url
     from artifactstore.index import db
+    from artifactstore.redact import redact
 
-    report = CheckReport(redact_url(settings.index_url))
+    report = CheckReport(redact(settings.index_url))
     path = health.sqlite_path(settings.index_url)
     if path is not None and not path.exists():
         if next(iter(open_blobstore(settings).iter_blobs()), None) is not None:

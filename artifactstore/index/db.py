@@ -24,7 +24,6 @@ from urllib.parse import quote
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, Connection, ExceptionContext, make_url
 
-from artifactstore.config import redact_url
 from artifactstore.errors import (
     ConfigError,
     PrivilegeRefused,
@@ -33,6 +32,7 @@ from artifactstore.errors import (
     StoreUnavailable,
     one_line,
 )
+from artifactstore.redact import redact
 
 log = logging.getLogger("artifactstore")
 
@@ -448,5 +448,5 @@ def upgrade(engine: Engine, revision: str = "head") -> SchemaStatus:
         if status.state is SchemaState.CURRENT and revision == "head":
             return status
         command.upgrade(_alembic_config(conn), revision)
-    log.debug("index at %s upgraded to %s", redact_url(str(engine.url)), revision)
+    log.debug("index at %s upgraded to %s", redact(str(engine.url)), revision)
     return schema_status(engine)

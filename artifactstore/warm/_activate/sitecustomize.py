@@ -23,12 +23,15 @@ from typing import Any
 # equal): this file runs in every Python process under `warm`, including interpreters
 # without artifactstore, and imports nothing of it until JAX is imported.
 ENV_VAR = "ARTSTORE_WARM"
-_HERE = os.path.dirname(os.path.abspath(__file__))
+# Real paths: this directory may be on sys.path twice, once through a symbolic link
+# (a symlinked checkout or venv); with mere absolute paths `_chain` would find this very
+# file again under the other name and run it, which chains to it again, without end.
+_HERE = os.path.dirname(os.path.realpath(__file__))
 
 
 def _chain() -> None:
     """Run the next `sitecustomize` on sys.path, as Python would have without us."""
-    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    rest = [p for p in sys.path if os.path.realpath(p or os.curdir) != _HERE]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
