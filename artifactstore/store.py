@@ -572,22 +572,23 @@ class Store:
         with self._touch_lock:
             counts = not self.read_only and any(self._pending_counts.values())
             accesses = bool(self._touches or counts)
+        # The hit counts are one store operation: bounded by ARTSTORE_TIMEOUT as any other.
+        hits_bound = min(deadline - time.monotonic(), self.settings.timeout_secs)
         try:
-            left = deadline - time.monotonic()
-            if accesses and left <= 0:
+            if accesses and hits_bound <= 0:
                 raise TimeoutError(f"no time left of the {bound:g} s flush bound")
             if accesses:
-                call_with_timeout(self.flush_access, left)
+                call_with_timeout(self.flush_access, hits_bound)
         except TimeoutError:
             late.append("hit counts")
         except Exception as exc:
             log.debug("artifactstore: final access flush failed: %s", exc)
-        if late:  # one line for both: one exit, one incident
+        if late:  # one line for both: one flush, one incident
             self._warn_once(
                 "flush",
-                "%s not finished within %.0f s at exit; they were not stored",
+                "%s not finished within %.0f s; they were not stored",
                 " and ".join(late),
-                bound,
+                bound if not done else max(hits_bound, 0),
             )
         return done
 

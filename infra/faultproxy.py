@@ -14,6 +14,9 @@ Modes (a change applies to open connections too, as it would for a real outage):
   freeze    accept and read, never answer; open connections stop forwarding
   http500 / http503
             answer every HTTP request with that status (an S3-style XML error), then close
+  freeze-writes
+            forward reads; an HTTP PUT or POST (an upload) is held unanswered, as in
+            freeze, while every other request passes (a writer's lookups still answer)
 
 Only the standard library: the S3 tests, the soak benchmark and a developer at a
 shell (`python infra/faultproxy.py 127.0.0.1:5432 freeze`) share it.
@@ -29,7 +32,8 @@ import sys
 import threading
 import time
 
-MODES = ("pass", "down", "freeze", "http500", "http503")
+MODES = ("pass", "down", "freeze", "http500", "http503", "freeze-writes")
+_WRITES = (b"PUT ", b"POST ")
 _REASONS = {"http500": (500, "InternalError"), "http503": (503, "SlowDown")}
 
 
@@ -137,12 +141,17 @@ class FaultProxy:
                 if self.mode == "freeze":
                     time.sleep(0.05)  # hold the bytes: the far side sees silence
                     continue
-                if self.mode != "pass":
+                if self.mode not in ("pass", "freeze-writes"):
                     break
                 readable, _, _ = select.select(list(peers), [], [], 0.1)
                 for sock in readable:
                     data = sock.recv(65536)
                     if not data:
+                        return
+                    if sock is client and self.mode == "freeze-writes" and data.startswith(_WRITES):
+                        # A request starts a read of the client's side after the previous
+                        # answer, so its method leads the chunk: an upload, held.
+                        self._hold(client)
                         return
                     peers[sock].sendall(data)
         except OSError:
@@ -155,8 +164,9 @@ class FaultProxy:
 
     def _hold(self, client: socket.socket) -> None:
         """Read and discard until the mode changes; then drop the connection."""
+        held = self.mode
         try:
-            while not self._stopped and self.mode == "freeze":
+            while not self._stopped and self.mode == held:
                 readable, _, _ = select.select([client], [], [], 0.1)
                 if readable and not client.recv(65536):
                     break

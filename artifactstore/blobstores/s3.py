@@ -209,6 +209,13 @@ class S3BlobStore(BlobStore):
         return True
 
     def _upload(self, key: str, data: bytes, config: TransferConfig) -> None:
+        if len(data) < config.multipart_threshold:
+            # One PUT on this thread: s3transfer would run it on a pool thread, which the
+            # interpreter joins at exit, so a hung upload would outlast the exit flush.
+            self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=data, ContentType="application/octet-stream"
+            )
+            return
         self.client.upload_fileobj(
             io.BytesIO(data),
             self.bucket,

@@ -417,7 +417,8 @@ def wait_until(check: Any, timeout: float = 30, what: str = "") -> None:
 def killed_writer(stack: Stack, namespace: str, *, during: str) -> Job:
     """A writer SIGKILLed in the middle of storing.
 
-    `during="upload"`: on an empty namespace, S3 frozen, so its first upload hangs.
+    `during="upload"`: on an empty namespace, S3's uploads frozen (lookups answer), so
+    its first upload hangs.
     `during="commit"`: a writer of a new program version (JOB_VARIANT=1: one new key) on a
     warm namespace, its object uploaded and its index commit blocked by a lock on the
     `objects` table (add_entry upserts the object row before the entry).
@@ -429,7 +430,7 @@ def killed_writer(stack: Stack, namespace: str, *, during: str) -> Job:
     job = Job(env).start()
     job.paused("open")
     if during == "upload":
-        stack.s3_proxy.set_mode("freeze")
+        stack.s3_proxy.set_mode("freeze-writes")
         job.go()
         job.line()  # results printed: the uploads were queued as it compiled, and hang
         time.sleep(0.5)

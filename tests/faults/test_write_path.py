@@ -8,7 +8,7 @@ store, and repairs it (quarantines it or drops its entry, compiles, stores it ag
 
 | fault | write path: outcome | log lines | extra time |
 |---|---|---|---|
-| S3 stopped / frozen / 500 / 503 | 12 compiles; 1 upload fails, 11 skipped; 0 stored | 1 | <= T |
+| S3 stopped / frozen / 500 / 503 | 12 compiles; a lookup opens the store's breaker; 12 in tier | 1 | <= T |
 | object corrupted / truncated | 11 hits; quarantined, compiled, stored again | 1 | 0 |
 | object deleted | 11 hits; dangling entry dropped, compiled, stored again | 1 | 0 |
 | database stopped / frozen | 12 compiles; index breaker opens once; 12 kept in tier | 1 | <= T |
@@ -16,12 +16,12 @@ store, and repairs it (quarantines it or drops its entry, compiles, stores it ag
 | `entries` locked | 12 compiles; index breaker opens once; 12 kept in tier | 1 | <= T |
 | writer SIGKILLed mid-upload | nothing committed, no object; next writer stores 12 | - | - |
 | local tier's file system full | 12 stored; the tier not updated | 1 | 0 |
-| exit flush, S3 frozen, T > F | the exit flush waits F once, then exits | 1 | F |
-| exit flush, database frozen | hit counts dropped; exits within F | 1 | <= F |
+| exit flush, S3 uploads frozen, T > F | the exit flush waits F once, then exits | 1 | F |
+| exit flush, database frozen | hit counts dropped after T; exits within F | 1 | <= T |
 
-"1 upload fails, 11 skipped": after an upload fails because a backend is unavailable,
-the writer drops the uploads queued behind it for the breaker cool-down, counted as
-`put_skipped`, instead of paying T for each (and then F at exit).
+After an upload fails because a backend is unavailable (the lookups answered, the upload
+did not), the writer drops the uploads queued behind it for the breaker cool-down, counted
+as `put_skipped`, instead of paying T for each (and then F at exit): tests/test_units.py.
 
 After every cell (fault cleared): the results equal a run without the store, every entry
 the writer reported stored is listed by `artstore ls`, nothing listed before was lost, and
@@ -51,14 +51,21 @@ from faults.harness import (
     store_lines,
 )
 
-SKIPPED = {"put_errors": 1, "put_skipped": N_JITS - 1}
-UPLOAD_FAILS = Expect(0, N_JITS, ("could not store",), SKIPPED, T)
+# A writer's lookups read manifests in the object store: a failing store is noticed there,
+# before any upload, as a failing index is.
+STORE_DOWN = Expect(
+    0,
+    N_JITS,
+    ("object store unavailable",),
+    {"breaker_opened_object_store": 1, "kept_in_tier": N_JITS},
+    T,
+)
 INDEX_DOWN = Expect(
     0, N_JITS, ("index unavailable",), {"breaker_opened_index": 1, "kept_in_tier": N_JITS}, T
 )
 REPAIRED = {"hits": N_JITS - 1, "stored": 1}
 WRITE: dict[str, Expect] = {
-    **{fault: UPLOAD_FAILS for fault in S3_FAULTS},
+    **{fault: STORE_DOWN for fault in S3_FAULTS},
     "object-corrupt": Expect(N_JITS - 1, 1, ("quarantined",), {"corrupt": 1, **REPAIRED}),
     "object-truncated": Expect(N_JITS - 1, 1, ("quarantined",), {"corrupt": 1, **REPAIRED}),
     "object-deleted": Expect(N_JITS - 1, 1, ("which is gone",), {"missing_object": 1, **REPAIRED}),
@@ -111,10 +118,33 @@ def test_write_path(
     assert report["ok"], report
 
 
+def test_a_failed_upload_pauses_the_queue_behind_it(
+    stack: Stack, references: dict[str, list[str]], baselines: dict[str, float]
+) -> None:
+    """S3 answers lookups but its uploads hang: the first upload fails after T and the
+    uploads queued behind it are skipped for the breaker cool-down (`put_skipped`),
+    instead of paying T each and then F at exit. Nothing is stored; the store is
+    consistent."""
+    namespace = "write-" + uuid.uuid4().hex[:8]
+    job = Job(stack.env(namespace, JOB_PAUSE="open"))
+    assert job.start().paused("open")["store"] is True
+    stack.s3_proxy.set_mode("freeze-writes")
+    try:
+        job.go()
+        job.wait()
+    finally:
+        stack.clear()
+    skipped = {"put_errors": 1, "put_skipped": N_JITS - 1}
+    check_job("s3-uploads-frozen", job, Expect(0, N_JITS, ("could not store",), skipped, T),
+              references["0"], baselines["write"])  # fmt: skip
+    assert stack.ls(namespace) == {}
+    assert stack.verify(namespace)["ok"]
+
+
 def test_writer_killed_mid_upload_commits_nothing(
     stack: Stack, references: dict[str, list[str]]
 ) -> None:
-    """The write cell of "writer SIGKILLed": S3 frozen, so its first upload hangs; killed.
+    """The write cell of "writer SIGKILLed": S3's uploads frozen, so its first upload hangs.
     Nothing was committed and no object landed; the next writer stores everything."""
     namespace = "killed-" + uuid.uuid4().hex[:8]
     killed = killed_writer(stack, namespace, during="upload")
@@ -137,7 +167,7 @@ def test_exit_with_frozen_s3_ends_within_the_flush_timeout_once(stack: Stack) ->
                     ARTSTORE_TIMEOUT="30", ARTSTORE_FLUSH_TIMEOUT=f"{flush:g}")  # fmt: skip
     job = Job(env).start()
     job.paused("open")
-    stack.s3_proxy.set_mode("freeze")
+    stack.s3_proxy.set_mode("freeze-writes")  # lookups answer; uploads hang
     try:
         job.go()
         assert "results" in job.line()  # printed just before the interpreter exits
@@ -155,7 +185,8 @@ def test_exit_with_frozen_s3_ends_within_the_flush_timeout_once(stack: Stack) ->
 
 def test_exit_with_frozen_database_ends_within_the_flush_timeout(stack: Stack, warm: str) -> None:
     """A writer's hits (for LRU) are written to the index at exit: with the database
-    frozen after the run, that write is bounded by the flush timeout too."""
+    frozen after the run, that write is one store operation, bounded by T (within the
+    flush timeout)."""
     flush = 5.0
     env = stack.env(warm, JOB_PAUSE="exit", JOB_SKIP_FLUSH="1",
                     ARTSTORE_FLUSH_TIMEOUT=f"{flush:g}")  # fmt: skip
@@ -169,6 +200,6 @@ def test_exit_with_frozen_database_ends_within_the_flush_timeout(stack: Stack, w
     finally:
         stack.clear()
     assert job.proc is not None and job.proc.returncode == 0, job.stderr
-    assert job.secs <= flush + 4.0, job.secs
+    assert job.secs <= T + 4.0, job.secs
     lines = store_lines(job.stderr)
-    assert len(lines) == 1 and f"hit counts not finished within {flush:g} s" in lines[0], lines
+    assert len(lines) == 1 and f"hit counts not finished within {T:g} s" in lines[0], lines
