@@ -8,7 +8,7 @@ store, and repairs it (quarantines it or drops its entry, compiles, stores it ag
 
 | fault | write path: outcome | log lines | extra time |
 |---|---|---|---|
-| S3 stopped / frozen / 500 / 503 | 12 compiles; a lookup opens the store's breaker; 12 in tier | 1 | <= T |
+| S3 down / frozen / 500 / 503 | 12 compiles; breaker opens at a lookup; 12 in tier | 1 | <= T |
 | object corrupted / truncated | 11 hits; quarantined, compiled, stored again | 1 | 0 |
 | object deleted | 11 hits; dangling entry dropped, compiled, stored again | 1 | 0 |
 | database stopped / frozen | 12 compiles; index breaker opens once; 12 kept in tier | 1 | <= T |
