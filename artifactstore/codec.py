@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import struct
 import threading
 from dataclasses import dataclass
@@ -91,6 +92,16 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def check_digest(digest: str) -> str:
+    """`digest` if it is what `digest_of` returns for some bytes; else ValueError."""
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+        raise ValueError(f"not a sha256 hex digest: {str(digest)[:80]!r}")
+    return digest
 
 
 @dataclass(frozen=True)

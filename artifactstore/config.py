@@ -234,6 +234,11 @@ def parse_float(
     return number
 
 
+def _parse_count(env_name: str, value: Any, maximum: int) -> int:
+    """A whole number of things, 1 to `maximum` (a fraction is rounded down)."""
+    return int(parse_float(ENV_PREFIX + env_name, value, minimum=1, maximum=maximum))
+
+
 def check_namespace(namespace: str) -> str:
     if not _NAMESPACE_RE.fullmatch(namespace):
         raise ConfigError(
@@ -331,13 +336,8 @@ def resolve(
         flush_secs=parse_float(
             ENV_PREFIX + "FLUSH_TIMEOUT", values.get("flush_secs", DEFAULT_FLUSH_SECS)
         ),
-        db_pool_size=int(
-            parse_float(
-                ENV_PREFIX + "DB_POOL_SIZE",
-                values.get("db_pool_size", DEFAULT_DB_POOL_SIZE),
-                minimum=1,
-                maximum=100,
-            )
+        db_pool_size=_parse_count(
+            "DB_POOL_SIZE", values.get("db_pool_size", DEFAULT_DB_POOL_SIZE), maximum=100
         ),
         db_idle_secs=parse_float(
             ENV_PREFIX + "DB_IDLE_SECS", values.get("db_idle_secs", DEFAULT_DB_IDLE_SECS)
@@ -349,13 +349,8 @@ def resolve(
         local_tier=_parse_tier(values.get("local_tier")),
         local_tier_bytes=_parse_tier_size(values.get("local_tier_size")),
         enforce_quota=parse_bool(ENV_PREFIX + "ENFORCE_QUOTA", values.get("enforce_quota", False)),
-        breaker_failures=int(
-            parse_float(
-                ENV_PREFIX + "BREAKER_FAILURES",
-                values.get("breaker_failures", DEFAULT_BREAKER_FAILURES),
-                minimum=1,
-                maximum=1000,
-            )
+        breaker_failures=_parse_count(
+            "BREAKER_FAILURES", values.get("breaker_failures", DEFAULT_BREAKER_FAILURES), 1000
         ),
         breaker_cooldown_secs=parse_float(
             ENV_PREFIX + "BREAKER_COOLDOWN",

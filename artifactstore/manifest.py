@@ -24,12 +24,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from artifactstore.codec import check_digest
 from artifactstore.errors import CorruptObject
 
 FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 16 * 1024
 _KEY_RE = re.compile(r"[0-9A-Za-z]{8,128}")
-_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 _MAX_SIZE = 2**63 - 1
 
 
@@ -93,8 +93,8 @@ class Manifest:
                 raise ValueError(f"format {raw.get('v') if isinstance(raw, dict) else '?'}")
             manifest = cls(
                 key=_text(raw["k"]),
-                digest=_digest(raw["d"]),
-                fingerprint=_digest(raw["f"]),
+                digest=check_digest(raw["d"]),
+                fingerprint=check_digest(raw["f"]),
                 compile_secs=_number(raw["c"]),
                 raw_size=_size(raw["r"]),
                 size=_size(raw["s"]),
@@ -113,12 +113,6 @@ class Manifest:
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError("a text field is not text")
-    return value
-
-
-def _digest(value: Any) -> str:
-    if not isinstance(value, str) or not _DIGEST_RE.fullmatch(value):
-        raise ValueError("a digest is not a sha256 hex digest")
     return value
 
 

@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,10 +22,11 @@ from typing import Any
 
 import devstack
 import pytest
+from conftest import OpenStore
 from sqlalchemy import Engine, create_engine, func, insert, select, text
 from sqlalchemy.exc import DBAPIError
 
-from artifactstore import config, fingerprint, gc
+from artifactstore import fingerprint, gc
 from artifactstore.errors import PrivilegeRefused, StoreUnavailable
 from artifactstore.gc.quota_pass import QuotaPass
 from artifactstore.index import db
@@ -120,20 +121,15 @@ def engines(roles_db: RolesDb) -> Iterator[dict[str, Engine]]:
 
 
 @pytest.fixture
-def open_store(tmp_path: Path) -> Iterator[Any]:
+def open_store(tmp_path: Path, open_store: OpenStore) -> Callable[..., Store]:
     """A Store on a local blob directory per namespace and the given index URL."""
-    opened: list[Store] = []
 
     def _open(index: str, namespace: str, **overrides: Any) -> Store:
         env = {"ARTSTORE_URL": str(tmp_path / "blobs"), "ARTSTORE_INDEX": index,
                "ARTSTORE_NAMESPACE": namespace, "ARTSTORE_LOCAL_TIER": "off"}  # fmt: skip
-        store = Store.open(config.resolve(overrides, environ=env))
-        opened.append(store)
-        return store
+        return open_store(env, **overrides)
 
-    yield _open
-    for store in opened:
-        store.close()
+    return _open
 
 
 def _put(store: Store, i: int, size: int = 3000) -> int:

@@ -8,17 +8,12 @@ any backend, as in sccache's storage layer.
 from __future__ import annotations
 
 import abc
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+from artifactstore.codec import check_digest
 
-
-def check_digest(digest: str) -> str:
-    if not _DIGEST_RE.fullmatch(digest):
-        raise ValueError(f"not a sha256 hex digest: {digest!r}")
-    return digest
+__all__ = ["BlobInfo", "BlobStore", "check_digest"]
 
 
 @dataclass(frozen=True)
