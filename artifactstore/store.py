@@ -326,7 +326,11 @@ class Store:
 
     def withdraw(self, keys: list[str]) -> None:
         """Withdraw the manifests of entries being removed (before or just after their
-        rows go; their objects outlive both by gc's grace period)."""
+        rows go; their objects outlive both by gc's grace period). Refused, with the
+        index's one line, where the index may not be written: removal needs both."""
+        why = db.read_only_reason(self.engine)
+        if why is not None:
+            raise ReadOnlyError(why)
         if keys:
             self.blobs.delete_manifests(keys)
 
@@ -380,8 +384,11 @@ class Store:
     def _drop_entry(self, entry: EntryInfo | Manifest) -> None:
         """Remove an entry whose object is gone, so the next compile can store it again."""
         if not self.read_only:
-            self.withdraw([entry.key])
-            self.index.delete_entry(entry.key, digest=entry.digest)
+            try:
+                self.withdraw([entry.key])
+                self.index.delete_entry(entry.key, digest=entry.digest)
+            except ReadOnlyError:  # a store this user may only read: leave it to a writer
+                pass
 
     def _touch(self, key: str) -> None:
         self._merge_touches({key: (1, utcnow())})

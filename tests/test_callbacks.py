@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import pytest
+import tamper
 from conftest import PROGRAMS, artstore
 
 # The jitted function with callbacks in each case of tests/programs/callbacks.py.
@@ -103,10 +104,7 @@ def test_stored_callback_count_is_checked_before_loading(store_env: dict[str, st
     calling the second; the count stored with the object makes it a miss instead."""
     import dataclasses
 
-    from sqlalchemy import update
-
     from artifactstore import codec, config
-    from artifactstore.index.models import Entry
     from artifactstore.store import Store
     from artifactstore.tier import TierEntry
 
@@ -128,12 +126,7 @@ def test_stored_callback_count_is_checked_before_loading(store_env: dict[str, st
     payload = codec.decode(data, expected_digest=two.digest, fingerprint_digest=two.fingerprint)
     forged = codec.encode(payload, two.fingerprint, dataclasses.replace(meta, key=one.key))
     store.blobs.put(forged.digest, forged.data)
-    with store.engine.begin() as conn:
-        conn.execute(
-            update(Entry)
-            .where(Entry.key == one.key)
-            .values(digest=forged.digest, size=len(forged.data), raw_size=forged.raw_size)
-        )
+    tamper.point(store, one.key, forged.digest, size=len(forged.data), raw_size=forged.raw_size)
     assert store.tier is not None
     store.tier.remember(one.key, TierEntry(forged.digest, two.fingerprint, 1.0), forged.data)
     store.close()

@@ -16,7 +16,18 @@ PACKAGE = Path(__file__).resolve().parents[1] / "artifactstore"
 
 # Lowest first. A part is a top-level module or sub-package of artifactstore.
 LAYERS: list[set[str]] = [
-    {"errors", "sizes", "fingerprint", "signing", "codec", "config", "background", "safedir"},
+    {
+        "errors",
+        "sizes",
+        "fingerprint",
+        "signing",
+        "codec",
+        "config",
+        "background",
+        "safedir",
+        "redact",
+        "manifest",
+    },
     {"blobstores", "index"},
     {"tier", "store"},
     {"gc"},

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import tamper
 import zstandard
 from conftest import clean_env, run_program
 from sqlalchemy import update
@@ -83,15 +84,10 @@ def envelope(frame: bytes, fp: fingerprint.Fingerprint, *, key: str, raw_size: i
 
 
 def point_entry_at(store: Store, key: str, data: bytes, *, raw_size: int) -> str:
-    """Forge the index row: `key` now names the object `data` (stored under its digest)."""
+    """Forge the entry: `key` now names the object `data` (stored under its digest)."""
     digest = codec.digest_of(data)
     store.blobs.put(digest, data)
-    with store.engine.begin() as conn:
-        conn.execute(
-            update(Entry)
-            .where(Entry.key == key)
-            .values(digest=digest, size=len(data), raw_size=raw_size)
-        )
+    tamper.point(store, key, digest, size=len(data), raw_size=raw_size)
     return digest
 
 

@@ -14,6 +14,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+import tamper
 import zstandard
 from conftest import artstore, clean_env, run_program
 
@@ -69,9 +70,8 @@ def test_swapped_index_rows_are_refused_not_loaded(tmp_path: Path) -> None:
     entries = json.loads(artstore("ls", "--json", env=env).stdout)
     main = {e["module_name"]: e for e in entries if e["module_name"] in MAIN}
     (k1, d1), (k2, d2) = ((e["key"], e["digest"]) for e in main.values())
-    with sqlite3.connect(tmp_path / "store" / "index.db") as db:
-        db.execute("UPDATE entries SET digest=? WHERE key=?", (d2, k1))
-        db.execute("UPDATE entries SET digest=? WHERE key=?", (d1, k2))
+    tamper.point_in(tmp_path / "store", k1, d2)
+    tamper.point_in(tmp_path / "store", k2, d1)
     job = run_program("job.py", env)
     assert job["results"] == reference["results"]
     assert len(job["xla_compiles"]) == 2, job["xla_compiles"]  # both refused, both compiled

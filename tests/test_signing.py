@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tamper
 from conftest import REPO, artstore, clean_env, run_program
 
 import artifactstore
@@ -79,17 +79,8 @@ def _mlp_key(store: Path) -> str:
 
 
 def _point(store: Path, key: str, digest: str, size: int | None = None) -> None:
-    """Make `key` resolve to `digest`: its index row and its key file, as an attacker with
-    write access to the index and the store directory would."""
-    with sqlite3.connect(store / "index.db") as db:
-        db.execute("UPDATE entries SET digest = ? WHERE key = ?", (digest, key))
-        if size is not None:
-            db.execute("UPDATE entries SET size = ? WHERE key = ?", (size, key))
-    key_file = store / "default" / "keys" / key[:2] / key
-    if key_file.exists():
-        body = json.loads(key_file.read_text())
-        body["d"] = digest
-        key_file.write_text(json.dumps(body))
+    """Make `key` resolve to `digest` everywhere a lookup may look (tests/tamper.py)."""
+    tamper.point_in(store, key, digest, **({} if size is None else {"size": size}))
 
 
 def _put_object(store: Path, data: bytes) -> str:

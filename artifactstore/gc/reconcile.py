@@ -107,5 +107,7 @@ def remove_orphans(run: GcRun) -> None:
             )
             for key, size in dropped:
                 run.removed(Removal("entry", key, size, "missing-object"))
+            if not dry_run:
+                run.store.withdraw([key for key, _ in dropped])
         run.progress("reconcile", 1, len(PREFIXES))
         run.keep_lease()

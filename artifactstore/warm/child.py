@@ -39,8 +39,8 @@ def summarize_fingerprint(source: Any) -> dict[str, Any]:
     digest = getattr(source, "fingerprint", None) or getattr(source, "digest", "")
     summary: dict[str, Any] = {"digest": str(digest)}
     for name in SUMMARY_FIELDS:
-        value = getattr(source, name)
-        summary[name] = int(value) if name == "device_count" else str(value)
+        value = getattr(source, name, "")
+        summary[name] = int(value or 0) if name == "device_count" else str(value)
     return summary
 
 
@@ -93,6 +93,8 @@ class Recorder:
             hit = real_get(key, fingerprint_digest, **kwargs)
             if hit is not None:
                 entry = hit.entry
+                if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
+                    entry = store.index.lookup(key) or entry
                 item = {
                     "key": key,
                     "module": entry.module_name,
