@@ -115,11 +115,12 @@ def test_shared_objects_count_once_and_go_with_their_last_entry(
     gc evicts past an entry whose removal frees nothing."""
     store = open_store(any_env)
     by_key = _populate(store, 4)  # keys 0..3, used at T0 + 0..3 minutes
-    shared = store.get(_key(3), _fp().digest)
-    assert shared is not None
+    loaded = store.get(_key(3), _fp().digest)
+    shared = store.index.lookup(_key(3))
+    assert loaded is not None and shared is not None
     # Objects name their key since 0.2, so only entries written by 0.1 clients
     # (which deduplicated equal bytes across keys) share one: write one as they did.
-    fields = {name: getattr(shared.entry, name) for name in NewEntry.__dataclass_fields__}
+    fields = {name: getattr(shared, name) for name in NewEntry.__dataclass_fields__}
     old_client = NewEntry(**{**fields, "key": _key(10), "module_name": "jit_f3"})
     assert store.index.add_entry(old_client, _fp().to_json())
     store.index.record_access({_key(10): (0, T0 - timedelta(minutes=1))})
@@ -141,7 +142,7 @@ def test_shared_objects_count_once_and_go_with_their_last_entry(
     assert real["summary"]["reasons"] == {"jaxlib": 1, "size": 2, "unreferenced": 2}
     assert _keys(store) == {_key(1), _key(2), _key(3)}
     hit = store.get(_key(3), _fp().digest)
-    assert hit is not None and hit.payload == shared.payload
+    assert hit is not None and hit.payload == loaded.payload
 
 
 def test_objects_wait_for_the_grace_period(any_env: dict[str, str], open_store: OpenStore) -> None:

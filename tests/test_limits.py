@@ -22,12 +22,10 @@ import pytest
 import tamper
 import zstandard
 from conftest import clean_env, run_program
-from sqlalchemy import update
 
 from artifactstore import codec, config, fingerprint
 from artifactstore.blobstores import LocalBlobStore
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit
-from artifactstore.index.models import Entry
 from artifactstore.store import Store
 from artifactstore.tier import open_tier
 
@@ -234,14 +232,13 @@ def test_oversized_object_is_a_miss_before_it_is_read(
 
 
 def test_declared_size_must_equal_the_entrys_raw_size(tmp_path: Path) -> None:
-    """A genuine object whose index row records another size is refused and quarantined."""
+    """A genuine object whose entry records another size is refused and quarantined."""
     fp = _fp()
     store = open_store(tmp_path)
     store.put(KEY, b"x" * 4096, fingerprint=fp, module_name="m", compile_secs=1.0)
     entry = store.index.lookup(KEY)
     assert entry is not None
-    with store.engine.begin() as conn:
-        conn.execute(update(Entry).where(Entry.key == KEY).values(raw_size=4095))
+    tamper.point(store, KEY, entry.digest, raw_size=4095)  # its row and its manifest
     assert store.get(KEY, fp.digest) is None
     assert store.counters.snapshot()["corrupt"] == 1
     assert not store.blobs.exists(entry.digest)

@@ -309,27 +309,33 @@ def test_each_backend_has_its_own_breaker(tmp_path: Path) -> None:
 
 
 def test_a_probe_that_misses_lets_the_next_call_probe(tmp_path: Path) -> None:
-    """After the cool-down, a probe that never reaches the object store (an index miss)
-    must not keep the store bypassed for another cool-down (found by bench/soak.py)."""
+    """After the cool-down, a probe that never reaches the index (a hit found by its
+    manifest) must not keep the index bypassed for another cool-down (found by
+    bench/soak.py, then for the object store)."""
     import time
 
+    from artifactstore.fingerprint import compute
     from artifactstore.session import Session
 
     settings = {"url": str(tmp_path / "s"), "local_tier": "off", "breaker_cooldown_secs": 0.2}
     session = Session(config.resolve(settings, {}))
     store = session.store()
     assert store is not None
-    session.breakers["object store"].failure("no answer within the bound")
+    fp = compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                 device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    key = "1" * 64
+    assert store.put(key, b"x", fingerprint=fp, module_name="m", compile_secs=1)
+    session.breakers["index"].failure("no answer within the bound")
     assert session.store() is None  # cooling down
     time.sleep(0.25)
-    for i in range(3):  # each call probes at once: no cool-down between them
+    for _ in range(3):  # each call probes at once: no cool-down between them
         assert session.store() is store
-        assert store.get(f"{i:064x}", "ab" * 32) is None  # a miss: index only
+        assert store.get(key, fp.digest) is not None  # by its manifest: the index not asked
         session.ok()
-        assert not session.breakers["object store"].closed  # no verdict on it yet
+        assert not session.breakers["index"].closed  # no verdict on it yet
     assert session.store() is store
-    session._used = ["index", "object store"]
-    session.ok()  # a call that fetched an object: the object store answers again
+    session._used = ["object store", "index"]
+    session.ok()  # a call that asked the index: it answers again
     assert session.active
 
 
