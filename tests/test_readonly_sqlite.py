@@ -187,8 +187,11 @@ def test_ls_stats_and_db_check_work(ro_store: ReadOnlyStore, extra: dict[str, st
 
 def test_no_migration_is_attempted_on_a_read_only_index(filled: Filled) -> None:
     store = filled.base / "old-schema"
-    made = artstore("db", "upgrade", "0001", env=clean_env(ARTSTORE_URL=str(store)))
+    made = artstore(
+        "db", "upgrade", "0001", env=clean_env(ARTSTORE_URL=str(store), ARTSTORE_GROUP_READABLE="1")
+    )
     assert made.returncode == 0, made.stderr
+    _share_with_group(store, filled.reader.uid)
     _chmod_tree(store, writable=False)
     before = _snapshot(store)
     env = clean_env(ARTSTORE_URL=str(store), ARTSTORE_LOCAL_TIER="off")
