@@ -21,7 +21,7 @@ from artifactstore.redact import install_log_filter
 if TYPE_CHECKING:
     from artifactstore.jaxhook import configure, deactivate, flush, process_stats
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = [
     "ArtstoreError",
     "ConfigError",
