@@ -100,6 +100,10 @@ def open_engine(
         "keepalives_idle": 10,
         "keepalives_interval": 5,
         "keepalives_count": 3,
+        # No server-side prepared statements (psycopg prepares a query run 5 times on one
+        # connection): PgBouncer's transaction pooling hands each transaction any server
+        # connection, where a statement prepared on another does not exist.
+        "prepare_threshold": None,
     }
     try:
         engine = create_engine(parsed, **kwargs)
