@@ -98,15 +98,24 @@ def make_subdir(path: Path, base: Path, modes: Modes, *, trust: Trust = "mine") 
         _own_dir(current, modes.dir, create=True, trust=trust, setting="")
 
 
+class NotRegularFile(OSError):
+    """A symbolic link, device or FIFO where a file of ours belongs: never followed."""
+
+
 def open_regular(path: Path) -> BinaryIO:
     """`path` opened for reading without following a symbolic link; a regular file only.
 
-    Raises FileNotFoundError when missing, OSError (ELOOP / EINVAL) for a link or
+    Raises FileNotFoundError when missing, NotRegularFile (an OSError) for a link or
     anything that is not a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegularFile(errno.ELOOP, "a symbolic link", str(path)) from None
+        raise
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
+            raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

@@ -8,7 +8,6 @@ reported as stored survives a crash.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -70,10 +69,7 @@ class LocalBlobStore(BlobStore):
                 return handle.read()
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            if exc.errno not in (errno.ELOOP, errno.EINVAL):
-                raise
-            # A symbolic link (or a device, a FIFO) where an object belongs: never followed.
+        except safedir.NotRegularFile:
             raise CorruptObject(f"object {digest[:12]} is not a regular file") from None
 
     def exists(self, digest: str) -> bool:
@@ -120,10 +116,8 @@ class LocalBlobStore(BlobStore):
                 return handle.read(MAX_MANIFEST_BYTES + 1)  # more is refused by its decode
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            if exc.errno not in (errno.ELOOP, errno.EINVAL):
-                raise
-            return b""  # a link or a device where a manifest belongs: never followed
+        except safedir.NotRegularFile:
+            return b""  # not a manifest: its decode refuses it
 
     def put_manifest(self, key: str, data: bytes) -> None:
         path = self._manifest_path(key)
@@ -136,25 +130,27 @@ class LocalBlobStore(BlobStore):
                 self._manifest_path(key).unlink()
 
     def iter_manifest_keys(self) -> Iterator[str]:
-        if not self.manifests.is_dir():
-            return
-        for shard in sorted(p for p in self.manifests.iterdir() if p.is_dir()):
-            with os.scandir(shard) as entries:
-                yield from (e.name for e in entries if not e.name.startswith("."))
+        return (info.digest for info in _scan(self.manifests, nested=True, length=0))
 
     def describe(self) -> str:
         return str(self.base)
 
 
-def _scan(directory: Path, *, nested: bool) -> Iterator[BlobInfo]:
+def _scan(directory: Path, *, nested: bool, length: int = 64) -> Iterator[BlobInfo]:
+    """Files under `directory` (in its shard directories if `nested`) whose names are
+    `length` long (0: any of our names, letters and digits; manifests' `digest` is
+    their key), as S3's `_list` filters its listing."""
     if not directory.is_dir():
         return
     dirs = sorted(p for p in directory.iterdir() if p.is_dir()) if nested else [directory]
     for sub in dirs:
         with os.scandir(sub) as entries:
             for entry in entries:
-                if entry.name.startswith(".") or len(entry.name) != 64:
-                    continue
+                name = entry.name
+                if name.startswith(".") or (
+                    (len(name) != length) if length else not name.isalnum()
+                ):
+                    continue  # not ours: a temporary file, a stray
                 with contextlib.suppress(FileNotFoundError):
                     st = entry.stat()
                     yield BlobInfo(entry.name, st.st_size, st.st_mtime)
