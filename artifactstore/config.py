@@ -35,6 +35,9 @@ DEFAULT_FLUSH_SECS = 60.0
 # trains for a day holds none (PostgreSQL serves max_connections, 100 by default).
 DEFAULT_DB_POOL_SIZE = 4
 DEFAULT_DB_IDLE_SECS = 10.0
+# How often a running process writes its hits as a journal object (artifactstore.journal)
+# when its index is a database server: few objects for gc to fold, hits never older.
+DEFAULT_JOURNAL_SECS = 60.0
 # Circuit breaker on the store: every failure already cost up to ARTSTORE_TIMEOUT,
 # so one is enough to stop paying; a minute later one probe finds out if it is back.
 DEFAULT_BREAKER_FAILURES = 1
@@ -83,6 +86,7 @@ class Settings:
     flush_secs: float = DEFAULT_FLUSH_SECS
     db_pool_size: int = DEFAULT_DB_POOL_SIZE
     db_idle_secs: float = DEFAULT_DB_IDLE_SECS
+    journal_secs: float = DEFAULT_JOURNAL_SECS
     s3_endpoint_url: str | None = None
     cache_callbacks: bool = True
     local_tier: str | None = None  # a directory, "off", or None for the default place
@@ -101,6 +105,12 @@ class Settings:
     # A local store's new directories and files readable by their group (0750/0640)
     # rather than private (0700/0600), to share it read-only; never group-writable.
     group_readable: bool = False
+
+    @property
+    def index_is_server(self) -> bool:
+        """A database server (PostgreSQL), whose connections are few and shared by the
+        cluster, rather than a SQLite file: the read path never asks it (issue 16)."""
+        return not self.index_url.lower().startswith("sqlite")
 
     def __repr__(self) -> str:
         """The dataclass's repr, redacted: configure() returns Settings, and a program
@@ -259,6 +269,7 @@ _OPTIONS: dict[str, str] = {
     "flush_secs": "FLUSH_TIMEOUT",
     "db_pool_size": "DB_POOL_SIZE",
     "db_idle_secs": "DB_IDLE_SECS",
+    "journal_secs": "JOURNAL_SECS",
     "s3_endpoint_url": "S3_ENDPOINT_URL",
     "cache_callbacks": "CACHE_CALLBACKS",
     "local_tier": "LOCAL_TIER",
@@ -341,6 +352,9 @@ def resolve(
         ),
         db_idle_secs=parse_float(
             ENV_PREFIX + "DB_IDLE_SECS", values.get("db_idle_secs", DEFAULT_DB_IDLE_SECS)
+        ),
+        journal_secs=parse_float(
+            ENV_PREFIX + "JOURNAL_SECS", values.get("journal_secs", DEFAULT_JOURNAL_SECS)
         ),
         s3_endpoint_url=str(endpoint) if endpoint else None,
         cache_callbacks=parse_bool(

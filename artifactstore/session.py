@@ -108,7 +108,7 @@ class Session:
     def _open(self) -> Store:
         from artifactstore.store import Store
 
-        store = Store.open(self.settings, tier=self.tier, using=self._using)
+        store = Store.open(self.settings, tier=self.tier, using=self._using, lazy_index=True)
         store.on_stored.append(self._stored)
         if self.settings.enforce_quota and not self.settings.read_only:
             from artifactstore.gc.quota_pass import QuotaPass

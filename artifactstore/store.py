@@ -5,6 +5,13 @@ compiles into `get`/`put` calls. It owns the invariants: bytes are verified
 (digest, envelope, fingerprint) before anyone sees them, an index row is
 committed only after its object is durable, bad objects are quarantined, and
 read-only stores never write.
+
+A lookup reads the entry's manifest from the object store, never a database
+server: a cluster of any size costs the index nothing (issue 16). The index is
+opened lazily, by the first write (or by commands that query it); hits go to a
+hit journal in the object store (artifactstore.journal) that gc folds in. A
+SQLite index, a file with no connection limit, is still asked for entries
+without a manifest (stored by 0.2 clients) and takes hits directly.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import time
 from collections import Counter as _Counts
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,8 +35,10 @@ from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, Operationa
 from artifactstore import codec, safedir
 from artifactstore.background import Worker, call_with_timeout
 from artifactstore.blobstores import BlobStore, open_blobstore
+from artifactstore.blobstores.base import JOURNALS
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import (
+    ArtstoreError,
     CorruptObject,
     OverLimit,
     PrivilegeRefused,
@@ -39,9 +48,10 @@ from artifactstore.errors import (
 )
 from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import db
-from artifactstore.index.accesses import ROW_HITS_MAX
+from artifactstore.index.accesses import clean_touches
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
+from artifactstore.journal import MAX_JOURNAL_KEYS, Journal, new_name
 from artifactstore.manifest import Manifest
 from artifactstore.redact import redact
 from artifactstore.tier import (
@@ -85,17 +95,22 @@ class Store:
         self,
         settings: Settings,
         blobs: BlobStore,
-        engine: Engine,
+        engine: Engine | None = None,
         *,
         worker: Worker | None = None,
         tier: LocalTier | None = None,
     ) -> None:
+        """`engine`: the index, or None to open it on first use (`open_index`)."""
         self.settings = settings
         self.namespace = settings.namespace
         self.read_only = settings.read_only
         self.blobs = blobs
-        self.engine = engine
-        self.index = EntryIndex(engine, settings.namespace)
+        self._engine = engine
+        self._index = EntryIndex(engine, settings.namespace) if engine is not None else None
+        self._engine_lock = threading.Lock()
+        # Hits go to hit journals in the object store, not to a database server.
+        self.journals_hits = settings.index_is_server
+        self._last_journal = time.monotonic()
         self.counters = ProcessCounters()
         self._touch_lock = threading.Lock()
         self._touches: dict[str, tuple[int, datetime]] = {}
@@ -116,6 +131,32 @@ class Store:
         # knows which one hung (the session's per-backend circuit breakers).
         self.using: Callable[[str], None] = _ignore
 
+    @property
+    def engine(self) -> Engine:
+        """The index's engine, opened (and its schema checked) on first use."""
+        if self._engine is None:
+            with self._engine_lock:
+                if self._engine is None:
+                    self.using("index")
+                    try:
+                        self._engine = open_index(self.settings)
+                    except (ArtstoreError, ImportError):  # their one line names the fix
+                        raise
+                    except Exception as exc:  # a driver's error: say which backend failed
+                        raise StoreUnavailable(f"index unavailable ({one_line(exc)})") from None
+        return self._engine
+
+    @property
+    def index(self) -> EntryIndex:
+        if self._index is None:
+            self._index = EntryIndex(self.engine, self.namespace)
+        return self._index
+
+    @property
+    def index_opened(self) -> bool:
+        """Whether this process has opened the index (a reader never does)."""
+        return self._engine is not None
+
     # -- opening ------------------------------------------------------------
     @classmethod
     def open(
@@ -125,6 +166,7 @@ class Store:
         tier: LocalTier | None = None,
         check_blobs: bool = True,
         using: Callable[[str], None] | None = None,
+        lazy_index: bool = False,
     ) -> Store:
         """Open blob store and index; the embedded default migrates itself.
 
@@ -134,38 +176,36 @@ class Store:
         quotas), which must work while the object store is down; nothing is sent
         to the object store until a blob is asked for.
         `using`: told "index" or "object store" as each is turned to (see `Store.using`).
+        `lazy_index`: open the index only when first needed (a program's session: a
+        process that only reads never connects to it).
         """
         using = using or _ignore
         using("index")
         secure_local_dirs(settings)
-        engine = db.open_engine(
-            settings.index_url,
-            timeout_secs=settings.timeout_secs,
-            read_only=settings.read_only,
-            pool_size=settings.db_pool_size,
-        )
-        status = db.schema_status(engine)
-        if status.state is not db.SchemaState.CURRENT:
-            writable = db.read_only_reason(engine) is None  # also False where the FS says so
-            if writable and migrates_on_open(settings, engine.dialect.name, status.state):
-                status = db.upgrade(engine)
-            status.require_current()
+        engine = None if lazy_index else open_index(settings)
         using("object store")
         blobs = open_blobstore(settings)
         if check_blobs:
             blobs.check()
         store = cls(settings, blobs, engine, tier=tier or _open_tier(settings))
         store.using = using
-        store.fold_tier_journals()
+        if lazy_index:  # a program's first miss waits for nothing it does not need
+            store.worker.submit("fold tier journals", store.fold_tier_journals)
+        else:
+            store.fold_tier_journals()
         return store
 
     def _tick(self) -> None:
-        """The background writer's periodic work: hits to the index, then idle
-        database connections closed (a process that only trains holds none)."""
+        """The background writer's periodic work: hits to the index (or to a hit journal,
+        at most every ARTSTORE_JOURNAL_SECS), then idle database connections closed (a
+        process that only trains holds none)."""
         try:
-            self.flush_access()
+            due = time.monotonic() - self._last_journal >= self.settings.journal_secs
+            if due or not self.journals_hits:
+                self.flush_access()
         finally:
-            db.release_idle(self.engine, self.settings.db_idle_secs)
+            if self._engine is not None:
+                db.release_idle(self._engine, self.settings.db_idle_secs)
 
     def fold_tier_journals(self) -> None:
         """Count hits that processes served from this host's tier, so LRU sees them."""
@@ -187,21 +227,9 @@ class Store:
             self.tier.invalidate()
 
     def add_accesses(self, accesses: Accesses) -> None:
-        """Merge hits served elsewhere (the tier's journals) into the next access flush.
-
-        Journals are files: a row the index could not take (a key longer than its
-        column, a count past BIGINT, a time past year 9999) would fail every later
-        flush, so such rows are dropped here and counts and times are clamped."""
-        now = time.time()
-        touches: dict[str, tuple[int, datetime]] = {}
-        for key, (n, when) in accesses.items():
-            if not (0 < len(key) <= 64 and key.isascii() and key.isprintable()):
-                continue
-            if not 0 < when < float("inf"):  # also drops NaN
-                continue
-            hits = min(max(int(n), 1), ROW_HITS_MAX)
-            touches[key] = (hits, datetime.fromtimestamp(min(when, now), UTC))
-        self._merge_touches(touches)
+        """Merge hits served elsewhere (the tier's journals) into the next access flush,
+        checked and clamped (journals are files: see `clean_touches`)."""
+        self._merge_touches(clean_touches(accesses))
 
     def _merge_touches(self, touches: dict[str, tuple[int, datetime]]) -> None:
         """Add hit counts into the pending batch, keeping each key's latest access time."""
@@ -293,16 +321,20 @@ class Store:
         return Hit(payload, entry)
 
     def _find(self, key: str) -> EntryInfo | Manifest | None:
-        """Where `key`'s object is: its manifest in the object store, else its index row
-        (entries stored before manifests existed, or whose publication failed)."""
+        """Where `key`'s object is: its manifest in the object store. A SQLite index (a
+        file) is also asked for entries without one (stored by 0.2 clients, or whose
+        publication failed); a database server never is: there, a missing manifest is
+        a miss, and a writer that compiles the key publishes it (see `put`)."""
         self.using("object store")
         data = self.blobs.get_manifest(key)
         if data is not None:
             try:
                 return Manifest.decode(data, key)
-            except CorruptObject as exc:  # only says where to look: ask the index instead
+            except CorruptObject as exc:  # only says where to look: a miss
                 self.counters.add("bad_manifest")
                 self._warn_once("manifest", "ignoring a damaged manifest: %s", exc)
+        if self.settings.index_is_server:
+            return None
         self.using("index")
         return self.index.lookup(key)
 
@@ -322,6 +354,14 @@ class Store:
                 entry.key[:12],
                 one_line(exc),
             )
+            return False
+
+    def _published(self, entry: EntryInfo) -> bool:
+        """Whether `entry`'s manifest is published and leads to its object."""
+        data = self.blobs.get_manifest(entry.key)
+        try:
+            return data is not None and Manifest.decode(data, entry.key).digest == entry.digest
+        except CorruptObject:
             return False
 
     def withdraw(self, keys: list[str]) -> None:
@@ -394,7 +434,11 @@ class Store:
         self._merge_touches({key: (1, utcnow())})
 
     def flush_access(self) -> None:
-        """Write batched hit counts, access times and counters to the index."""
+        """Write batched hit counts, access times and counters to the index, or to a
+        hit journal where the index is a database server."""
+        if self.journals_hits:
+            self._write_journal()
+            return
         with self._touch_lock:
             touches, self._touches = self._touches, {}
             counts, self._pending_counts = self._pending_counts, _Counts()
@@ -417,6 +461,26 @@ class Store:
             if self.read_only:
                 counts = _Counts()  # readers never write counters
             self._merge_touches(touches)  # the database is down: kept for the next flush
+            with self._touch_lock:
+                self._pending_counts.update(counts)
+            raise
+
+    def _write_journal(self) -> None:
+        """One hit journal object with the pending hits and miss counts (at most
+        MAX_JOURNAL_KEYS of them: the rest wait for the next); kept pending if the
+        object store refuses it, so the next flush tries again."""
+        self._last_journal = time.monotonic()
+        with self._touch_lock:
+            if not self._touches and not any(self._pending_counts.values()):
+                return
+            keys = list(self._touches)[:MAX_JOURNAL_KEYS]
+            touches = {k: self._touches.pop(k) for k in keys}
+            counts, self._pending_counts = self._pending_counts, _Counts()
+        accesses = {k: (n, when.timestamp()) for k, (n, when) in touches.items()}
+        try:
+            self.blobs.put_record(JOURNALS, new_name(), Journal(accesses, dict(counts)).encode())
+        except Exception:
+            self._merge_touches(touches)
             with self._touch_lock:
                 self._pending_counts.update(counts)
             raise
@@ -448,6 +512,11 @@ class Store:
             return False
         if existing is not None and not replace:  # another process stored it first
             self.counters.add("already_present")
+            if self.settings.index_is_server and not self._published(existing):
+                # Stored by a 0.2 client, its publication failed, or its manifest was
+                # damaged: readers miss it until it is published (this process did too).
+                if self.publish(existing):
+                    self.counters.add("manifest_republished")
             return False
         encoded = encode_entry(
             key,
@@ -577,7 +646,8 @@ class Store:
         # Hit counts too, within what is left of the same bound: a database that stops
         # answering must not hold the program at exit.
         with self._touch_lock:
-            counts = not self.read_only and any(self._pending_counts.values())
+            writes_counts = not self.read_only or self.journals_hits
+            counts = writes_counts and any(self._pending_counts.values())
             accesses = bool(self._touches or counts)
         # The hit counts are one store operation: bounded by ARTSTORE_TIMEOUT as any other.
         hits_bound = min(deadline - time.monotonic(), self.settings.timeout_secs)
@@ -600,7 +670,25 @@ class Store:
         return done
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self._engine is not None:
+            self._engine.dispose()
+
+
+def open_index(settings: Settings) -> Engine:
+    """The index's engine, its schema checked; the embedded default migrates itself."""
+    engine = db.open_engine(
+        settings.index_url,
+        timeout_secs=settings.timeout_secs,
+        read_only=settings.read_only,
+        pool_size=settings.db_pool_size,
+    )
+    status = db.schema_status(engine)
+    if status.state is not db.SchemaState.CURRENT:
+        writable = db.read_only_reason(engine) is None  # also False where the FS says so
+        if writable and migrates_on_open(settings, engine.dialect.name, status.state):
+            status = db.upgrade(engine)
+        status.require_current()
+    return engine
 
 
 def migrates_on_open(settings: Settings, dialect: str, state: db.SchemaState) -> bool:

@@ -177,11 +177,12 @@ def open_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenStore]:
     """Open a Store in this process on a test environment (AWS settings for boto3 too)."""
     opened: list[Store] = []
 
-    def _open(env: dict[str, str], **overrides: Any) -> Store:
+    def _open(env: dict[str, str], *, lazy_index: bool = False, **overrides: Any) -> Store:
+        """`lazy_index`: as a program's session opens it (the index on first use)."""
         for name, value in env.items():
             if name.startswith("AWS_") or name == "NO_PROXY":
                 monkeypatch.setenv(name, value)
-        store = Store.open(config.resolve(overrides, environ=env))
+        store = Store.open(config.resolve(overrides, environ=env), lazy_index=lazy_index)
         opened.append(store)
         return store
 

@@ -9,7 +9,10 @@ from conftest import OpenStore
 from sqlalchemy import select
 
 from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.gc.journals import fold_journals
+from artifactstore.index.accesses import ROW_HITS_MAX, fold_accesses
 from artifactstore.index.models import Entry
+from artifactstore.store import Store
 
 KEY = "c" * 64
 
@@ -19,8 +22,13 @@ def _fp() -> Fingerprint:
                    device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
 
 
-def _hits(store: object) -> tuple[int, datetime]:
-    with store.engine.connect() as conn:  # type: ignore[attr-defined]
+def _hits(store: Store) -> tuple[int, datetime]:
+    """The entry's hits and last access, once the flushed hits reached it (a database
+    server hears of them through hit journals, folded as `artstore fold` does)."""
+    if store.journals_hits:
+        fold_journals(store)
+        fold_accesses(store.engine, store.namespace)
+    with store.engine.connect() as conn:
         row = conn.execute(select(Entry.hits, Entry.last_access).where(Entry.key == KEY)).one()
     return int(row[0]), row[1]
 
@@ -52,4 +60,7 @@ def test_a_row_the_index_refuses_does_not_fail_later_flushes(
     store.flush_access()  # dropped with one warning, not kept for every later flush
     store._merge_touches({KEY: (1, datetime.now(UTC))})
     store.flush_access()
-    assert _hits(store)[0] == before + 1
+    if store.journals_hits:  # a journal's rows are clamped when folded, not refused
+        assert before + 1 < _hits(store)[0] <= before + 1 + ROW_HITS_MAX
+    else:
+        assert _hits(store)[0] == before + 1

@@ -7,7 +7,9 @@ from __future__ import annotations
 from conftest import OpenStore, artstore
 from sqlalchemy import func, select
 
+from artifactstore.blobstores.base import JOURNALS
 from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.gc.journals import fold_journals
 from artifactstore.index.models import Access, Entry
 
 KEY = "a" * 64
@@ -38,9 +40,15 @@ def test_reader_setting_refuses_index_writes_but_records_hits(
         assert "read-only" in lines[0] and "unset ARTSTORE_READ_ONLY" in lines[0], lines
     quotas = artstore("quota", "ls", "--json", env=any_env)
     assert '"default"' in quotas.stdout and "2147483648" not in quotas.stdout
-    reader = open_store(reader_env)
+    reader = open_store(reader_env, lazy_index=True)
     assert reader.get(KEY, _fp().digest) is not None  # entry and object are still there
     reader.flush_access()  # raises if the append were refused
+    if reader.settings.index_is_server:
+        # A database server hears of readers' hits only through hit journals in the
+        # bucket, folded in by a writer; the reader never opened the index.
+        assert not reader.index_opened
+        assert len(list(reader.blobs.iter_records(JOURNALS))) == 1
+        fold_journals(open_store(any_env))
     with reader.engine.connect() as conn:
         assert conn.scalar(select(func.count()).select_from(Access)) == 1
         assert conn.scalar(select(func.count()).select_from(Entry)) == 1

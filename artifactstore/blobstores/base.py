@@ -8,12 +8,14 @@ any backend, as in sccache's storage layer.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from artifactstore.codec import check_digest
+from artifactstore.journal import MAX_JOURNAL_BYTES, check_journal_name
+from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
 
-__all__ = ["BlobInfo", "BlobStore", "check_digest"]
+__all__ = ["JOURNALS", "MANIFESTS", "BlobInfo", "BlobStore", "RecordKind", "check_digest"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,31 @@ class BlobInfo:
     digest: str
     size: int
     mtime: float  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """A kind of small record kept beside the objects, under its own folder."""
+
+    name: str  # in messages
+    folder: str  # under the namespace: a directory, or an S3 key prefix
+    max_bytes: int  # a bigger record is read only this far (+1), so its decode refuses it
+    check_name: Callable[[str], str]  # ValueError for a name that is not one of ours
+    sharded: bool = False  # local directories: in subdirectories by the name's first 2 chars
+    readers_write: bool = False  # read-only processes may put (never delete) these
+    local_folder: str = ""  # a local store's directory, where it is not `folder`
+
+    @property
+    def directory(self) -> str:
+        return self.local_folder or self.folder
+
+
+# Each entry's record (artifactstore.manifest): S3 keeps the name readers' policies grant.
+MANIFESTS = RecordKind("manifest", "keys", MAX_MANIFEST_BYTES, check_key, sharded=True,
+                       local_folder="manifests")  # fmt: skip
+# Hits of processes that do not write the index (artifactstore.journal).
+JOURNALS = RecordKind("journal", "journals", MAX_JOURNAL_BYTES, check_journal_name,
+                      readers_write=True)  # fmt: skip
 
 
 class BlobStore(abc.ABC):
@@ -67,22 +94,39 @@ class BlobStore(abc.ABC):
     def describe(self) -> str:
         """Where the objects live, without secrets."""
 
-    # -- manifests: each entry's record, beside the objects (artifactstore.manifest) --
+    # -- records: manifests and journals, beside the objects ---------------------
     @abc.abstractmethod
+    def get_record(self, kind: RecordKind, name: str) -> bytes | None:
+        """The record as stored (at most `kind.max_bytes` + 1 bytes), or None if absent.
+        Never verifies: its decode does."""
+
+    @abc.abstractmethod
+    def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
+        """Write the record atomically, replacing any other; durable on return."""
+
+    @abc.abstractmethod
+    def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:
+        """Remove the records `names`, present or not."""
+
+    @abc.abstractmethod
+    def iter_records(self, kind: RecordKind) -> Iterator[str]:
+        """The name of every record of `kind` (streamed)."""
+
     def get_manifest(self, key: str) -> bytes | None:
-        """`key`'s manifest as stored, or None if none is published. Never verifies."""
+        """`key`'s manifest as stored, or None if none is published."""
+        return self.get_record(MANIFESTS, key)
 
-    @abc.abstractmethod
     def put_manifest(self, key: str, data: bytes) -> None:
-        """Publish `key`'s manifest atomically, replacing any other; durable on return."""
+        """Publish `key`'s manifest, replacing any other; durable on return."""
+        self.put_record(MANIFESTS, key, data)
 
-    @abc.abstractmethod
     def delete_manifests(self, keys: Sequence[str]) -> None:
         """Withdraw the manifests of `keys`, published or not."""
+        self.delete_records(MANIFESTS, keys)
 
-    @abc.abstractmethod
     def iter_manifest_keys(self) -> Iterator[str]:
         """The key of every published manifest (streamed)."""
+        return self.iter_records(MANIFESTS)
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise StoreUnavailable if the backend cannot be reached."""

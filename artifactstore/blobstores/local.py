@@ -14,10 +14,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from artifactstore import safedir
-from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
+from artifactstore.blobstores.base import BlobInfo, BlobStore, RecordKind, check_digest
 from artifactstore.config import check_namespace
 from artifactstore.errors import CorruptObject, OverLimit
-from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
 
 
 class LocalBlobStore(BlobStore):
@@ -37,7 +36,6 @@ class LocalBlobStore(BlobStore):
         self.base = self.root / namespace
         self.objects = self.base / "objects"
         self.quarantine_dir = self.base / "quarantine"
-        self.manifests = self.base / "manifests"
         self.modes = modes
         self._top = Path(top) if top is not None else self.root
         self._setting = setting
@@ -106,31 +104,36 @@ class LocalBlobStore(BlobStore):
     def iter_quarantined(self) -> Iterator[BlobInfo]:
         yield from _scan(self.quarantine_dir, nested=False)
 
-    def _manifest_path(self, key: str) -> Path:
-        check_key(key)
-        return self.manifests / key[:2] / key
+    def _records_dir(self, kind: RecordKind) -> Path:
+        return self.base / kind.directory
 
-    def get_manifest(self, key: str) -> bytes | None:
+    def _record_path(self, kind: RecordKind, name: str) -> Path:
+        kind.check_name(name)
+        folder = self._records_dir(kind)
+        return folder / name[:2] / name if kind.sharded else folder / name
+
+    def get_record(self, kind: RecordKind, name: str) -> bytes | None:
         try:
-            with safedir.open_regular(self._manifest_path(key)) as handle:
-                return handle.read(MAX_MANIFEST_BYTES + 1)  # more is refused by its decode
+            with safedir.open_regular(self._record_path(kind, name)) as handle:
+                return handle.read(kind.max_bytes + 1)  # more is refused by its decode
         except FileNotFoundError:
             return None
         except safedir.NotRegularFile:
-            return b""  # not a manifest: its decode refuses it
+            return b""  # not a record: its decode refuses it
 
-    def put_manifest(self, key: str, data: bytes) -> None:
-        path = self._manifest_path(key)
+    def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
+        path = self._record_path(kind, name)
         self.make_dir(path.parent)
         write_atomic(path, data, mode=self.modes.file)
 
-    def delete_manifests(self, keys: Sequence[str]) -> None:
-        for key in keys:
+    def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:
+        for name in names:
             with contextlib.suppress(FileNotFoundError):
-                self._manifest_path(key).unlink()
+                self._record_path(kind, name).unlink()
 
-    def iter_manifest_keys(self) -> Iterator[str]:
-        return (info.digest for info in _scan(self.manifests, nested=True, length=0))
+    def iter_records(self, kind: RecordKind) -> Iterator[str]:
+        found = _scan(self._records_dir(kind), nested=kind.sharded, length=0)
+        return (info.digest for info in found)
 
     def describe(self) -> str:
         return str(self.base)
@@ -138,8 +141,8 @@ class LocalBlobStore(BlobStore):
 
 def _scan(directory: Path, *, nested: bool, length: int = 64) -> Iterator[BlobInfo]:
     """Files under `directory` (in its shard directories if `nested`) whose names are
-    `length` long (0: any of our names, letters and digits; manifests' `digest` is
-    their key), as S3's `_list` filters its listing."""
+    `length` long (0: any of our names, letters and digits; records' `digest` is
+    their name), as S3's `_list` filters its listing."""
     if not directory.is_dir():
         return
     dirs = sorted(p for p in directory.iterdir() if p.is_dir()) if nested else [directory]

@@ -1,4 +1,5 @@
-"""Read-only wrapper: a reader's blob store refuses every write, whatever calls it.
+"""Read-only wrapper: a reader's blob store refuses every write, whatever calls it,
+but its hit journal (artifactstore.journal), which gc folds into the index.
 
 The Store also skips writes in reader mode (to count and log them); this wrapper
 is the backstop, so that no code path, present or future, writes an object.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from artifactstore.blobstores.base import BlobInfo, BlobStore
+from artifactstore.blobstores.base import BlobInfo, BlobStore, RecordKind
 from artifactstore.errors import ReadOnlyError
 
 
@@ -42,17 +43,19 @@ class ReadOnlyBlobStore(BlobStore):
     def iter_quarantined(self) -> Iterator[BlobInfo]:
         return self.inner.iter_quarantined()
 
-    def get_manifest(self, key: str) -> bytes | None:
-        return self.inner.get_manifest(key)
+    def get_record(self, kind: RecordKind, name: str) -> bytes | None:
+        return self.inner.get_record(kind, name)
 
-    def put_manifest(self, key: str, data: bytes) -> None:
-        raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
+    def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
+        if not kind.readers_write:  # a reader's hit journal is its one write
+            raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
+        self.inner.put_record(kind, name, data)
 
-    def delete_manifests(self, keys: Sequence[str]) -> None:
+    def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:
         raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to delete")
 
-    def iter_manifest_keys(self) -> Iterator[str]:
-        return self.inner.iter_manifest_keys()
+    def iter_records(self, kind: RecordKind) -> Iterator[str]:
+        return self.inner.iter_records(kind)
 
     def describe(self) -> str:
         return self.inner.describe() + " (read-only)"

@@ -10,6 +10,7 @@ Layout inside the bucket (one namespace per team/project)::
     {prefix}/{namespace}/objects/{digest[:2]}/{digest}
     {prefix}/{namespace}/quarantine/{digest}
     {prefix}/{namespace}/keys/{key}          manifests (artifactstore.manifest)
+    {prefix}/{namespace}/journals/{name}     hit journals (artifactstore.journal)
 
 S3 makes an object visible only once its upload (single or multipart) has
 completed, so readers never see partial bytes and no temp-file dance is needed.
@@ -36,10 +37,9 @@ from boto3.exceptions import Boto3Error
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
-from artifactstore.blobstores.base import BlobInfo, BlobStore, check_digest
+from artifactstore.blobstores.base import BlobInfo, BlobStore, RecordKind, check_digest
 from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit, StoreUnavailable
-from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
 from artifactstore.redact import redact
 
 MiB = 1024 * 1024
@@ -96,7 +96,6 @@ class S3BlobStore(BlobStore):
         self.base = f"{self.prefix}/{namespace}" if self.prefix else namespace
         self.objects_prefix = f"{self.base}/objects/"
         self.quarantine_prefix = f"{self.base}/quarantine/"
-        self.manifests_prefix = f"{self.base}/keys/"
         self.transfer_config = TransferConfig(
             multipart_threshold=multipart_threshold,
             multipart_chunksize=multipart_chunksize,
@@ -264,45 +263,47 @@ class S3BlobStore(BlobStore):
                     "check that the credentials may s3:DeleteObject"
                 )
 
-    # -- manifests ------------------------------------------------------------
-    def manifest_key(self, key: str) -> str:
-        return f"{self.manifests_prefix}{check_key(key)}"
+    # -- records: manifests and journals ----------------------------------------
+    def record_key(self, kind: RecordKind, name: str) -> str:
+        return f"{self.base}/{kind.folder}/{kind.check_name(name)}"
 
-    def get_manifest(self, key: str) -> bytes | None:
-        name = self.manifest_key(key)
+    def get_record(self, kind: RecordKind, name: str) -> bytes | None:
+        key = self.record_key(kind, name)
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=name)
-            body: bytes = response["Body"].read(MAX_MANIFEST_BYTES + 1)
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+            body: bytes = response["Body"].read(kind.max_bytes + 1)  # more: refused by decode
             response["Body"].close()
             return body
         except Exception as exc:
-            if _code(exc) in _NOT_FOUND or self._denied_but_absent(name, exc):
+            if _code(exc) in _NOT_FOUND or self._denied_but_absent(key, exc):
                 return None
-            self._fail("get manifest", exc)
+            self._fail(f"get {kind.name}", exc)
 
-    def put_manifest(self, key: str, data: bytes) -> None:
+    def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
         try:
             self.client.put_object(
                 Bucket=self.bucket,
-                Key=self.manifest_key(key),
+                Key=self.record_key(kind, name),
                 Body=data,
                 ContentType="application/json",
             )
         except Exception as exc:
-            self._fail("put manifest", exc)
+            self._fail(f"put {kind.name}", exc)
 
-    def delete_manifests(self, keys: Sequence[str]) -> None:
+    def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:
         def one_by_one(names: Sequence[str]) -> None:
             for name in names:
                 try:
-                    self.client.delete_object(Bucket=self.bucket, Key=self.manifest_key(name))
+                    self.client.delete_object(Bucket=self.bucket, Key=self.record_key(kind, name))
                 except Exception as exc:
-                    self._fail("delete manifest", exc)
+                    self._fail(f"delete {kind.name}", exc)
 
-        self._delete_keys([self.manifest_key(k) for k in keys], "manifests", one_by_one)
+        keys = [self.record_key(kind, n) for n in names]
+        self._delete_keys(keys, f"{kind.name}s", one_by_one)
 
-    def iter_manifest_keys(self) -> Iterator[str]:
-        return (info.digest for info in self._list(self.manifests_prefix, "list manifests", 0))
+    def iter_records(self, kind: RecordKind) -> Iterator[str]:
+        listing = self._list(f"{self.base}/{kind.folder}/", f"list {kind.name}s", 0)
+        return (info.digest for info in listing)
 
     def quarantine(self, digest: str) -> None:
         source = self.key(digest)
@@ -383,7 +384,7 @@ class S3BlobStore(BlobStore):
 
     def _list(self, prefix: str, op: str, length: int = 64) -> Iterator[BlobInfo]:
         """Objects under `prefix` whose names are `length` long (0: any our own name;
-        manifests' `digest` is their key)."""
+        records' `digest` is their name)."""
         try:
             paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):

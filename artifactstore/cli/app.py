@@ -41,6 +41,7 @@ for _command in (
     sign_cmd.keygen_cmd,
     sign_cmd.sign_cmd,
     gc_cmd.gc_cmd,
+    gc_cmd.fold_cmd,
     gc_cmd.quota_group,
     setup_cmd.fingerprint_cmd,
     warm_cmd.warm_cmd,

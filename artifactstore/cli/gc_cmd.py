@@ -110,6 +110,30 @@ def gc_cmd(
     out.finish()
 
 
+@click.command("fold")
+@json_option()
+@click.pass_obj
+def fold_cmd(obj: Ctx, as_json: bool) -> None:
+    """Fold readers' hit journals into the index (gc does too; run it every few minutes
+    from cron where gc runs less often, so that `stats` and LRU see the cluster's hits)."""
+    from artifactstore.cli.gc_output import fold_line
+    from artifactstore.gc.journals import fold_journals
+    from artifactstore.index.accesses import fold_accesses
+
+    with obj.store() as store:
+        if store.read_only:
+            fail("fold writes the index: unset ARTSTORE_READ_ONLY to run it", EXIT_USAGE)
+        fold = fold_journals(store)
+        rows = fold_accesses(store.engine, store.namespace)
+    if as_json:
+        print_json({"namespace": store.namespace, "journals_folded": fold.journals,
+                    "journals_refused": fold.refused, "hits": fold.hits,
+                    "accesses_folded": rows})  # fmt: skip
+        return
+    click.echo(f"namespace {store.namespace}: {fold_line(fold.journals, fold.refused)} "
+               f"({fold.hits} hits); {rows} access rows applied")  # fmt: skip
+
+
 @click.group("quota")
 def quota_group() -> None:
     """Per-namespace size quotas, enforced by `artstore gc`."""

@@ -90,6 +90,8 @@ class Output:
                 f"  {verb} {report.entries_restored} entries the index had lost, "
                 "from their objects' metadata\n"
             )
+        if report.journals_folded or report.journals_refused:
+            self._write(f"  {fold_line(report.journals_folded, report.journals_refused)}\n")
         if report.reconcile_skipped:
             self._write(f"  object store not cross-checked: {report.reconcile_skipped}\n")
 
@@ -130,3 +132,11 @@ class Bars:
 def _unknown() -> Iterator[None]:
     """An iterable without a length, so the bar counts instead of showing a fraction."""
     yield from ()
+
+
+def fold_line(journals: int, refused: int) -> str:
+    """One line for folded hit journals, shared by gc and `artstore fold`."""
+    line = f"folded {journals} hit journal{'s' if journals != 1 else ''} into the index"
+    if refused:
+        line += f"; deleted {refused} malformed or oversized one{'s' if refused != 1 else ''}"
+    return line

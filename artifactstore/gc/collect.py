@@ -8,6 +8,7 @@ from datetime import datetime
 
 from artifactstore.errors import ConfigError, StoreUnavailable, one_line
 from artifactstore.gc import reconcile
+from artifactstore.gc.journals import fold_or_say_why
 from artifactstore.gc.policy import Policy, effective_limit, old_jaxlib_versions
 from artifactstore.gc.rebuild import require_sound_index
 from artifactstore.gc.report import GcReport, OnRemove, PhaseProgress, Removal
@@ -51,8 +52,12 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
     run.lease = Lease(run.store.engine, f"gc:{run.store.namespace}")
     run.lease.acquire(wait=wait)
     try:
-        # Also in dry runs: folding deletes nothing, and without it the dry
+        # Also in dry runs: folding loses nothing, and without it the dry
         # run would choose by other access times than the real run.
+        fold, why = fold_or_say_why(run.store)
+        if why is not None and not run.policy.dry_run:
+            raise StoreUnavailable(f"hit journals not folded: {why}")
+        run.report.journals_folded, run.report.journals_refused = fold.journals, fold.refused
         run.report.accesses_folded = fold_accesses(run.store.engine, run.store.namespace)
         limit = effective_limit(run.store, run.policy.max_bytes)
         run.report.limit_bytes = limit

@@ -38,6 +38,8 @@ class GcReport:
     limit_bytes: int | None
     bytes_before: int = 0
     bytes_after: int = 0
+    journals_folded: int = 0  # readers' hit journals (artifactstore.journal)
+    journals_refused: int = 0  # malformed or oversized: deleted unread
     accesses_folded: int = 0
     entries_removed: int = 0
     entry_bytes_removed: int = 0

@@ -14,6 +14,7 @@ folding clamps again because SQLite has no roles and old rows predate them.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,6 +43,25 @@ def saturating_hits(n: Any) -> Any:
     """`Entry.hits + n` that stops at BIGINT_MAX instead of failing with an overflow
     (`n` >= 0, a bound parameter): one huge count must not break every later update."""
     return case((Entry.hits > BIGINT_MAX - n, BIGINT_MAX), else_=Entry.hits + n)
+
+
+def clean_touches(accesses: dict[str, tuple[int, float]]) -> dict[str, tuple[int, datetime]]:
+    """Hits from a file or an object (a tier's journal, a hit journal) as index rows.
+
+    Such rows come from anyone who could write there: a row the index could not
+    take (a key longer than its column, a count past BIGINT, a time past year 9999)
+    would fail every later flush, so such rows are dropped and counts and times are
+    clamped, as the database clamps readers' rows."""
+    now = time.time()
+    touches: dict[str, tuple[int, datetime]] = {}
+    for key, (n, when) in accesses.items():
+        if not (isinstance(key, str) and 0 < len(key) <= 64 and key.isascii()):
+            continue
+        if not key.isprintable() or not 0 < when < float("inf"):  # also drops NaN
+            continue
+        hits = min(max(int(n), 1), ROW_HITS_MAX)
+        touches[key] = (hits, datetime.fromtimestamp(min(when, now), UTC))
+    return touches
 
 
 def append_accesses(

@@ -1,0 +1,97 @@
+"""Hit journals folded into the index: `artstore fold`, and the first step of every gc.
+
+Readers' hits reach the index only through here (artifactstore.journal says why):
+each journal's rows are checked and clamped like any access row, appended to the
+index's access rows with its miss counters, and the journal is deleted after the
+commit. Then the access rows are folded into the entries (index/accesses.py), so
+LRU, `ls` and `stats` see the cluster's hits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from artifactstore.blobstores.base import JOURNALS
+from artifactstore.errors import CorruptObject, one_line
+from artifactstore.index.accesses import ROW_HITS_MAX, append_accesses, clean_touches
+from artifactstore.journal import Journal
+from artifactstore.store import Store
+
+log = logging.getLogger("artifactstore")
+
+# Journals read before their rows are committed and they are deleted: bounds memory
+# and how much a fold killed midway counts twice.
+BATCH = 200
+
+
+@dataclass
+class JournalFold:
+    journals: int = 0  # folded and deleted
+    refused: int = 0  # malformed or oversized: deleted unread, counted here
+    hits: int = 0  # hits they added (after clamping)
+
+
+def fold_journals(store: Store, *, progress: Callable[[int], None] | None = None) -> JournalFold:
+    """Fold every hit journal of the store's namespace into its access rows."""
+    result = JournalFold()
+    batch: list[str] = []
+    touches: dict[str, tuple[int, datetime]] = {}
+    counts: Counter[str] = Counter()
+    for name in store.blobs.iter_records(JOURNALS):
+        data = store.blobs.get_record(JOURNALS, name)
+        if data is None:  # folded by a concurrent fold
+            continue
+        batch.append(name)
+        try:
+            journal = Journal.decode(data)
+        except CorruptObject as exc:
+            result.refused += 1
+            log.warning("artifactstore: deleting hit journal %s: %s", name, exc)
+            continue
+        result.journals += 1
+        for key, (n, when) in clean_touches(journal.accesses).items():
+            old_n, old_t = touches.get(key, (0, when))
+            touches[key] = (min(old_n + n, ROW_HITS_MAX), max(when, old_t))
+        for counter, value in journal.counts.items():
+            counts[counter] += min(max(value, 0), ROW_HITS_MAX)
+        if len(batch) >= BATCH:
+            _commit(store, batch, touches, counts, result, progress)
+    _commit(store, batch, touches, counts, result, progress)
+    return result
+
+
+def _commit(
+    store: Store,
+    batch: list[str],
+    touches: dict[str, tuple[int, datetime]],
+    counts: Counter[str],
+    result: JournalFold,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Rows first, then the journals: a fold killed between the two counts them twice
+    (hit statistics), never loses them."""
+    if not batch:
+        return
+    append_accesses(store.engine, store.namespace, touches)
+    if counts:
+        store.index.add_counters(dict(counts))
+    store.blobs.delete_records(JOURNALS, batch)
+    result.hits += sum(n for n, _ in touches.values())
+    if progress is not None:
+        progress(len(batch))
+    batch.clear()
+    touches.clear()
+    counts.clear()
+
+
+def fold_or_say_why(store: Store) -> tuple[JournalFold, str | None]:
+    """`fold_journals`, or why it could not run (the object store is down: a dry-run
+    gc and `artstore stats` still work from the index)."""
+    try:
+        return fold_journals(store), None
+    except Exception as exc:
+        return JournalFold(), one_line(exc)

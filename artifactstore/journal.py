@@ -1,0 +1,100 @@
+"""Hit journals: a process's batched hits, one small object beside the manifests.
+
+Why: a reader must not need the database (issue 16), yet LRU eviction must see
+the hits of the whole cluster. So a process whose index is a database server
+writes its hits (key -> count, latest access) and miss counters as a journal
+object in the object store, at most once per ARTSTORE_JOURNAL_SECS and once at
+exit; `artstore fold` (and every `artstore gc`) reads the journals, appends them
+to the index's access rows with the same validation and clamps as any reader's
+rows (index/accesses.py), and deletes them. Folding is at least once: a fold
+killed between its commit and the journal's deletion counts that journal again,
+which costs hit statistics, never an entry.
+
+Journals come from readers, who are trusted less than writers: a journal is at
+most MAX_JOURNAL_BYTES (a bigger one is deleted unread), every row is checked
+and clamped, and a malformed journal is deleted and counted, never retried.
+
+Format (version 1): one UTF-8 JSON object,
+
+    {"v": 1, "a": {key: [hits, latest access as seconds since the epoch]},
+     "c": {counter: count}}
+
+named by 32 random hex digits (`new_name`), so that writers never collide.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from artifactstore.errors import CorruptObject
+
+FORMAT_VERSION = 1
+MAX_JOURNAL_BYTES = 1024 * 1024
+# Keys per journal: a batch beyond this waits for the next journal (bounds its size:
+# about 100 bytes a row).
+MAX_JOURNAL_KEYS = 8000
+# The counters a journal may carry (Store._miss counts these for the index).
+COUNTERS = frozenset({"misses", "corrupt", "unsigned", "untrusted_key", "bad_signature"})
+_NAME_RE = re.compile(r"[0-9a-f]{32}")
+
+# key -> (hits, latest access as seconds since the epoch)
+Accesses = dict[str, tuple[int, float]]
+
+
+def new_name() -> str:
+    return uuid.uuid4().hex
+
+
+def check_journal_name(name: str) -> str:
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(f"not a journal name: {name[:140]!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class Journal:
+    accesses: Accesses = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        body = {
+            "v": FORMAT_VERSION,
+            "a": {k: [int(n), float(t)] for k, (n, t) in self.accesses.items()},
+            "c": {k: int(v) for k, v in self.counts.items() if k in COUNTERS and v},
+        }
+        return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Journal:
+        """Strict about the shape (CorruptObject otherwise); rows are checked by the fold."""
+        if len(data) > MAX_JOURNAL_BYTES:
+            raise CorruptObject(f"hit journal over {MAX_JOURNAL_BYTES} bytes")
+        try:
+            raw = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CorruptObject(f"hit journal is not JSON ({exc})") from None
+        if not isinstance(raw, dict) or raw.get("v") != FORMAT_VERSION:
+            raise CorruptObject("not a version 1 hit journal")
+        rows, counts = raw.get("a"), raw.get("c", {})
+        if not isinstance(rows, dict) or not isinstance(counts, dict):
+            raise CorruptObject("hit journal without its tables")
+        accesses: Accesses = {}
+        for key, row in rows.items():
+            if not (isinstance(row, list) and len(row) == 2 and all(_number(x) for x in row)):
+                raise CorruptObject("hit journal row is not [hits, time]")
+            accesses[key] = (int(row[0]), float(row[1]))
+        out: dict[str, int] = {}
+        for name, value in counts.items():
+            if name in COUNTERS and isinstance(value, int) and not isinstance(value, bool):
+                out[name] = value
+        return cls(accesses, out)
+
+
+def _number(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value)
