@@ -13,8 +13,10 @@ Format (version 1): one UTF-8 JSON object of at most MAX_MANIFEST_BYTES,
      "cb": host callbacks or null, "sg": signer name or null}
 
 `d`, `f` and `c` are also what a tier's key file holds, under the same names.
-Publication order: object durable -> index row -> manifest. Removal: the index row,
-then the manifest, then the object after gc's grace period.
+Publication order: object durable -> index row -> manifest. Removal: the manifest, the
+index row, then the object (`rm`; gc's eviction withdraws the manifest just after the row,
+and deletes the object after its grace period). What a crash between two steps leaves,
+and how `artstore verify --repair` mends it: artifactstore/gc/verify.py.
 """
 
 from __future__ import annotations

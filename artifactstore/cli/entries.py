@@ -107,7 +107,11 @@ def stats_cmd(obj: Ctx, as_json: bool) -> None:
 
 @click.command("verify")
 @json_option()
-@click.option("--repair", is_flag=True, help="Quarantine corrupt objects; drop dangling entries.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Quarantine corrupt objects; drop dangling entries; republish or withdraw manifests.",
+)
 @click.option(
     "--grace",
     metavar="DURATION",
@@ -117,7 +121,7 @@ def stats_cmd(obj: Ctx, as_json: bool) -> None:
 )
 @click.pass_obj
 def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
-    """Check every object's digest and cross-check objects against entries."""
+    """Check every object's digest; cross-check objects, entries and manifests."""
     from artifactstore.gc.verify import verify
     from artifactstore.sizes import parse_duration
 
@@ -144,6 +148,7 @@ def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
             ("quarantined objects", report.quarantined),
             ("entries without manifest", report.manifests_missing),
             ("manifests without entry", report.manifests_without_entry),
+            ("manifests without object", report.manifests_without_object),
             ("unsigned entries", report.unsigned),
             ("badly signed entries", report.bad_signature),
             ("entries signed by an untrusted key", report.untrusted_key),
@@ -163,7 +168,10 @@ def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
                 "(unsigned entries are loaded by readers without trusted keys)"
             )
         if report.repaired:
-            click.echo("repaired: corrupt objects quarantined, dangling entries removed")
+            click.echo(
+                "repaired: corrupt objects quarantined, dangling entries removed, "
+                "manifests republished from their entries or withdrawn"
+            )
         click.echo("OK" if report.ok else "PROBLEMS FOUND")
     if not report.ok and not report.repaired:
         sys.exit(EXIT_FAIL)

@@ -23,7 +23,7 @@ _PHASES = {
     "lru": "evicting least recently used",
     "objects": "deleting unreferenced objects",
     "reconcile": "reconciling (prefixes)",
-    "rebuild": "reading objects",
+    "rebuild": "reading manifests and objects",
 }
 
 

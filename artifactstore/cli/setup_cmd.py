@@ -121,7 +121,10 @@ def db_check(obj: Ctx, as_json: bool) -> None:
 )
 @click.pass_obj
 def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
-    """Recreate the entries the index lacks from the objects' own metadata.
+    """Recreate the entries the index lacks from the manifests and the objects' own metadata.
+
+    A published manifest decides which object a key's entry is (where several
+    carry the key); other objects give back the entries they carry.
 
     A SQLite index that fails its integrity check is first moved aside (kept
     beside it as INDEX.corrupt-TIME) and a fresh one created. Hit counts and
@@ -150,7 +153,9 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
         return
     corrupt = f", {len(report.corrupt)} corrupt (run `artstore verify --repair`)"
     click.echo(
-        f"{report.objects} objects: {len(report.restored)} entries restored, "
+        f"{report.manifests} manifests, {report.objects} objects: "
+        f"{len(report.restored)} entries restored ({report.from_manifests} from manifests, "
+        f"{report.from_objects} from objects), "
         f"{report.present} already indexed, {report.superseded} superseded, "
         f"{report.without_metadata} without metadata (written before 0.2; gc removes them)"
         + (corrupt if report.corrupt else "")

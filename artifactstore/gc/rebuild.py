@@ -2,7 +2,11 @@
 
 Objects written since 0.2 carry the entry they were stored for (`codec.ObjectMeta`),
 so a lost or corrupt index costs hit statistics, not the store: every such object
-can be turned back into its entry. gc, the one destructive command, refuses to
+can be turned back into its entry. `rebuild` reads the published manifests first:
+where several objects carry the same key (a re-signed entry's old object, a writer
+that lost a race, both kept for gc's grace period), the manifest says which one the
+entry is, so the rebuilt row is the one readers were following, not whichever
+object the listing reached first. gc, the one destructive command, refuses to
 run on an index that fails the check (a fresh, empty index over a full object
 store would make every object look orphaned), and turns orphans that carry an
 entry the index lacks back into entries instead of deleting them.
@@ -20,6 +24,7 @@ from artifactstore.errors import CorruptObject, IndexDamaged
 from artifactstore.fingerprint import Fingerprint
 from artifactstore.index import health
 from artifactstore.index.repo import NewEntry
+from artifactstore.manifest import Manifest
 from artifactstore.store import Store
 
 CountProgress = Callable[[int], None]
@@ -37,8 +42,11 @@ def recover(blobs: BlobStore, digest: str) -> Recovered | None:
     Raises `CorruptObject` for bytes that fail their digest, envelope or metadata.
     """
     data = blobs.get(digest)
-    if data is None:
-        return None
+    return None if data is None else recover_bytes(data, digest)
+
+
+def recover_bytes(data: bytes, digest: str) -> Recovered | None:
+    """`recover` on an object already read (`data`, stored as `digest`)."""
     if codec.digest_of(data) != digest:
         raise CorruptObject(f"object {digest[:12]} does not match its digest")
     fp_digest = codec.envelope_fingerprint(data)
@@ -77,24 +85,41 @@ class RebuildReport:
     objects: int = 0
     present: int = 0  # already referenced by an entry
     restored: list[str] = field(default_factory=list)  # keys
+    from_manifests: int = 0  # of `restored`: the entry its published manifest names
     superseded: int = 0  # carries a key that another object now serves
     without_metadata: int = 0  # written before 0.2: cannot be recovered
     corrupt: list[str] = field(default_factory=list)
+    manifests: int = 0
+    # Manifests not followed (damaged, naming an object that is gone, damaged or stored
+    # for another key): left for `artstore verify --repair`, which withdraws or
+    # republishes them once the rows are back.
+    manifests_unused: int = 0
+
+    @property
+    def from_objects(self) -> int:
+        return len(self.restored) - self.from_manifests
 
     def to_json(self) -> dict[str, object]:
         return {
             "objects": self.objects,
             "present": self.present,
             "restored": len(self.restored),
+            "from_manifests": self.from_manifests,
+            "from_objects": self.from_objects,
             "superseded": self.superseded,
             "without_metadata": self.without_metadata,
             "corrupt": self.corrupt,
+            "manifests": self.manifests,
+            "manifests_unused": self.manifests_unused,
         }
 
 
 def rebuild(store: Store, *, progress: CountProgress | None = None) -> RebuildReport:
-    """Give every object that carries an entry the index lacks its entry back."""
+    """Give every entry the index lacks its row back: first those a published manifest
+    names (its object read and checked as `recover` does, and bound to the manifest's
+    key), then those of every other object that carries one."""
     report = RebuildReport()
+    _from_manifests(store, report, progress)
     for info in store.blobs.iter_blobs():
         report.objects += 1
         if store.index.keys_for_digest(info.digest):
@@ -116,6 +141,37 @@ def rebuild(store: Store, *, progress: CountProgress | None = None) -> RebuildRe
     if report.restored:
         store.entries_removed()  # the tier's key map may predate the rebuild
     return report
+
+
+def _from_manifests(store: Store, report: RebuildReport, progress: CountProgress | None) -> None:
+    """Restore the rows of entries whose manifest is published and whose object verifies."""
+    for key in store.blobs.iter_manifest_keys():
+        report.manifests += 1
+        if progress is not None:
+            progress(1)
+        if store.index.lookup(key) is not None:
+            continue
+        found = _follow(store, key)
+        if found is None:
+            report.manifests_unused += 1
+        elif store.index.add_entry(found.entry, found.fingerprint_json):
+            report.restored.append(key)
+            report.from_manifests += 1
+
+
+def _follow(store: Store, key: str) -> Recovered | None:
+    """The entry `key`'s manifest names, if its object exists, is intact and is `key`'s."""
+    data = store.blobs.get_manifest(key)
+    try:
+        manifest = None if data is None else Manifest.decode(data, key)
+        found = None if manifest is None else recover(store.blobs, manifest.digest)
+    except CorruptObject:  # the object pass counts a corrupt object once, as corrupt
+        return None
+    if found is None or manifest is None:
+        return None
+    if found.entry.key != key or found.entry.fingerprint != manifest.fingerprint:
+        return None  # a stale or forged manifest: another entry's object
+    return found
 
 
 def index_problem(store: Store) -> str | None:

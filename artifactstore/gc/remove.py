@@ -1,4 +1,7 @@
-"""`artstore rm`: delete entries by key, then the objects no entry references any more."""
+"""`artstore rm`: delete entries by key, then the objects no entry references any more.
+
+Order: manifests withdrawn, rows deleted, objects deleted; what a crash between two
+steps leaves, and its repair, is in artifactstore/gc/verify.py."""
 
 from __future__ import annotations
 

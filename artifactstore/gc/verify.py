@@ -2,6 +2,32 @@
 
 Streams over the blob store one prefix at a time (`reconcile.chunks`) rather
 than loading the listing or the index, and reports plain data for the CLI.
+
+Manifests, index rows and objects are reconciled three ways. The order each is
+written in is what makes every crash leave a state that costs misses, never a
+wrong load (a reader verifies the object a manifest names in full, signature
+included, before loading it), and that `verify --repair` brings back to consistent:
+
+Publication (`Store.put`): object durable -> index row -> manifest.
+  - killed after the object: an object without row or manifest; readers miss.
+    gc turns it into its entry after the grace period (`reconcile._restored`).
+  - killed after the row: an entry without manifest (`manifests_missing`); readers
+    miss, and a later put of the key finds the row and stores nothing, so the miss
+    lasts until `--repair` publishes the manifest from the row.
+  - killed after the manifest: nothing to repair.
+
+Removal (`artstore rm`, `gc.remove`): manifest -> index row -> object.
+  - killed after the manifest: an entry without manifest; readers miss, and
+    `--repair` publishes it again (run the `rm` again to remove it).
+  - killed after the row: an unreferenced object; readers miss, gc deletes it.
+gc's eviction deletes rows first (it chooses its victims in the DELETE itself) and
+withdraws their manifests just after; killed in between, it leaves manifests without
+an entry whose objects outlive them by the grace period: readers load the right
+executable or, once the object is gone, count a `missing_object` miss. `--repair`
+withdraws manifests without an entry (`manifests_without_entry`), and reports those
+that name an object that does not exist (`manifests_without_object`): republished
+from the row where the row's object exists, withdrawn otherwise. `artstore db
+rebuild` recovers rows from manifests (and objects) when the index is lost.
 """
 
 from __future__ import annotations
@@ -40,9 +66,12 @@ class VerifyReport:
     bad_signature: list[str] = field(default_factory=list)
     untrusted_key: list[str] = field(default_factory=list)
     # Manifests (keys): entries whose manifest is absent, damaged or names another object
-    # (readers without the index miss them), and manifests without an entry.
+    # (readers without the index miss them), manifests without an entry, and manifests
+    # naming an object that does not exist (with or without an entry: readers that follow
+    # them count a `missing_object` miss).
     manifests_missing: list[str] = field(default_factory=list)
     manifests_without_entry: list[str] = field(default_factory=list)
+    manifests_without_object: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -56,6 +85,7 @@ class VerifyReport:
             or refused
             or self.manifests_missing
             or self.manifests_without_entry
+            or self.manifests_without_object
         )
 
     def to_json(self) -> dict[str, object]:
@@ -75,6 +105,7 @@ class VerifyReport:
             "untrusted_key": self.untrusted_key,
             "manifests_missing": self.manifests_missing,
             "manifests_without_entry": self.manifests_without_entry,
+            "manifests_without_object": self.manifests_without_object,
         }
 
 
@@ -120,7 +151,7 @@ def verify(
     for names in (report.unsigned, report.bad_signature, report.untrusted_key):
         names.sort()
     report.quarantined = sorted(b.digest for b in store.blobs.iter_quarantined())
-    stale = _check_manifests(store, report)
+    stale = _check_manifests(store, report, set(missing))
     if repair and not store.read_only:
         for digest in report.corrupt:
             store.blobs.quarantine(digest)
@@ -140,26 +171,44 @@ def verify(
     return report
 
 
-def _check_manifests(store: Store, report: VerifyReport) -> list[EntryInfo]:
-    """Cross-check manifests with index rows; the entries whose manifest to (re)publish.
+def _check_manifests(store: Store, report: VerifyReport, missing: set[str]) -> list[EntryInfo]:
+    """Cross-check manifests with index rows and objects (`missing`: the digests rows
+    name whose objects are gone); the entries whose manifest to (re)publish.
 
-    A row is committed before its manifest is published and deleted before it is
-    withdrawn, so a put or a removal in flight can show here for a moment; repairing
-    it publishes or withdraws what the writer or gc was about to."""
+    The three-way rules, and what a crash at each step leaves, are in this module's
+    docstring: a put or a removal in flight can show here for a moment, and repairing
+    it publishes or withdraws what the writer or the remover was about to."""
     published = set(store.blobs.iter_manifest_keys())
     stale: list[EntryInfo] = []
+    without_object: list[str] = []
     for entry in store.index.iter_entries():
-        data = store.blobs.get_manifest(entry.key) if entry.key in published else None
+        found = _read_manifest(store, entry.key) if entry.key in published else None
         published.discard(entry.key)
-        try:
-            found = None if data is None else Manifest.decode(data, entry.key)
-        except CorruptObject:
-            found = None
         if found is None or found.digest != entry.digest or found.fingerprint != entry.fingerprint:
             stale.append(entry)
+        if found is not None and (
+            found.digest in missing
+            if found.digest == entry.digest
+            else not store.blobs.exists(found.digest)
+        ):
+            without_object.append(entry.key)
+    for key in published:  # no row: withdrawn by a repair; checked only to say why
+        found = _read_manifest(store, key)
+        if found is not None and not store.blobs.exists(found.digest):
+            without_object.append(key)
     report.manifests_missing = sorted(e.key for e in stale)
     report.manifests_without_entry = sorted(published)
+    report.manifests_without_object = sorted(without_object)
     return stale
+
+
+def _read_manifest(store: Store, key: str) -> Manifest | None:
+    """`key`'s manifest; None where it is absent or damaged (a repair replaces it)."""
+    data = store.blobs.get_manifest(key)
+    try:
+        return None if data is None else Manifest.decode(data, key)
+    except CorruptObject:
+        return None
 
 
 def _check_signature(store: Store, data: bytes, digest: str, report: VerifyReport) -> None:
