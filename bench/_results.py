@@ -85,6 +85,15 @@ def table(
     return lines, verdicts
 
 
+def grid(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Plain rows as lines: the first column left-aligned, the rest right-aligned, each
+    as wide as its widest cell (for benches whose rows are not config x median)."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            for r in [header, *rows]]  # fmt: skip
+
+
 def target_lines(verdicts: list[dict[str, Any]], baseline: str) -> list[str]:
     out = []
     for t in verdicts:
