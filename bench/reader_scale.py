@@ -255,6 +255,8 @@ class _Warnings(logging.Handler):
 
 def reader(i: int, path: str, bench: Bench, fds: dict[str, int]) -> None:
     """Open, report ready, wait for the start, look up, report, wait for release."""
+    global _requests
+    _requests = 0  # not the fork server's own (it created the bucket)
     for name in ("start_w", "release_w", "results_r"):
         os.close(fds[name])
     errors: collections.Counter[str] = collections.Counter()
@@ -327,6 +329,12 @@ class Connections:
 
     def reset(self) -> None:
         self.peak, self.samples = 0, 0
+
+    def __enter__(self) -> Connections:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.conn.close()
 
 
 def mem_available_mb() -> float:
@@ -427,7 +435,8 @@ def run_cell(path: str, n: int, bench: Bench, conns: Connections, a: argparse.Na
         w_start = -1
         t0 = time.perf_counter()
         msgs.wait("done", len(msgs.seen["ready"]), a.timeout)
-        secs = (msgs.last_done or time.perf_counter()) - t0
+        if msgs.seen["ready"]:
+            secs = (msgs.last_done or time.perf_counter()) - t0
         hold = time.monotonic() + a.hold_secs  # all alive, lookups done: sample on
         while time.monotonic() < hold:
             conns.poll()
@@ -480,8 +489,8 @@ def summarize(cells: list[dict[str, Any]], lookups: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
+def fmt(x: float | None, spec: str, unit: str = "") -> str:
+    return "-" if x is None else format(x, spec) + unit
 
 
 def report_lines(rows: list[dict[str, Any]], flat: float) -> tuple[list[str], list[dict]]:
@@ -501,7 +510,7 @@ def report_lines(rows: list[dict[str, Any]], flat: float) -> tuple[list[str], li
             str(r["peak_db_conns"]), fmt(r["requests_per_hit"], ".2f"),
             fmt(r["open_requests_per_reader"], ".0f"), str(r["failures"]),
             fmt(r["private_mb_median"], ".0f"),
-            fmt(rr["lookups_per_s"], ".2f") + "x", fmt(rr["p99_ms"], ".2f") + "x",
+            fmt(rr["lookups_per_s"], ".2f", "x"), fmt(rr["p99_ms"], ".2f", "x"),
         ])  # fmt: skip
     head = ["path", "N", "ran", "lookups/s", "p50 ms", "p99 ms", "peak db conns",
             "S3 req/hit", "open req", "failures", "MB/reader", "rate/N0", "p99/N0"]  # fmt: skip
@@ -586,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = [hashlib.sha256(payload(size, seed=i)).hexdigest() for i in range(a.entries)]
     work = Path(tempfile.mkdtemp(prefix="artstore-readers-"))
     raw: list[dict[str, Any]] = []
+    max_conns: int | None = None
     try:
         with stack() as (endpoint, url):
             bench = Bench(endpoint, url, keys, fp.digest, work / "tier", a.lookups, work)
@@ -595,10 +605,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"note: {filled['manifests']} of {a.entries} entries have a manifest")
             if "tier" in paths:
                 filled.update(in_child(lambda: prefill_tier(bench), work))
-            conns = Connections()
-            gc.collect()
-            gc.freeze()  # the readers' collections leave the shared pages alone
-            try:
+            with Connections() as conns:
+                row = conns.conn.execute("SHOW max_connections").fetchone()
+                max_conns = int(row[0]) if row else None
+                gc.collect()
+                gc.freeze()  # the readers' collections leave the shared pages alone
                 for run in range(a.runs):
                     for n in ns:
                         for path in paths:
@@ -610,8 +621,6 @@ def main(argv: list[str] | None = None) -> int:
                                   f"{n * a.lookups:<6} peak db conns {cell['peak_db_conns']:>3}"
                                   + (f"  limit: {cell['limit']}" if cell["limit"] else ""),
                                   flush=True)  # fmt: skip
-            finally:
-                conns.conn.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -631,8 +640,9 @@ def main(argv: list[str] | None = None) -> int:
         "reader that could not open; MB/reader: private memory per reader (smaps_rollup)",
         "rate/N0, p99/N0: vs the same path's smallest N",
         *limit_lines(rows, ns),
-        f"host: {os.cpu_count()} CPUs shared by the readers, moto and PostgreSQL; "
-        "PostgreSQL max_connections bounds the database path",
+        f"host: {os.cpu_count()} CPUs shared by the readers, moto and PostgreSQL; the database "
+        f"path is bounded by PostgreSQL's max_connections ({max_conns}, shared with its other "
+        "clients)",
     ]
     for r in rows:
         if r["errors"]:
@@ -640,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     print("\n" + text)
     report = {**_results.run_info(), "args": vars(a) | {"out": str(a.out)}, "store": filled,
+              "max_connections": max_conns,
               "s3_request_counting": COUNTING, "rows": rows, "targets": targets,
               "raw": [{k: v for k, v in c.items() if k != "readers"}
                       | {"readers": [{k: v for k, v in r.items() if k != "lat"}
