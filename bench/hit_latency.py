@@ -1,9 +1,10 @@
 """Hit-path latency: manifest GET (or index lookup) + GET + verify + decompress.
 
 Stores one payload per size with `Store.put`, then times `Store.get` repeatedly
-(in-process, public Python API), and the manifest GET alone (its share of a hit
-shows what the extra request per lookup costs), for two backends: embedded (local dir + SQLite
-in a temp dir) and moto S3 + PostgreSQL (a fresh database, dropped at the end).
+(in-process, public Python API), and the manifest GET alone (its share of a
+hit shows what the extra request per lookup costs), for two backends: embedded
+(local dir + SQLite in a temp dir) and moto S3 + PostgreSQL (a fresh database,
+dropped at the end).
 Payloads are random bytes mixed with zero runs, so they compress roughly like
 executables. Every hit must round-trip byte-for-byte.
 
