@@ -31,15 +31,19 @@ STRIP_PREFIXES = ("ARTSTORE_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE",
                   "JAX_ENABLE_COMPILATION_CACHE")  # fmt: skip
 NO_CACHE, JAX_WARM = "no cache", "jax local cache (warm)"
 TARGET_NAME, TARGET_RATIO = "artifactstore embedded (warm)", 1.05
-S3PG_NAME, S3PG_RATIO = "artifactstore S3+PostgreSQL (warm)", 1.10
+S3PG_NAME, S3PG_RATIO = "artifactstore S3+PostgreSQL (warm)", 1.05  # issue 16 (was 1.10)
+JAX_S3 = "jax cache on s3:// (warm)"
 S3PG_NO_TIER = "artifactstore S3+PostgreSQL (new host, no local tier)"
 DEFAULT_THRESHOLD = "artifactstore embedded (warm, default 0.1 s threshold)"
 SIGNED = "artifactstore embedded (warm, signed, trusted keys set)"
 TARGETS = [(TARGET_NAME, TARGET_RATIO), (S3PG_NAME, S3PG_RATIO)]  # wall <= ratio x JAX_WARM
+# This bench's own: the team store must beat JAX's own cache on the same S3 server.
+S3_TARGETS = [(S3PG_NAME, 1.0, JAX_S3)]
 COLUMNS = [("first call (s)", "first_call_secs"), ("process wall (s)", "wall_secs")]
 RATIO_COLS = [("first/no-cache", "first_call_secs", NO_CACHE),
               ("first/jax-warm", "first_call_secs", JAX_WARM),
               ("wall/jax-warm", "wall_secs", JAX_WARM)]  # fmt: skip
+S3_RATIO_COLS = [("wall/jax-s3", "wall_secs", JAX_S3)]
 summary, ratio = _results.summary, _results.ratio
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 S3PG_BUCKET, S3PG_DATABASE = "artstore-bench-warm", "artstore_bench_warm"
@@ -62,6 +66,9 @@ class Config:
     env: Callable[[Path], dict[str, str]] = no_env
     prefill: bool = False  # one untimed run first, so timed runs start warm
     store: bool = False  # passes --store; warm timed runs must get store hits
+    # Why this config cannot run here (a missing package), or None: then it is skipped
+    # with that reason printed, and the other configs run.
+    unavailable: Callable[[], str | None] | None = None
 
 
 def embedded_env(tmp: Path) -> dict[str, str]:
@@ -105,6 +112,48 @@ def s3pg_no_tier_env(tmp: Path) -> dict[str, str]:
     return {**s3pg_env(tmp), "ARTSTORE_LOCAL_TIER": "off"}
 
 
+def jax_s3_env(tmp: Path) -> dict[str, str]:
+    """JAX's cache on the team store's S3 server: etils epath -> fsspec -> s3fs, which
+    takes the endpoint from AWS_ENDPOINT_URL_S3 (botocore's variable)."""
+    if _s3pg_env is None:
+        s3pg_env(tmp)
+    assert _s3pg_env is not None
+    return {k: v for k, v in _s3pg_env.items() if k.startswith("AWS_")}
+
+
+def jax_s3_args(tmp: Path) -> list[str]:
+    return ["--jax-cache", f"s3://{S3PG_BUCKET}/jax-cache/{tmp.name}"]
+
+
+def jax_s3_objects(tmp: Path) -> int:
+    """Objects JAX's cache holds under this config's prefix: none after a run means its
+    cache never reached S3 (JAX only logs a failed write), so the row would be a compile."""
+    import boto3
+
+    env = jax_s3_env(tmp)
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                          region_name=env["AWS_DEFAULT_REGION"])  # fmt: skip
+    pages = client.get_paginator("list_objects_v2").paginate(
+        Bucket=S3PG_BUCKET, Prefix=jax_s3_args(tmp)[1].split("/", 3)[3] + "/"
+    )
+    return sum(page.get("KeyCount", 0) for page in pages)
+
+
+def jax_s3_missing() -> str | None:
+    """JAX reads s3:// through `etils[epath]` and `s3fs`, which pins botocore: they live in
+    a venv of their own (bench/README.md), so look before a run needs them."""
+    probe = "import etils.epath, s3fs"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    if proc.returncode == 0:
+        return None
+    last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+    return (f"`{probe}` fails in {sys.executable} ({last}): install 'etils[epath]' "
+            "and s3fs into a separate venv (see bench/README.md) and run from it")  # fmt: skip
+
+
 def default_threshold_env(tmp: Path) -> dict[str, str]:
     """The store as users run it: compiles under 0.1 s are not stored (`--small-jits`)."""
     return {"ARTSTORE_URL": str(tmp)}
@@ -125,6 +174,7 @@ def signed_env(tmp: Path) -> dict[str, str]:
 CONFIGS: list[Config] = [
     Config(NO_CACHE),
     Config(JAX_WARM, args=lambda tmp: ["--jax-cache", str(tmp)], prefill=True),
+    Config(JAX_S3, args=jax_s3_args, env=jax_s3_env, prefill=True, unavailable=jax_s3_missing),
     Config(TARGET_NAME, env=embedded_env, prefill=True, store=True),
     Config(DEFAULT_THRESHOLD, env=default_threshold_env, prefill=True, store=True),
     Config(SIGNED, env=signed_env, prefill=True, store=True),
@@ -211,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c for c in CONFIGS if not wanted or any(w in c.name.lower() for w in wanted)]
     if not configs:
         p.error(f"--configs {a.configs!r} matches no configuration")
+    skipped: dict[str, str] = {}
+    for c in configs:
+        if c.unavailable is not None and (why := c.unavailable()) is not None:
+            skipped[c.name] = why
+            print(f"SKIPPED {c.name}: {why}", flush=True)
+    configs = [c for c in configs if c.name not in skipped]
+    if not configs:
+        sys.exit("FAIL: every configuration asked for was skipped")
 
     def on_run(i: int, c: Config, r: Result) -> None:
         print(f"run {i + 1}/{a.runs} {c.name:<54} first {r['first_call_secs']:7.3f}s"
@@ -219,9 +277,15 @@ def main(argv: list[str] | None = None) -> int:
         if c.store and c.prefill and st.get("hits", 0) < 1:
             sys.exit(f"[{c.name}] warm run did not load from the store: {st}")
 
-    raw, prefills = interleaved(
-        configs, a.runs, lambda c, tmp: run_once(c, tmp, a.layers, a.small_jits), on_run
-    )
+    def run(c: Config, tmp: Path) -> Result:
+        r = run_once(c, tmp, a.layers, a.small_jits)
+        if c.name == JAX_S3:
+            r["s3_objects"] = jax_s3_objects(tmp)
+            if not r["s3_objects"]:
+                sys.exit(f"[{c.name}] JAX stored nothing on S3: its cache is not in use")
+        return r
+
+    raw, prefills = interleaved(configs, a.runs, run, on_run)
     checksums = {r["checksum"] for r in [*prefills, *(r for rs in raw.values() for r in rs)]}
     if len(checksums) != 1:
         sys.exit(f"FAIL: checksums differ across runs: {sorted(checksums)}")
@@ -230,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         c.name: {k: summary([r[k] for r in raw[c.name]]) for k in ("first_call_secs", "wall_secs")}
         for c in configs
     }
-    lines, targets = _results.table(res, COLUMNS, RATIO_COLS, TARGETS, JAX_WARM)
+    lines, targets = _results.table(
+        res, COLUMNS, RATIO_COLS + S3_RATIO_COLS, [*TARGETS, *S3_TARGETS], JAX_WARM
+    )
     n_runs = sum(map(len, raw.values())) + sum(c.prefill for c in configs)
     lines += [
         "",
@@ -238,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         f"small jits={a.small_jits}; "
         f"identical checksum in all {n_runs} runs (prefills too): {next(iter(checksums))}",
         *_results.target_lines(targets, JAX_WARM),
+        *(f"SKIPPED {name}: {why}" for name, why in skipped.items()),
     ]
     text = "\n".join(lines)
     print("\n" + text)
@@ -249,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": targets,
         "checksum": next(iter(checksums)),
         "configs": config_records(configs, res, raw),
+        "skipped": skipped,
     }  # fmt: skip
     _results.write(a.out, report, text)
     return 0
