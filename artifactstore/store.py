@@ -108,8 +108,6 @@ class Store:
         self._engine = engine
         self._index = EntryIndex(engine, settings.namespace) if engine is not None else None
         self._engine_lock = threading.Lock()
-        # Hits go to hit journals in the object store, not to a database server.
-        self.journals_hits = settings.index_is_server
         self._last_journal = time.monotonic()
         self.counters = ProcessCounters()
         self._touch_lock = threading.Lock()
@@ -151,6 +149,12 @@ class Store:
         if self._index is None:
             self._index = EntryIndex(self.engine, self.namespace)
         return self._index
+
+    @property
+    def journals_hits(self) -> bool:
+        """Whether hits go to a hit journal in the object store: on a database server
+        that this process has not opened (a reader, or a writer that only read so far)."""
+        return self.settings.index_is_server and self._engine is None
 
     @property
     def index_opened(self) -> bool:
