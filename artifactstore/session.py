@@ -182,30 +182,14 @@ class Session:
         callbacks: int | None = None,
     ) -> None:
         """The store is down: keep a writer's executable in this host's tier, so later
-        processes here load it. It is not uploaded later (a process that finds it in the
-        tier never misses); counted as `kept_in_tier`."""
-        from artifactstore.store import encode_entry
-        from artifactstore.tier import TierEntry
+        processes here load it (`store.keep_in_tier`); counted as `kept_in_tier`."""
+        from artifactstore.store import keep_in_tier
 
-        if self.tier is None or not self.can_keep_locally():
-            return
-        encoded = encode_entry(
-            key,
-            payload,
-            fingerprint=fingerprint,
-            module_name=module_name,
-            compile_secs=compile_secs,
-            callbacks=callbacks,
-            signing_key=self.settings.signing_key,
-            namespace=self.settings.namespace,
-        )
-        try:
-            self.tier.remember(key, TierEntry(encoded.digest, fingerprint.digest, compile_secs),
-                               encoded.data)  # fmt: skip
-        except Exception as exc:  # a full disk costs the copy, nothing else
-            warn_once("tier-keep", "local tier not updated: %s", one_line(exc))
-            return
-        self.kept_in_tier += 1
+        if self.tier is not None and keep_in_tier(
+            self.settings, self.tier, key, payload, fingerprint=fingerprint,
+            module_name=module_name, compile_secs=compile_secs, callbacks=callbacks,
+        ):  # fmt: skip
+            self.kept_in_tier += 1
 
     def stats(self) -> dict[str, int]:
         out = dict(self._store.counters.snapshot()) if self._store is not None else {}
@@ -215,7 +199,7 @@ class Session:
         if self.below_threshold:
             out["below_threshold"] = self.below_threshold
         if self.kept_in_tier:
-            out["kept_in_tier"] = self.kept_in_tier
+            out["kept_in_tier"] = out.get("kept_in_tier", 0) + self.kept_in_tier
         if self.tier is not None:
             out.update(self.tier.refusals)
         opened = {name: b.opened for name, b in self.breakers.items() if b.opened}

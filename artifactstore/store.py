@@ -604,11 +604,20 @@ class Store:
             self.counters.add("skipped_read_only")
             return
 
+        def keep() -> None:
+            """A backend is down: this host's tier keeps the executable (see keep_in_tier)."""
+            if self.tier is not None and keep_in_tier(
+                self.settings, self.tier, key, payload, fingerprint=fingerprint,
+                module_name=module_name, compile_secs=compile_secs, callbacks=callbacks,
+            ):  # fmt: skip
+                self.counters.add("kept_in_tier")
+
         def job() -> None:
             if time.monotonic() < self._uploads_paused_until:
                 # A backend just failed an upload: drop this one (counted) instead of
                 # paying the timeout again for every queued compile and the exit flush.
                 self.counters.add("put_skipped")
+                keep()
                 return
             try:
                 self.put(
@@ -623,9 +632,12 @@ class Store:
             except Exception as exc:
                 self.counters.add("put_errors")
                 cause = one_line(exc)
+                if isinstance(exc, (OperationalError, InterfaceError)):  # the driver's words
+                    cause = f"index unavailable ({cause})"
                 paused = ""
                 if isinstance(exc, (StoreUnavailable, OperationalError, InterfaceError)):
                     # A backend unavailable: like the breakers (ARTSTORE_BREAKER_*).
+                    keep()
                     self._upload_failures += 1
                     if self._upload_failures >= self.settings.breaker_failures:
                         cooldown = self.settings.breaker_cooldown_secs
@@ -705,6 +717,41 @@ def migrates_on_open(settings: Settings, dialect: str, state: db.SchemaState) ->
     return (
         auto and not settings.read_only and state in (db.SchemaState.EMPTY, db.SchemaState.BEHIND)
     )
+
+
+def keep_in_tier(
+    settings: Settings,
+    tier: LocalTier,
+    key: str,
+    payload: bytes,
+    *,
+    fingerprint: Fingerprint,
+    module_name: str,
+    compile_secs: float,
+    callbacks: int | None = None,
+) -> bool:
+    """Keep a writer's executable in this host's tier while the store cannot take it, so
+    later processes here load it; True if kept. It is not uploaded later (a process that
+    finds it in the tier never misses). Only a tier holding its own objects, of a writer."""
+    if settings.read_only or not tier.owns_objects:
+        return False
+    encoded = encode_entry(
+        key,
+        payload,
+        fingerprint=fingerprint,
+        module_name=module_name,
+        compile_secs=compile_secs,
+        callbacks=callbacks,
+        signing_key=settings.signing_key,
+        namespace=settings.namespace,
+    )
+    try:
+        tier.remember(key, TierEntry(encoded.digest, fingerprint.digest, compile_secs),
+                      encoded.data)  # fmt: skip
+    except Exception as exc:  # a full disk costs the copy, nothing else
+        _warn_once("tier-keep", "local tier not updated: %s", one_line(exc))
+        return False
+    return True
 
 
 def encode_entry(

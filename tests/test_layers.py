@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
         "safedir",
         "redact",
         "manifest",
+        "journal",
     },
     {"blobstores", "index"},
     {"tier", "store"},
