@@ -57,7 +57,6 @@ from artifactstore.redact import redact
 from artifactstore.tier import (
     Accesses,
     LocalTier,
-    TierEntry,
     _warn_once,
     open_tier,
 )
@@ -321,7 +320,8 @@ class Store:
             return self._miss("corrupt")
         self._touch(key)
         self.counters.add("hits")
-        self._remember(key, entry.digest, entry.fingerprint, entry.compile_secs, data)
+        record = entry if isinstance(entry, Manifest) else Manifest.of(entry, callbacks=callbacks)
+        self._remember(key, record, data)
         return Hit(payload, entry)
 
     def _find(self, key: str) -> EntryInfo | Manifest | None:
@@ -383,13 +383,11 @@ class Store:
         `untrusted_key`, `bad_signature`), or None."""
         return self._refused.get(key)
 
-    def _remember(
-        self, key: str, digest: str, fingerprint: str, compile_secs: float, data: bytes
-    ) -> None:
+    def _remember(self, key: str, record: Manifest, data: bytes) -> None:
         if self.tier is None:
             return
         try:
-            self.tier.remember(key, TierEntry(digest, fingerprint, compile_secs), data)
+            self.tier.remember(key, record, data)
         except Exception as exc:  # a full or read-only disk costs the tier, nothing else
             self._warn_once("tier", "local tier not updated: %s", one_line(exc))
 
@@ -572,7 +570,7 @@ class Store:
             created = self.index.add_entry(entry, fingerprint.to_json())
         self.counters.add("stored" if created else "already_present")
         if created:
-            self._remember(key, encoded.digest, fingerprint.digest, compile_secs, encoded.data)
+            self._remember(key, Manifest.of(entry, callbacks=callbacks), encoded.data)
         if created and not self.blobs.exists(encoded.digest):
             # A gc deleted the object between our existence check and our commit (the
             # race is explained in artifactstore/gc/__init__.py): put it back, so the
@@ -746,8 +744,10 @@ def keep_in_tier(
         namespace=settings.namespace,
     )
     try:
-        tier.remember(key, TierEntry(encoded.digest, fingerprint.digest, compile_secs),
-                      encoded.data)  # fmt: skip
+        record = Manifest(key, encoded.digest, fingerprint.digest, float(compile_secs),
+                          encoded.raw_size, len(encoded.data), module_name[:255], callbacks,
+                          encoded.signer)  # fmt: skip
+        tier.remember(key, record, encoded.data)
     except Exception as exc:  # a full disk costs the copy, nothing else
         _warn_once("tier-keep", "local tier not updated: %s", one_line(exc))
         return False

@@ -4,7 +4,8 @@ Why: a warm process should pay neither for the index (importing SQLAlchemy,
 a database round trip) nor for the object store (importing boto3, a GET) to
 load executables this host already holds. The tier keeps, per namespace,
 
-    keys/ab/<key>      {"d": digest, "f": fingerprint digest, "c": compile secs}
+    keys/ab/<key>      the entry's manifest, the record the store publishes
+                       (artifactstore.manifest); 0.2 wrote {"d", "f", "c"} only
     objects/ab/<dig>   the object itself (for a writable local store: the store's own)
     access/*.json      hits served here, folded into the index by the next Store.open
     below-threshold.json  keys whose compile was too quick to store (see below)
@@ -51,6 +52,7 @@ from artifactstore import codec, safedir
 from artifactstore.blobstores.local import LocalBlobStore, write_atomic
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
+from artifactstore.manifest import Manifest
 
 if TYPE_CHECKING:
     from artifactstore.signing import TrustedKeys
@@ -73,6 +75,7 @@ class TierEntry:
     digest: str
     fingerprint: str
     compile_secs: float
+    raw_size: int | None = None  # the executable's size, checked on load where known
 
 
 @dataclass(frozen=True)
@@ -186,11 +189,15 @@ class LocalTier:
             return None
         try:
             # Never through a symbolic link: a key file chooses what is loaded.
-            raw = json.loads(safedir.read_regular(self._key_path(key)))
+            data = safedir.read_regular(self._key_path(key))
+            raw = json.loads(data)
+            if isinstance(raw, dict) and "v" in raw:  # a manifest, checked as the store's
+                m = Manifest.decode(data, key)
+                return TierEntry(m.digest, m.fingerprint, m.compile_secs, m.raw_size)
             return TierEntry(str(raw["d"]), str(raw["f"]), float(raw["c"]))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, CorruptObject):
             self.forget(key)
             return None
 
@@ -219,6 +226,7 @@ class LocalTier:
                 fingerprint_digest=fingerprint_digest,
                 key=key,
                 callbacks=callbacks,
+                expected_raw_size=entry.raw_size,
                 max_raw_size=self.max_executable_bytes,
                 trusted=self.trusted,
                 namespace=self.namespace,
@@ -261,16 +269,22 @@ class LocalTier:
         return TierHit(payload, entry)
 
     # -- write --------------------------------------------------------------
-    def remember(self, key: str, entry: TierEntry, data: bytes) -> None:
-        """Note `key` -> `entry` (and keep a copy of `data` when the tier owns its objects)."""
+    def remember(self, key: str, entry: TierEntry | Manifest, data: bytes) -> None:
+        """Note `key` -> `entry` (and keep a copy of `data` when the tier owns its objects).
+
+        A manifest is written as the store publishes it; a bare TierEntry as 0.2 did."""
         if not self._usable(create=True):
             return
         if self.owns_objects:
             self.blobs.put(entry.digest, data)
         path = self._key_path(key)
         self.blobs.make_dir(path.parent)
-        body = json.dumps({"d": entry.digest, "f": entry.fingerprint, "c": entry.compile_secs})
-        write_atomic(path, body.encode(), durable=False, mode=self.blobs.modes.file)
+        if isinstance(entry, Manifest):
+            body = entry.encode()
+        else:
+            old = {"d": entry.digest, "f": entry.fingerprint, "c": entry.compile_secs}
+            body = json.dumps(old).encode()
+        write_atomic(path, body, durable=False, mode=self.blobs.modes.file)
         if self.owns_objects and self.max_bytes is not None and not self._pruned:
             self._pruned = True  # one scan per process bounds the cost
             self.prune(self.max_bytes)

@@ -205,3 +205,23 @@ def test_verify_reconciles_manifests_and_repairs(
     again = json.loads(artstore("verify", "--json", env=any_env).stdout)
     assert again["ok"] is True, again
     assert sorted(store.blobs.iter_manifest_keys()) == sorted([a, b, c])
+
+
+def test_tier_key_files_are_the_published_manifests(
+    team_env: dict[str, str], open_store: OpenStore, tmp_path: Path
+) -> None:
+    """One record format: a tier's key file is the manifest the store published, checked
+    as strictly when read (a writer's tier at put, a reader's at its first load)."""
+    store = open_store(team_env, local_tier=str(tmp_path / "writer-tier"))
+    key = _put(store, 12)
+    published = _manifest(store, key)
+    reader = open_store(dict(team_env, ARTSTORE_READ_ONLY="1"), lazy_index=True,
+                        local_tier=str(tmp_path / "reader-tier"))  # fmt: skip
+    assert reader.get(key, _fp().digest) is not None
+    for tier in (store.tier, reader.tier):
+        assert tier is not None
+        assert Manifest.decode(tier._key_path(key).read_bytes(), key) == published
+    assert reader.tier is not None and reader.tier.get(key, _fp().digest) is not None
+    reader.tier._key_path(key).write_bytes(M.encode())  # another key's record: refused
+    assert reader.tier.get(key, _fp().digest) is None
+    assert not reader.tier._key_path(key).exists()  # and forgotten
