@@ -5,8 +5,9 @@ starts moto S3 and a fresh PostgreSQL database, fills a team store (S3 + Postgre
 with K synthetic entries via `Store.put`, then for each N forks N reader processes
 per read path, interleaved per N:
 
-  new       `Store.open` with ARTSTORE_READ_ONLY=1, then `Store.get` (manifest GET +
-            object GET; meant never to connect to the database)
+  new       `Store.open(lazy_index=True)` (as a program's session) with
+            ARTSTORE_READ_ONLY=1, then `Store.get` (manifest GET + object GET; never
+            connects to the database)
   tier      the same with a warm per-host tier (ARTSTORE_LOCAL_TIER, pre-filled):
             `store.tier.get` first, as the JAX hook does, then `Store.get`
   db        today's database path, as readers before issue 16 did: their own engine
@@ -175,7 +176,7 @@ def fill(bench: Bench, fp: Any, sizes: int) -> dict[str, Any]:
 
 def prefill_tier(bench: Bench) -> dict[str, Any]:
     """One reader on this host has loaded every entry: its tier holds them all."""
-    store = Store.open(config.resolve(environ=bench.env(tier=True)))
+    store = Store.open(config.resolve(environ=bench.env(tier=True)), lazy_index=True)
     try:
         for key in bench.keys:
             store.get(key, bench.fingerprint)
@@ -218,7 +219,8 @@ def open_reader(path: str, bench: Bench) -> Lookup:
             )
 
         return lookup_db  # holds `index`, so the engine and its pool live with the process
-    store = Store.open(config.resolve(environ=bench.env(tier=path == "tier")))
+    # As a program's session opens it: the index only when something is stored.
+    store = Store.open(config.resolve(environ=bench.env(tier=path == "tier")), lazy_index=True)
 
     def lookup(key: str) -> bytes | None:
         if store.tier is not None:
