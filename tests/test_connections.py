@@ -70,3 +70,30 @@ def test_a_writer_that_compiled_and_idles_holds_no_connection(team_env: dict[str
         job.wait()
     finally:
         job.stop()
+
+
+def test_settings_are_per_transaction_for_pgbouncer_transaction_pooling(pg_url: str) -> None:
+    """No session state: under PgBouncer's transaction pooling each transaction may run on
+    another server connection, so lock_timeout and a reader's READ ONLY are set in every
+    transaction, and the session itself keeps the server's defaults."""
+    writer = db.open_engine(pg_url, timeout_secs=3)
+    reader = db.open_engine(pg_url, timeout_secs=2, read_only=True)
+    try:
+        for engine, timeout, read_only in ((writer, "3s", "off"), (reader, "2s", "on")):
+            with engine.connect() as conn:
+                assert conn.execute(text("SHOW lock_timeout")).scalar() == timeout
+                assert conn.execute(text("SHOW transaction_read_only")).scalar() == read_only
+            raw = engine.raw_connection()  # the same pooled connection, outside a transaction
+            try:
+                raw.dbapi_connection.autocommit = True  # type: ignore[union-attr]
+                with raw.cursor() as cur:
+                    cur.execute("SHOW lock_timeout")
+                    assert cur.fetchone() == ("0",)  # the session has nothing of ours
+                    cur.execute("SHOW default_transaction_read_only")
+                    assert cur.fetchone() == ("off",)
+            finally:
+                raw.dbapi_connection.autocommit = False  # type: ignore[union-attr]
+                raw.close()
+    finally:
+        writer.dispose()
+        reader.dispose()

@@ -346,7 +346,11 @@ def test_s3_policies_are_scoped_to_their_prefix(kind: str) -> None:
                 assert "Condition" not in statement
         assert not any(re.search(r"\*$", a) for a in statement["Action"])  # no s3:*
     if kind == "reader":
-        assert actions == {"s3:GetObject", "s3:ListBucket"}
+        # Reads, and puts its hit journals (artifactstore.journal): nothing else.
+        assert actions == {"s3:GetObject", "s3:ListBucket", "s3:PutObject"}
+        puts = [s for s in policy["Statement"] if "s3:PutObject" in s["Action"]]
+        assert puts and all(s["Action"] == ["s3:PutObject"] for s in puts)
+        assert all(r.endswith("/NAMESPACE/journals/*") for s in puts for r in s["Resource"])
     else:
         assert {"s3:PutObject", "s3:DeleteObject"} <= actions
     assert "s3:ListBucketMultipartUploads" not in actions  # lists the whole bucket

@@ -114,20 +114,19 @@ def open_engine(
         ) from None
     lock_ms = max(1, int(timeout_secs * 1000))
 
-    @event.listens_for(engine, "connect")
-    def _session_settings(dbapi_conn: Any, _record: Any) -> None:
+    @event.listens_for(engine, "begin")
+    def _transaction_settings(conn: Connection) -> None:
         # A lock held elsewhere (an operator's LOCK TABLE, a migration, a long
         # transaction) fails the statement after the bound, server-side, instead of
         # hanging it: the CLI has no other bound, and a hung call in a program keeps
-        # its pooled connection. (A SET, not the `options` startup parameter, which
-        # PgBouncer refuses.)
-        with dbapi_conn.cursor() as cur:
-            cur.execute(f"SET lock_timeout = {lock_ms}")
-            if read_only:
-                # The server refuses every write of a reader, whatever its role may do:
-                # only `append_accesses` opens its transaction READ WRITE.
-                cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-        dbapi_conn.commit()
+        # its pooled connection. Per transaction (SET LOCAL, no snapshot taken), never
+        # per session: PgBouncer's transaction pooling gives each transaction any server
+        # connection, where a session's SET would be missing or another client's.
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {lock_ms}")
+        if read_only:
+            # The server refuses every write of a reader, whatever its role may do:
+            # only `append_accesses` turns its transaction READ WRITE.
+            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
 
     @event.listens_for(engine, "checkin")
     def _note_use(_dbapi_conn: Any, _record: Any) -> None:
@@ -167,7 +166,8 @@ def allow_access_append(conn: Connection) -> None:
     """Open a reader's transaction for its one permitted write, the access append.
 
     A read-only engine refuses every other write (SQLite: the authorizer; PostgreSQL:
-    READ ONLY transactions); on a writer's engine this changes nothing."""
+    READ ONLY transactions, set as each begins; a SET takes no snapshot, so this may
+    still turn it READ WRITE); on a writer's engine this changes nothing."""
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql("SET TRANSACTION READ WRITE")
 
