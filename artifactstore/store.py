@@ -462,9 +462,7 @@ class Store:
         except Exception:
             if self.read_only:
                 counts = _Counts()  # readers never write counters
-            self._merge_touches(touches)  # the database is down: kept for the next flush
-            with self._touch_lock:
-                self._pending_counts.update(counts)
+            self._requeue(touches, counts)  # the database is down: kept for the next flush
             raise
 
     def _write_journal(self) -> None:
@@ -482,10 +480,14 @@ class Store:
         try:
             self.blobs.put_record(JOURNALS, new_name(), Journal(accesses, dict(counts)).encode())
         except Exception:
-            self._merge_touches(touches)
-            with self._touch_lock:
-                self._pending_counts.update(counts)
+            self._requeue(touches, counts)
             raise
+
+    def _requeue(self, touches: dict[str, tuple[int, datetime]], counts: _Counts[str]) -> None:
+        """Put a batch that could not be written back into the next one."""
+        self._merge_touches(touches)
+        with self._touch_lock:
+            self._pending_counts.update(counts)
 
     # -- write --------------------------------------------------------------
     def put(
