@@ -52,6 +52,10 @@ DEFAULT_LOCAL_TIER_BYTES = 10 * 1000**3
 # decompression bomb (a 64 KiB object declaring 1 TB) is refused before any allocation.
 DEFAULT_MAX_OBJECT_BYTES = 4 * 1024**3
 DEFAULT_MAX_EXECUTABLE_BYTES = 8 * 1024**3
+# Compile leases (artifactstore.singleflight): a holder renews its lease every TTL/3, so a
+# holder that died is taken over after one TTL (at once when it ran on the same host).
+DEFAULT_LEASE_TTL_SECS = 30.0
+SINGLE_FLIGHT_MODES = ("auto", "on", "off")
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -105,6 +109,11 @@ class Settings:
     # A local store's new directories and files readable by their group (0750/0640)
     # rather than private (0700/0600), to share it read-only; never group-writable.
     group_readable: bool = False
+    # Single-flight compiles: "auto" (see singleflight.enabled), "on" or "off"; how long
+    # a waiter waits at most (None: from the key's last known compile time), the lease TTL.
+    single_flight: str = "auto"
+    lease_wait_secs: float | None = None
+    lease_ttl_secs: float = DEFAULT_LEASE_TTL_SECS
 
     @property
     def index_is_server(self) -> bool:
@@ -282,6 +291,9 @@ _OPTIONS: dict[str, str] = {
     "signing_key": "SIGNING_KEY",
     "trusted_keys": "TRUSTED_KEYS",
     "group_readable": "GROUP_READABLE",
+    "single_flight": "SINGLE_FLIGHT",
+    "lease_wait_secs": "LEASE_WAIT",
+    "lease_ttl_secs": "LEASE_TTL",
 }
 
 
@@ -382,7 +394,32 @@ def resolve(
         group_readable=parse_bool(
             ENV_PREFIX + "GROUP_READABLE", values.get("group_readable", False)
         ),
+        single_flight=_parse_single_flight(values.get("single_flight", "auto")),
+        lease_wait_secs=(
+            None
+            if values.get("lease_wait_secs") is None
+            else parse_float(ENV_PREFIX + "LEASE_WAIT", values["lease_wait_secs"])
+        ),
+        lease_ttl_secs=parse_float(
+            ENV_PREFIX + "LEASE_TTL",
+            values.get("lease_ttl_secs", DEFAULT_LEASE_TTL_SECS),
+            minimum=0.5,
+            maximum=3600,
+        ),
     )
+
+
+def _parse_single_flight(value: Any) -> str:
+    """ARTSTORE_SINGLE_FLIGHT: auto (the default), or a boolean."""
+    text = str(value).strip().lower()
+    if text in SINGLE_FLIGHT_MODES:
+        return text
+    try:
+        return "on" if parse_bool(ENV_PREFIX + "SINGLE_FLIGHT", value) else "off"
+    except ConfigError:
+        raise ConfigError(
+            f"invalid value {value!r} for {ENV_PREFIX}SINGLE_FLIGHT: use auto, 1 or 0"
+        ) from None
 
 
 def _parse_signing_key(value: Any) -> SigningKey | None:

@@ -54,6 +54,7 @@ from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
 from artifactstore.journal import MAX_JOURNAL_KEYS, Journal, new_name
 from artifactstore.manifest import Manifest
 from artifactstore.redact import redact
+from artifactstore.singleflight import SingleFlight, enabled
 from artifactstore.tier import (
     Accesses,
     LocalTier,
@@ -127,6 +128,7 @@ class Store:
         # Told which backend a lookup turns to, so that a caller timing the lookup out
         # knows which one hung (the session's per-backend circuit breakers).
         self.using: Callable[[str], None] = _ignore
+        self._flight: SingleFlight | bool | None = False  # False: not decided yet
 
     @property
     def engine(self) -> Engine:
@@ -148,6 +150,14 @@ class Store:
         if self._index is None:
             self._index = EntryIndex(self.engine, self.namespace)
         return self._index
+
+    @property
+    def flight(self) -> SingleFlight | None:
+        """This store's compile leases, or None where single-flight is off here."""
+        if self._flight is False:
+            self._flight = SingleFlight(self) if enabled(self.settings)[0] else None
+        assert self._flight is not True
+        return self._flight
 
     @property
     def journals_hits(self) -> bool:
@@ -598,10 +608,16 @@ class Store:
         module_name: str,
         compile_secs: float,
         callbacks: int | None = None,
+        then: Callable[[bool], None] | None = None,
     ) -> None:
-        """Queue a put on the background writer; the program does not wait for it."""
+        """Queue a put on the background writer; the program does not wait for it.
+
+        `then`: called on the writer with whether the entry is now published (stored
+        by this or another process), however the put ended."""
+        finished = then or (lambda _published: None)
         if self.read_only:
             self.counters.add("skipped_read_only")
+            finished(False)
             return
 
         def keep() -> None:
@@ -613,12 +629,19 @@ class Store:
                 self.counters.add("kept_in_tier")
 
         def job() -> None:
+            published = False
+            try:
+                published = upload()
+            finally:
+                finished(published)
+
+        def upload() -> bool:
             if time.monotonic() < self._uploads_paused_until:
                 # A backend just failed an upload: drop this one (counted) instead of
                 # paying the timeout again for every queued compile and the exit flush.
                 self.counters.add("put_skipped")
                 keep()
-                return
+                return False
             try:
                 self.put(
                     key,
@@ -629,6 +652,7 @@ class Store:
                     callbacks=callbacks,
                 )
                 self._upload_failures = 0
+                return True
             except Exception as exc:
                 self.counters.add("put_errors")
                 cause = one_line(exc)
@@ -658,6 +682,8 @@ class Store:
         bound = self.settings.flush_secs if timeout is None else timeout
         deadline = time.monotonic() + bound
         done = self.worker.drain(bound)
+        if isinstance(self._flight, SingleFlight):  # leases released: waiters go on
+            self._flight.drain(min(max(deadline - time.monotonic(), 0), self.settings.timeout_secs))
         late = [] if done else [f"{self.worker.pending()} upload(s)"]
         # Hit counts too, within what is left of the same bound: a database that stops
         # answering must not hold the program at exit.

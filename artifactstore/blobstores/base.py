@@ -15,7 +15,7 @@ from artifactstore.codec import check_digest
 from artifactstore.journal import MAX_JOURNAL_BYTES, check_journal_name
 from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
 
-__all__ = ["JOURNALS", "MANIFESTS", "BlobInfo", "BlobStore", "RecordKind", "check_digest"]
+__all__ = ["JOURNALS", "LEASES", "MANIFESTS", "BlobInfo", "BlobStore", "RecordKind", "check_digest"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ MANIFESTS = RecordKind("manifest", "keys", MAX_MANIFEST_BYTES, check_key, sharde
 # Hits of processes that do not write the index (artifactstore.journal).
 JOURNALS = RecordKind("journal", "journals", MAX_JOURNAL_BYTES, check_journal_name,
                       readers_write=True)  # fmt: skip
+# A compile lease's mirror, polled by processes waiting for its holder (artifactstore.singleflight).
+LEASES = RecordKind("lease", "leases", 1024, check_key)
 
 
 class BlobStore(abc.ABC):

@@ -29,7 +29,7 @@ def holder_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"[:255]
 
 
-def _dead_here(holder: str) -> bool:
+def dead_here(holder: str) -> bool:
     """Whether `holder` (host:pid) names a process of this host that has exited."""
     host, _, pid = holder.rpartition(":")
     if host != socket.gethostname()[: 255 - len(pid) - 1] or not pid.isdigit():
@@ -86,7 +86,7 @@ class Lease:
                     # while the database was down and could not release) is taken over
                     # at once rather than after its TTL; the token makes it one taker.
                     dead = (
-                        _dead_here(str(row[0]))
+                        dead_here(str(row[0]))
                         and conn.execute(
                             update(LeaseRow)
                             .where(LeaseRow.name == self.name, LeaseRow.token == row[2])

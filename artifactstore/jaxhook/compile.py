@@ -23,6 +23,7 @@ from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
 from artifactstore.session import Session, warn_once
 
 if TYPE_CHECKING:
+    from artifactstore.singleflight import Held
     from artifactstore.store import Store
 
 log = logging.getLogger("artifactstore")
@@ -236,7 +237,26 @@ def _from_store(session: Session, store: Store, request: _Compile) -> Any:
 
 
 def _compile_and_store(session: Session, store: Store | None, request: _Compile) -> Any:
-    """Compile with XLA; queue the result for upload, or remember it was too quick to."""
+    """Compile with XLA (or wait for the process that does: see singleflight); queue the
+    result for upload, or remember it was too quick to store."""
+    held: Held | None = None
+    if store is not None and store.flight is not None:
+        loaded, held = store.flight.turn(request.key, lambda: _from_store(session, store, request))
+        if loaded is not None:
+            return loaded
+    handed_off = False
+    try:
+        executable, handed_off = _compile_then_store(session, store, request, held)
+    finally:
+        if held is not None and not handed_off:
+            held.release(stored=False)  # waiters compile at once
+    return executable
+
+
+def _compile_then_store(
+    session: Session, store: Store | None, request: _Compile, held: Held | None
+) -> tuple[Any, bool]:
+    """The executable, and whether its upload now releases `held` once it ends."""
     executable, compile_secs = request.compile()
     session.compiles += 1
     _record_event("/jax/compilation_cache/cache_misses")
@@ -246,27 +266,35 @@ def _compile_and_store(session: Session, store: Store | None, request: _Compile)
             session.tier.remember_below_threshold(request.key, compile_secs)
         if store is None:
             session.below_threshold += 1
-        return executable
+        return executable, False
     if store is None:
         store = session.store()  # known quick before, slow now: store it after all
     if store is None and not session.can_keep_locally():
-        return executable
+        return executable, False
     if store is not None and settings.read_only:
         store.counters.add("skipped_read_only")
-        return executable
+        return executable, False
     try:
         payload = executable.serialize()
         assert request.fingerprint is not None
-        # The store is down: this host's tier keeps it (see Session.keep_locally).
-        put = store.submit_put if store is not None else session.keep_locally
-        put(
-            request.key,
-            payload,
-            fingerprint=request.fingerprint,
-            module_name=request.module_name,
-            compile_secs=compile_secs,
-            callbacks=request.callback_count,
+        args = (request.key, payload)
+        fingerprint, module_name, callbacks = (
+            request.fingerprint,
+            request.module_name,
+            request.callback_count,
         )
+        if store is None:  # the store is down: this host's tier keeps it
+            session.keep_locally(
+                *args, fingerprint=fingerprint, module_name=module_name,
+                compile_secs=compile_secs, callbacks=callbacks,
+            )  # fmt: skip
+            return executable, False
+        then = (lambda published: held.release(stored=published)) if held else None
+        store.submit_put(
+            *args, fingerprint=fingerprint, module_name=module_name,
+            compile_secs=compile_secs, callbacks=callbacks, then=then,
+        )  # fmt: skip
+        return executable, held is not None
     except Exception as exc:
         warn_once(
             "serialize",
@@ -274,7 +302,7 @@ def _compile_and_store(session: Session, store: Store | None, request: _Compile)
             request.module_name,
             one_line(exc),
         )
-    return executable
+    return executable, False
 
 
 def _record_load(session: Session, compile_secs: float, started: float) -> None:

@@ -1,0 +1,412 @@
+"""Single-flight compiles: when many processes miss one key at once, one compiles.
+
+Why: a 64-worker job starting on a store that lacks its programs would compile
+each of them 64 times and upload it 64 times, and still start as slowly as one
+cold compile. Here the first writer to miss a key takes the key's compile lease
+in the index (`index.leases.Lease`: an insert or a takeover of an expired or
+dead holder's row decides exactly one holder); the others wait for its result.
+
+- The holder mirrors its lease as a small record in the object store
+  (`leases/KEY`: holder, beat, state, the key's last known compile time), beats
+  it and renews the index row every TTL/3 while it compiles and uploads, and
+  deletes it once the entry's manifest is published. A compile it will not store
+  (below the threshold, failed, the index gone) marks the record `abandoned`, so
+  that waiters compile at once instead of queueing behind one another.
+- Waiters hold no database connection: they poll the key's lease record and
+  manifest in the object store (backing off to one poll a second). A manifest
+  ends the wait with a load; an abandoned or vanished lease with a compile; a
+  holder that stopped beating for a TTL (or died, on this host) is taken over
+  through the index by exactly one waiting writer, the others wait on. Every
+  wait is bounded (`ARTSTORE_LEASE_WAIT`, default a few times the key's last
+  known compile time, else 5 minutes): past it a waiter compiles itself.
+- Read-only readers never hold a lease and never open the index: a reader that
+  misses waits only when it finds a writer's record, and compiles otherwise.
+
+Any failure here (index or object store unreachable) degrades to compiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from sqlalchemy import func, select
+
+from artifactstore.background import call_with_timeout
+from artifactstore.blobstores.base import LEASES, MANIFESTS
+from artifactstore.errors import CorruptObject, LeaseHeld, StoreUnavailable, one_line
+from artifactstore.index.leases import Lease, dead_here
+from artifactstore.index.models import Entry
+
+if TYPE_CHECKING:
+    from artifactstore.config import Settings
+    from artifactstore.store import Store
+
+log = logging.getLogger("artifactstore")
+
+T = TypeVar("T")
+
+FORMAT_VERSION = 1
+MAX_RECORD_BYTES = 1024
+# Without a known compile time, how long a waiter trusts a beating holder: long
+# compiles are what this exists for (simulators take minutes), a hung one is rare.
+DEFAULT_WAIT_SECS = 300.0
+MIN_WAIT_SECS = 30.0
+WAIT_MULTIPLE = 3.0
+_FIRST_POLL = 0.05
+_MAX_POLL = 1.0
+# Network filesystems whose locks SQLite cannot trust: an index there gets no leases.
+_NETWORK_FS = ("nfs", "cifs", "smb", "9p", "lustre", "gpfs", "ceph", "gluster", "fuse", "afs")
+
+
+def lease_name(namespace: str, key: str) -> str:
+    """The index row's name: the key, and the namespace hashed to fit the column."""
+    return f"compile:{key}:{hashlib.sha256(namespace.encode()).hexdigest()[:16]}"
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The object-store mirror of a compile lease, read by waiters (format version 1):
+    `{"v": 1, "holder": "host:pid", "beat": n, "ttl": secs, "state": "compiling" |
+    "abandoned", "hint": secs | null}`."""
+
+    holder: str
+    beat: int
+    ttl: float
+    state: str = "compiling"
+    hint: float | None = None
+
+    def encode(self) -> bytes:
+        body = {
+            "v": FORMAT_VERSION,
+            "holder": self.holder,
+            "beat": self.beat,
+            "ttl": self.ttl,
+            "state": self.state,
+            "hint": self.hint,
+        }
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> LeaseRecord:
+        try:
+            raw = json.loads(data[: MAX_RECORD_BYTES + 1])
+            if len(data) > MAX_RECORD_BYTES or raw.get("v") != FORMAT_VERSION:
+                raise ValueError("not a version 1 lease record")
+            hint = raw.get("hint")
+            record = cls(
+                holder=str(raw["holder"])[:255],
+                beat=int(raw["beat"]),
+                ttl=float(raw["ttl"]),
+                state=str(raw["state"]),
+                hint=None if hint is None else float(hint),
+            )
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CorruptObject(f"bad lease record ({one_line(exc)})") from None
+        if record.state not in ("compiling", "abandoned") or not (
+            math.isfinite(record.ttl) and record.ttl > 0
+        ):
+            raise CorruptObject("bad lease record (state or ttl)")
+        return record
+
+
+def wait_bound(settings: Settings, hint: float | None) -> float:
+    """How long a waiter waits at most: the setting, else a multiple of the hint."""
+    if settings.lease_wait_secs is not None:
+        return settings.lease_wait_secs
+    if hint is None or not math.isfinite(hint) or hint <= 0:
+        return DEFAULT_WAIT_SECS
+    return max(MIN_WAIT_SECS, WAIT_MULTIPLE * hint)
+
+
+def enabled(settings: Settings) -> tuple[bool, str]:
+    """Whether single-flight is on here, and why (for `artstore doctor`).
+
+    `auto` (the default) turns it on where every process sharing the store shares
+    the leases too and a holder's death is noticed: a PostgreSQL index, or a
+    SQLite index on a local filesystem (one host's processes); off for SQLite on
+    a network filesystem, whose locks cannot be trusted.
+    """
+    mode = settings.single_flight
+    if mode == "off":
+        return False, "off (ARTSTORE_SINGLE_FLIGHT=0)"
+    if mode == "on":
+        return True, "on (ARTSTORE_SINGLE_FLIGHT=1)"
+    if settings.index_is_server:
+        return True, "on (auto: PostgreSQL index)"
+    path = settings.index_url.split("///", 1)[-1]
+    fs = filesystem_type(Path(path).parent)
+    if fs is not None and fs.startswith(_NETWORK_FS):
+        return False, f"off (auto: the SQLite index is on {fs}; set ARTSTORE_SINGLE_FLIGHT=1)"
+    return True, "on (auto: SQLite index on a local filesystem)"
+
+
+def filesystem_type(path: Path) -> str | None:
+    """The type of the filesystem holding `path` (Linux /proc/mounts), or None."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    target = str(path.resolve())
+    best, fstype = "", None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, parts[2]
+    return fstype
+
+
+class Held:
+    """A compile lease this process holds: beaten until `release`."""
+
+    def __init__(self, flight: SingleFlight, key: str, lease: Lease) -> None:
+        self.flight = flight
+        self.key = key
+        self.lease = lease
+        self.record = LeaseRecord(lease.holder, 0, lease.ttl_secs)
+        self.lost = False
+        self.released = False
+
+    def release(self, *, stored: bool) -> None:
+        """The entry is published (`stored`), or will not be: let waiters go on."""
+        if self.released:
+            return
+        self.released = True
+        self.flight._release(self, stored=stored)
+
+
+class SingleFlight:
+    """One store's compile leases, as this process takes and waits for them."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.settings = store.settings
+        self.ttl = self.settings.lease_ttl_secs
+        self._held: dict[str, Held] = {}
+        self._lock = threading.Lock()
+        self._jobs: list[Callable[[], None]] = []  # record writes, in order, off the hot path
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._down_until = 0.0  # monotonic: the index failed a lease, see try_hold
+
+    # -- holding --------------------------------------------------------------
+    def try_hold(self, key: str) -> Held | None:
+        """Take `key`'s lease (a writer); None if another process holds it."""
+        if time.monotonic() < self._down_until:
+            raise StoreUnavailable("compile leases unavailable (cooling down)")
+        name = lease_name(self.store.namespace, key)
+
+        def acquire() -> Lease | None:  # opening the index, if not yet open, is bounded too
+            lease = Lease(self.store.engine, name, self.ttl)
+            return lease if lease.try_acquire() is None else None
+
+        try:
+            lease = call_with_timeout(acquire, self.settings.timeout_secs)
+        except Exception:
+            # Like the breakers: do not pay the timeout again on every miss for a while.
+            self._down_until = time.monotonic() + self.settings.breaker_cooldown_secs
+            raise
+        if lease is None:
+            return None
+        held = Held(self, key, lease)
+        with self._lock:
+            self._held[key] = held
+        self._submit(lambda: self._announce(held))
+        return held
+
+    def _announce(self, held: Held) -> None:
+        """Publish the lease record, with the key's last known compile time."""
+        try:
+            with self.store.engine.connect() as conn:
+                hint = conn.execute(
+                    select(func.max(Entry.compile_secs)).where(Entry.key == held.key)
+                ).scalar()
+        except Exception as exc:
+            log.debug("artifactstore: no compile-time hint for %s: %s", held.key[:12], exc)
+            hint = None
+        held.record = replace(held.record, hint=None if hint is None else float(hint))
+        self._put_record(held)
+
+    def _put_record(self, held: Held) -> None:
+        try:
+            self.store.blobs.put_record(LEASES, held.key, held.record.encode())
+        except Exception as exc:
+            log.debug("artifactstore: lease record of %s not written: %s", held.key[:12], exc)
+
+    def _release(self, held: Held, *, stored: bool) -> None:
+        with self._lock:
+            self._held.pop(held.key, None)
+
+        def job() -> None:
+            if held.lost:  # taken over: the record and the row are the new holder's
+                return
+            if stored:
+                try:
+                    self.store.blobs.delete_records(LEASES, [held.key])
+                except Exception as exc:
+                    log.debug("artifactstore: lease record not deleted: %s", one_line(exc))
+            else:
+                held.record = replace(held.record, state="abandoned", beat=held.record.beat + 1)
+                self._put_record(held)
+            try:
+                call_with_timeout(held.lease.release, self.settings.timeout_secs)
+            except Exception as exc:  # it expires after one TTL
+                log.debug("artifactstore: lease not released: %s", one_line(exc))
+
+        self._submit(job)
+
+    def _beat(self) -> None:
+        """Renew every held lease and its record (every TTL/3)."""
+        with self._lock:
+            held = list(self._held.values())
+        for one in held:
+            try:
+                call_with_timeout(one.lease.renew, self.settings.timeout_secs)
+            except LeaseHeld:
+                one.lost = True  # paused past its expiry: a waiter took over
+                with self._lock:
+                    self._held.pop(one.key, None)
+                continue
+            except Exception as exc:
+                # The index is gone: this compile cannot be stored, so let waiters go.
+                log.debug("artifactstore: lease renewal failed: %s", one_line(exc))
+                one.release(stored=False)
+                continue
+            one.record = replace(one.record, beat=one.record.beat + 1)
+            self._put_record(one)
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            self._jobs.append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="artifactstore-leases", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        next_beat = time.monotonic() + self.ttl / 3
+        while True:
+            self._wake.wait(max(0.0, next_beat - time.monotonic()))
+            self._wake.clear()
+            with self._lock:
+                jobs, self._jobs = self._jobs, []
+            for job in jobs:
+                try:
+                    job()
+                except Exception as exc:
+                    log.debug("artifactstore: lease bookkeeping failed: %s", one_line(exc))
+            if time.monotonic() >= next_beat:
+                self._beat()
+                next_beat = time.monotonic() + self.ttl / 3
+
+    def drain(self, timeout: float) -> None:
+        """Let queued record writes and releases finish (at exit), within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._jobs:
+                    return
+            time.sleep(0.01)
+
+    # -- waiting --------------------------------------------------------------
+    def turn(self, key: str, load: Callable[[], T | None]) -> tuple[T | None, Held | None]:
+        """Take `key`'s lease or wait for its holder: (what `load` returned once the
+        entry's manifest appeared, None), or (None, the lease now held, or None: compile)."""
+        counters = self.store.counters
+        writer = not self.settings.read_only
+        try:
+            if writer:
+                held = self.try_hold(key)
+                if held is not None:
+                    if self.store.blobs.get_record(MANIFESTS, key) is None:
+                        return None, held
+                    # Published since this process missed it (and its holder let go).
+                    held.release(stored=True)
+                    return load(), None
+            else:
+                record = self._read_record(key)
+                if record is None or record.state != "compiling":
+                    return None, None  # no writer compiles it: a reader compiles itself
+            return self._wait(key, load, writer)
+        except Exception as exc:
+            self.store._warn_once(
+                "single-flight", "compile leases unavailable (%s); compiling", one_line(exc)
+            )
+            counters.add("lease_errors")
+            return None, None
+
+    def _wait(
+        self, key: str, load: Callable[[], T | None], writer: bool
+    ) -> tuple[T | None, Held | None]:
+        counters = self.store.counters
+        counters.add("lease_waits")
+        blobs = self.store.blobs
+        started = time.monotonic()
+        bound = wait_bound(self.settings, None)
+        poll = _FIRST_POLL
+        beat: int | None = None
+        quiet_since = started  # when the holder last showed life (a new beat)
+        while True:
+            time.sleep(poll)
+            poll = min(poll * 1.5, _MAX_POLL)
+            now = time.monotonic()
+            if blobs.get_record(MANIFESTS, key) is not None:
+                result = load()
+                if result is not None:
+                    counters.add("lease_loaded")
+                return result, None  # not loadable here (another fingerprint...): compile
+            record = self._read_record(key)
+            if record is not None and record.state == "abandoned":
+                return None, None  # the holder will not store it: compile at once
+            if record is None and blobs.get_record(MANIFESTS, key) is not None:
+                continue  # published between the two reads: the next poll loads it
+            if record is not None:
+                bound = wait_bound(self.settings, record.hint)
+                if record.beat != beat:
+                    beat, quiet_since = record.beat, now
+            elif not writer:
+                return None, None  # the holder is gone without a manifest
+            dead = record is not None and dead_here(record.holder)
+            # No record yet: its holder writes it just after taking the lease.
+            quiet = now - quiet_since > (record.ttl if record is not None else 1.0)
+            if dead or quiet:
+                if not writer:
+                    if now - quiet_since > 2 * self.ttl:
+                        return None, None  # no writer took it over: compile
+                else:
+                    held = self.try_hold(key)  # exactly one waiter takes it over
+                    if held is not None:
+                        counters.add("lease_takeovers")
+                        return None, held
+                    quiet_since = now  # held: renewed, or another waiter took it over
+            if now - started > bound:
+                counters.add("lease_timeouts")
+                log.info(
+                    "artifactstore: waited %.0f s for another process to compile %s; compiling",
+                    now - started,
+                    key[:12],
+                )
+                return None, None
+
+    def _read_record(self, key: str) -> LeaseRecord | None:
+        data = self.store.blobs.get_record(LEASES, key)
+        if data is None:
+            return None
+        try:
+            return LeaseRecord.decode(data)
+        except CorruptObject:
+            return None
