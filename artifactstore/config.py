@@ -52,6 +52,8 @@ DEFAULT_LOCAL_TIER_BYTES = 10 * 1000**3
 # decompression bomb (a 64 KiB object declaring 1 TB) is refused before any allocation.
 DEFAULT_MAX_OBJECT_BYTES = 4 * 1024**3
 DEFAULT_MAX_EXECUTABLE_BYTES = 8 * 1024**3
+# Where a process serves its metrics (ARTSTORE_METRICS_PORT): this host only, unless asked.
+DEFAULT_METRICS_ADDR = "127.0.0.1"
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -105,6 +107,10 @@ class Settings:
     # A local store's new directories and files readable by their group (0750/0640)
     # rather than private (0700/0600), to share it read-only; never group-writable.
     group_readable: bool = False
+    # Prometheus metrics (artifactstore.metrics): serve this process's counters on this
+    # port (None: not served), bound to `metrics_addr`.
+    metrics_port: int | None = None
+    metrics_addr: str = DEFAULT_METRICS_ADDR
 
     @property
     def index_is_server(self) -> bool:
@@ -282,6 +288,8 @@ _OPTIONS: dict[str, str] = {
     "signing_key": "SIGNING_KEY",
     "trusted_keys": "TRUSTED_KEYS",
     "group_readable": "GROUP_READABLE",
+    "metrics_port": "METRICS_PORT",
+    "metrics_addr": "METRICS_ADDR",
 }
 
 
@@ -382,7 +390,35 @@ def resolve(
         group_readable=parse_bool(
             ENV_PREFIX + "GROUP_READABLE", values.get("group_readable", False)
         ),
+        metrics_port=_parse_port(values.get("metrics_port")),
+        metrics_addr=_parse_addr(values.get("metrics_addr")),
     )
+
+
+def _parse_port(value: Any) -> int | None:
+    """ARTSTORE_METRICS_PORT: 1 to 65535; 0 or empty: metrics not served."""
+    if value is None or value == "":
+        return None
+    name = ENV_PREFIX + "METRICS_PORT"
+    if isinstance(value, bool) or not str(value).strip().isdigit():
+        raise ConfigError(f"invalid port {value!r} for {name}: use e.g. 9464 (0: off)")
+    port = int(str(value).strip())
+    if port > 65535:
+        raise ConfigError(f"invalid port {value!r} for {name}: must be <= 65535 (0: off)")
+    return port or None
+
+
+def _parse_addr(value: Any) -> str:
+    """ARTSTORE_METRICS_ADDR: the address the metrics port is bound to (a host name or IP)."""
+    if value is None or value == "":
+        return DEFAULT_METRICS_ADDR
+    text = str(value).strip()
+    if not re.fullmatch(r"[A-Za-z0-9._:-]{1,255}", text):
+        raise ConfigError(
+            f"invalid address {text!r} for {ENV_PREFIX}METRICS_ADDR: use an IP address or "
+            "host name, e.g. 0.0.0.0 to serve every interface"
+        )
+    return text
 
 
 def _parse_signing_key(value: Any) -> SigningKey | None:
