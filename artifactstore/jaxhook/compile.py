@@ -239,6 +239,7 @@ def _compile_and_store(session: Session, store: Store | None, request: _Compile)
     """Compile with XLA; queue the result for upload, or remember it was too quick to."""
     executable, compile_secs = request.compile()
     session.compiles += 1
+    session.observe_compile(compile_secs)
     _record_event("/jax/compilation_cache/cache_misses")
     settings = session.settings
     if compile_secs < settings.min_compile_secs:
@@ -281,6 +282,7 @@ def _record_load(session: Session, compile_secs: float, started: float) -> None:
     """Count a load and report it through JAX's own cache events, as its cache would."""
     session.loads += 1
     retrieval = time.monotonic() - started
+    session.observe_load(retrieval)
     _record_event("/jax/compilation_cache/cache_hits")
     _record_duration("/jax/compilation_cache/compile_time_saved_sec", compile_secs - retrieval)
     _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
