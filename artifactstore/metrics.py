@@ -128,19 +128,22 @@ def wanted(settings: Settings) -> bool:
 
 # -- a process's metrics -----------------------------------------------------------
 class _Metrics:
-    """The process's metric objects, made once (prometheus_client's registry is global)."""
+    """The process's metric objects, made once, in prometheus_client's default registry
+    (or `registry`, for tests)."""
 
-    def __init__(self, prom: Any) -> None:
+    def __init__(self, prom: Any, registry: Any = None) -> None:
+        where = {"registry": registry} if registry is not None else {}
         self.counters = {
-            name: prom.Counter(name, _DOCS[name], list(labels)) for name, labels in COUNTERS.items()
+            name: prom.Counter(name, _DOCS[name], list(labels), **where)
+            for name, labels in COUNTERS.items()
         }
         self.load = prom.Histogram(
             "artstore_load_seconds", _DOCS["artstore_load_seconds"], ["namespace"],
-            buckets=LOAD_BUCKETS,
+            buckets=LOAD_BUCKETS, **where,
         )  # fmt: skip
         self.compile = prom.Histogram(
             "artstore_compile_seconds", _DOCS["artstore_compile_seconds"], ["namespace"],
-            buckets=COMPILE_BUCKETS,
+            buckets=COMPILE_BUCKETS, **where,
         )  # fmt: skip
 
 
