@@ -194,14 +194,24 @@ def test_multiprocess_dir_adds_up_short_processes(tmp_path: Path, cli: Cli) -> N
     assert value(total, "artstore_load_seconds_count") == N
     assert value(total, "artstore_index_entries") == N  # and the index's own gauges
 
-    # A long-running process with a port serves the sum of every process in the directory.
+    # A long-running process with a port serves the sum of every process in the directory;
+    # one object damaged first: a miss, an error of kind corrupt and a compile, counted.
+    objects = sorted(p for p in (tmp_path / "store" / "default" / "objects").rglob("*")
+                     if p.is_file())  # fmt: skip
+    assert len(objects) == N
+    data = bytearray(objects[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    objects[0].write_bytes(bytes(data))
     served, out = scrape_while_running(
         env, free_port(), METRICS_PHASES="hit", ARTSTORE_LOCAL_TIER="off"
     )
-    assert out["store"]["hits"] == N
-    assert value(served, "artstore_hits_total", tier="store") == 2 * N
-    assert value(served, "artstore_misses_total") == N
-    assert value(served, "artstore_load_seconds_count") == 2 * N
+    counts = out["store"]
+    assert (counts["hits"], counts["corrupt"], counts["compiles"]) == (N - 1, 1, 1), counts
+    assert value(served, "artstore_hits_total", tier="store") == 2 * N - 1
+    assert value(served, "artstore_misses_total") == N + 1
+    assert value(served, "artstore_errors_total", kind="corrupt") == 1
+    assert value(served, "artstore_compiles_total") == N + 1
+    assert value(served, "artstore_load_seconds_count") == 2 * N - 1
 
 
 # -- `artstore metrics`: the index's gauges -------------------------------------------
