@@ -158,6 +158,7 @@ class Breaker:
         self._probing = False
         self._opened_at: float | None = None
         self.opened = 0  # times it opened
+        self.on_open: Callable[[], None] | None = None  # told each time it opens (metrics)
         self.refused = 0  # calls refused while open
 
     @property
@@ -208,6 +209,8 @@ class Breaker:
                 self._opened_at = self._clock()
             self._open_until = self._clock() + self.cooldown_secs
             self.opened += 1
+        if self.on_open is not None:
+            self.on_open()
         if first:
             log.warning(
                 "artifactstore: %s unavailable (%s); compiling without it, trying again every %g s",

@@ -56,6 +56,8 @@ DEFAULT_MAX_EXECUTABLE_BYTES = 8 * 1024**3
 # holder that died is taken over after one TTL (at once when it ran on the same host).
 DEFAULT_LEASE_TTL_SECS = 30.0
 SINGLE_FLIGHT_MODES = ("auto", "on", "off")
+# Where a process serves its metrics (ARTSTORE_METRICS_PORT): this host only, unless asked.
+DEFAULT_METRICS_ADDR = "127.0.0.1"
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -114,6 +116,10 @@ class Settings:
     single_flight: str = "auto"
     lease_wait_secs: float | None = None
     lease_ttl_secs: float = DEFAULT_LEASE_TTL_SECS
+    # Prometheus metrics (artifactstore.metrics): serve this process's counters on this
+    # port (None: not served), bound to `metrics_addr`.
+    metrics_port: int | None = None
+    metrics_addr: str = DEFAULT_METRICS_ADDR
 
     @property
     def index_is_server(self) -> bool:
@@ -294,6 +300,8 @@ _OPTIONS: dict[str, str] = {
     "single_flight": "SINGLE_FLIGHT",
     "lease_wait_secs": "LEASE_WAIT",
     "lease_ttl_secs": "LEASE_TTL",
+    "metrics_port": "METRICS_PORT",
+    "metrics_addr": "METRICS_ADDR",
 }
 
 
@@ -406,6 +414,8 @@ def resolve(
             minimum=0.5,
             maximum=3600,
         ),
+        metrics_port=_parse_port(values.get("metrics_port")),
+        metrics_addr=_parse_addr(values.get("metrics_addr")),
     )
 
 
@@ -420,6 +430,32 @@ def _parse_single_flight(value: Any) -> str:
         raise ConfigError(
             f"invalid value {value!r} for {ENV_PREFIX}SINGLE_FLIGHT: use auto, 1 or 0"
         ) from None
+
+
+def _parse_port(value: Any) -> int | None:
+    """ARTSTORE_METRICS_PORT: 1 to 65535; 0 or empty: metrics not served."""
+    if value is None or value == "":
+        return None
+    name = ENV_PREFIX + "METRICS_PORT"
+    if isinstance(value, bool) or not str(value).strip().isdigit():
+        raise ConfigError(f"invalid port {value!r} for {name}: use e.g. 9464 (0: off)")
+    port = int(str(value).strip())
+    if port > 65535:
+        raise ConfigError(f"invalid port {value!r} for {name}: must be <= 65535 (0: off)")
+    return port or None
+
+
+def _parse_addr(value: Any) -> str:
+    """ARTSTORE_METRICS_ADDR: the address the metrics port is bound to (a host name or IP)."""
+    if value is None or value == "":
+        return DEFAULT_METRICS_ADDR
+    text = str(value).strip()
+    if not re.fullmatch(r"[A-Za-z0-9._:-]{1,255}", text):
+        raise ConfigError(
+            f"invalid address {text!r} for {ENV_PREFIX}METRICS_ADDR: use an IP address or "
+            "host name, e.g. 0.0.0.0 to serve every interface"
+        )
+    return text
 
 
 def _parse_signing_key(value: Any) -> SigningKey | None:

@@ -10,7 +10,9 @@ below-threshold compiles are journaled there and folded into the index later.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,7 @@ from artifactstore.tier import LocalTier, open_tier
 if TYPE_CHECKING:
     from artifactstore.fingerprint import Fingerprint
     from artifactstore.gc.quota_pass import QuotaPass
+    from artifactstore.metrics import Recorder
     from artifactstore.store import Store
 
 log = logging.getLogger("artifactstore")
@@ -75,6 +78,7 @@ class Session:
             log.debug("artifactstore: no local tier: %s", one_line(exc))
         self._fold_timer: threading.Timer | None = None
         self.quota: QuotaPass | None = None
+        self.metrics = _metrics(settings, self)
 
     @property
     def active(self) -> bool:
@@ -110,6 +114,8 @@ class Session:
 
         store = Store.open(self.settings, tier=self.tier, using=self._using, lazy_index=True)
         store.on_stored.append(self._stored)
+        if self.metrics is not None:
+            store.counters.observer = self.metrics.counted
         if self.settings.enforce_quota and not self.settings.read_only:
             from artifactstore.gc.quota_pass import QuotaPass
 
@@ -155,6 +161,8 @@ class Session:
     def tier_hit(self) -> None:
         """Count a tier hit; a process that lives on opens the index later to record it."""
         self.tier_hits += 1
+        if self.metrics is not None:
+            self.metrics.tier_hit()
         if self._fold_timer is None and self._store is None:
             # Short programs leave their hits in a journal at exit; long ones
             # (training, serving) report them while running, off the hot path.
@@ -166,6 +174,16 @@ class Session:
         store = self.store()
         if store is not None and self.tier is not None:
             store.add_accesses(self.tier.take_accesses())
+
+    def observe_load(self, secs: float) -> None:
+        """A stored executable loaded in `secs` (fetch and deserialize), for the metrics."""
+        if self.metrics is not None:
+            self.metrics.loaded(secs)
+
+    def observe_compile(self, secs: float) -> None:
+        """XLA compiled a miss in `secs`, for the metrics."""
+        if self.metrics is not None:
+            self.metrics.compiled(secs)
 
     def can_keep_locally(self) -> bool:
         """Whether a writer's compiles can be kept in this host's tier while the store is down."""
@@ -246,6 +264,27 @@ class Session:
         self.finish()
         if self._store is not None:
             self._store.close()
+
+
+def _metrics(settings: Settings, session: Session) -> Recorder | None:
+    """The process's metrics, when asked for (ARTSTORE_METRICS_PORT, PROMETHEUS_MULTIPROC_DIR),
+    wired to `session`'s breakers and tier; imported only then (artifactstore.metrics)."""
+    if settings.metrics_port is None and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    try:
+        from artifactstore import metrics
+
+        recorder = metrics.enable(settings)
+        if recorder is None:
+            return None
+        for breaker in session.breakers.values():
+            breaker.on_open = functools.partial(recorder.breaker_opened, breaker.name)
+        if session.tier is not None:
+            session.tier.refusals = recorder.observed(session.tier.refusals)
+    except Exception as exc:  # metrics never break the program
+        log.warning("artifactstore: metrics off: %s", one_line(exc))
+        return None
+    return recorder
 
 
 def _finish_before_thread_shutdown(session: Session) -> None:

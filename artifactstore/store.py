@@ -80,10 +80,14 @@ class ProcessCounters:
 
     counts: _Counts[str] = field(default_factory=_Counts)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Told every event too (a session's metrics: artifactstore.metrics.Recorder.counted).
+    observer: Callable[[str, int], None] | None = None
 
     def add(self, name: str, value: int = 1) -> None:
         with self.lock:
             self.counts[name] += value
+        if self.observer is not None:
+            self.observer(name, value)
 
     def snapshot(self) -> dict[str, int]:
         with self.lock:
@@ -282,6 +286,8 @@ class Store:
             data = self.blobs.get(entry.digest, max_bytes=self.settings.max_object_bytes)
         except OverLimit as exc:
             return self._over_limit(exc)
+        if data is not None:
+            self.counters.add("bytes_fetched", len(data))
         if data is None:
             self._warn_once(
                 "missing",

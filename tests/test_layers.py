@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
         "redact",
         "manifest",
         "journal",
+        "metrics",
     },
     {"blobstores", "index"},
     {"tier", "store"},

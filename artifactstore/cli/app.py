@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import click
 
-from artifactstore.cli import entries, gc_cmd, setup_cmd, sign_cmd, warm_cmd
+from artifactstore.cli import entries, gc_cmd, metrics_cmd, setup_cmd, sign_cmd, warm_cmd
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
 from artifactstore.errors import ArtstoreError, one_line
 
@@ -43,6 +43,7 @@ for _command in (
     gc_cmd.gc_cmd,
     gc_cmd.fold_cmd,
     gc_cmd.quota_group,
+    metrics_cmd.metrics_cmd,
     setup_cmd.fingerprint_cmd,
     warm_cmd.warm_cmd,
     setup_cmd.db_group,

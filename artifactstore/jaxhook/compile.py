@@ -259,6 +259,7 @@ def _compile_then_store(
     """The executable, and whether its upload now releases `held` once it ends."""
     executable, compile_secs = request.compile()
     session.compiles += 1
+    session.observe_compile(compile_secs)
     _record_event("/jax/compilation_cache/cache_misses")
     settings = session.settings
     if compile_secs < settings.min_compile_secs:
@@ -309,6 +310,7 @@ def _record_load(session: Session, compile_secs: float, started: float) -> None:
     """Count a load and report it through JAX's own cache events, as its cache would."""
     session.loads += 1
     retrieval = time.monotonic() - started
+    session.observe_load(retrieval)
     _record_event("/jax/compilation_cache/cache_hits")
     _record_duration("/jax/compilation_cache/compile_time_saved_sec", compile_secs - retrieval)
     _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
