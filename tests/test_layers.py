@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
         "metrics",
     },
     {"blobstores", "index"},
-    {"tier", "store"},
+    {"tier", "store", "singleflight"},
     {"gc"},
     {"session"},
     {"jaxhook"},
