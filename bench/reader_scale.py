@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import _results
+import _stack
 import boto3.session
 import numpy as np
 import psycopg
@@ -123,20 +124,9 @@ class Bench:
 @contextlib.contextmanager
 def stack() -> Iterator[tuple[str, str]]:
     """Moto S3 + a fresh database with the schema; both gone afterwards."""
-    server = devstack.start_moto()
-    os.environ.update(devstack.FAKE_CREDENTIALS)  # inherited by the forks
-    try:
-        devstack.create_bucket(server.endpoint, BUCKET)
-        url = devstack.create_database(DATABASE)
-        try:
-            engine = db.open_engine(url)
-            db.upgrade(engine)
-            engine.dispose()
-            yield server.endpoint, url
-        finally:
-            devstack.drop_database(DATABASE)
-    finally:
-        server.stop()
+    with _stack.team_store(BUCKET, DATABASE) as env:
+        os.environ.update(devstack.FAKE_CREDENTIALS)  # inherited by the forks
+        yield env["AWS_ENDPOINT_URL_S3"], env["ARTSTORE_INDEX"]
 
 
 def in_child(fn: Callable[[], dict[str, Any]], work: Path) -> dict[str, Any]:

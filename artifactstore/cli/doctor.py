@@ -108,6 +108,7 @@ def gather(overrides: dict[str, Any]) -> Report:
         checks["index"] = _check_index(settings)
         checks["local_tier"] = _check_tier(settings)
         checks["signing"] = _check_signing(settings)
+        checks["single_flight"] = _check_single_flight(settings)
     checks["fingerprint"] = _check_fingerprint()
 
     failed = [
@@ -285,6 +286,25 @@ def _check_signing(settings: _config.Settings) -> Check:
                      "integrity, not authorship)")  # fmt: skip
     return Check("signing", "ok", "; ".join(parts), blocking=False,
                  data={"signing_key": signs, "trusted_keys": trusts})  # fmt: skip
+
+
+def _check_single_flight(settings: _config.Settings) -> Check:
+    """Whether processes that miss one key at once wait for one compile (and why)."""
+    from artifactstore.singleflight import enabled, wait_bound
+
+    on, why = enabled(settings)
+    if on and settings.read_only:
+        why += "; read-only: waits for writers' compiles, never holds a lease"
+    if on:
+        bound = settings.lease_wait_secs
+        why += (
+            f"; waits at most {bound:g} s"
+            if bound is not None
+            else (
+                f"; waits at most 3x the key's last compile time, else {wait_bound(settings, None):g} s"
+            )
+        )
+    return Check("single-flight", "ok", why, blocking=False, data={"enabled": on})
 
 
 def _check_fingerprint() -> Check:
