@@ -200,6 +200,7 @@ class SingleFlight:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._down_until = 0.0  # monotonic: the index failed a lease, see try_hold
+        self._abandoned: list[str] = []  # records marked abandoned: deleted at exit
 
     # -- holding --------------------------------------------------------------
     def try_hold(self, key: str) -> Held | None:
@@ -260,6 +261,7 @@ class SingleFlight:
             else:
                 held.record = replace(held.record, state="abandoned", beat=held.record.beat + 1)
                 self._put_record(held)
+                self._abandoned.append(held.key)
             try:
                 call_with_timeout(held.lease.release, self.settings.timeout_secs)
             except Exception as exc:  # it expires after one TTL
@@ -314,13 +316,24 @@ class SingleFlight:
                 next_beat = time.monotonic() + self.ttl / 3
 
     def drain(self, timeout: float) -> None:
-        """Let queued record writes and releases finish (at exit), within `timeout`."""
+        """Let queued record writes and releases finish (at exit), within `timeout`, then
+        delete the records this process marked abandoned: their waiters have long seen them
+        (and one that has not asks the index, which the lease no longer holds)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
                 if not self._jobs:
-                    return
+                    break
             time.sleep(0.01)
+        abandoned, self._abandoned = self._abandoned, []
+        if abandoned and time.monotonic() < deadline:
+            try:
+                call_with_timeout(
+                    lambda: self.store.blobs.delete_records(LEASES, abandoned),
+                    deadline - time.monotonic(),
+                )
+            except Exception as exc:
+                log.debug("artifactstore: abandoned lease records left: %s", one_line(exc))
 
     # -- waiting --------------------------------------------------------------
     def turn(self, key: str, load: Callable[[], T | None]) -> tuple[T | None, Held | None]:

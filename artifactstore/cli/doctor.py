@@ -301,7 +301,8 @@ def _check_single_flight(settings: _config.Settings) -> Check:
             f"; waits at most {bound:g} s"
             if bound is not None
             else (
-                f"; waits at most 3x the key's last compile time, else {wait_bound(settings, None):g} s"
+                "; waits at most 3x the key's last compile time, "
+                f"else {wait_bound(settings, None):g} s"
             )
         )
     return Check("single-flight", "ok", why, blocking=False, data={"enabled": on})
