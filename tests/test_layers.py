@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
     },
     {"blobstores", "index"},
     {"tier", "store"},
-    {"gc"},
+    {"gc", "pull"},
     {"session"},
     {"jaxhook"},
     {"warm", "cli", "__main__", "__init__"},
