@@ -109,6 +109,7 @@ def test_pull_fetches_exactly_this_fingerprints_entries_and_only_once(
 
     first = _pull(env, "--fingerprint", FP_A.digest, "-j", "3")
     seen = s3_log.take()
+    assert all(line.startswith(("GET ", "HEAD ")) for line in seen), seen  # writes nothing
     assert s3_log.object_gets(seen) == sorted(a.values())
     assert (first["fetched"], first["present"], first["other_fingerprint"]) == (3, 0, 2)
     assert first["failed"] == 0 and first["ok"] is True
@@ -191,8 +192,9 @@ def test_pull_on_the_embedded_default(
     assert (only["present"], only["other_module"]) == (1, 1)
 
 
-def test_pull_refuses_a_corrupt_object(tmp_path: Path, open_store: OpenStore) -> None:
-    """A damaged object is counted and never enters the tier; the others do."""
+def test_pull_keeps_no_corrupt_or_untrusted_object(tmp_path: Path, open_store: OpenStore) -> None:
+    """A damaged object, or with ARTSTORE_TRUSTED_KEYS an unsigned one, is counted and
+    never enters the tier; the others do."""
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_READ_ONLY="1",
                     ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))  # fmt: skip
     writer = open_store(dict(env, ARTSTORE_READ_ONLY="0"), local_tier="off")
@@ -202,11 +204,18 @@ def test_pull_refuses_a_corrupt_object(tmp_path: Path, open_store: OpenStore) ->
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    assert artstore("keygen", "ci", "--dir", str(keys), env=env).returncode == 0
+    trusting = dict(env, ARTSTORE_TRUSTED_KEYS=str(keys / "ci.pub"))
+    unsigned = _pull(trusting, "--fingerprint", FP_A.digest)
+    assert (unsigned["fetched"], unsigned["refused"], unsigned["corrupt"]) == (0, 1, 1)
     report = _pull(env, "--fingerprint", FP_A.digest)
     assert (report["fetched"], report["corrupt"]) == (1, 1)
     tier = _tier(env)
     assert tier.owns_objects and tier.lookup(bad_key) is None
     assert not tier.blobs.exists(bad_digest)
+    assert sorted(b.digest for b in tier.blobs.iter_blobs()) == [a[k] for k in a if k != bad_key]
 
 
 def test_pull_errors_are_one_line(tmp_path: Path) -> None:
