@@ -281,9 +281,8 @@ class Store:
                 key[:12],
             )
             return self._miss("fingerprint_mismatch")
-        self.using("object store")
         try:
-            data = self.blobs.get(entry.digest, max_bytes=self.settings.max_object_bytes)
+            data = self.fetch_object(entry)
         except OverLimit as exc:
             return self._over_limit(exc)
         if data is not None:
@@ -298,17 +297,7 @@ class Store:
             self._drop_entry(entry)
             return self._miss("missing_object")
         try:
-            payload = codec.decode(
-                data,
-                expected_digest=entry.digest,
-                fingerprint_digest=fingerprint_digest,
-                key=key,
-                callbacks=callbacks,
-                expected_raw_size=entry.raw_size,
-                max_raw_size=self.settings.max_executable_bytes,
-                trusted=self.settings.trusted_keys,
-                namespace=self.namespace,
-            )
+            payload = self.verify(entry, data, fingerprint_digest, callbacks=callbacks)
         except codec.SignatureRefused as exc:
             # Intact bytes this reader will not run (unsigned, unknown key, bad
             # signature): a miss, never quarantined (another reader may trust the key).
@@ -339,6 +328,37 @@ class Store:
         record = entry if isinstance(entry, Manifest) else Manifest.of(entry, callbacks=callbacks)
         self._remember(key, record, data)
         return Hit(payload, entry)
+
+    def fetch_object(self, entry: EntryInfo | Manifest) -> bytes | None:
+        """The bytes of `entry`'s object as stored, unverified (see `verify`), or None if
+        it is gone; OverLimit for one bigger than ARTSTORE_MAX_OBJECT_SIZE (not downloaded)."""
+        self.using("object store")
+        return self.blobs.get(entry.digest, max_bytes=self.settings.max_object_bytes)
+
+    def verify(
+        self,
+        entry: EntryInfo | Manifest,
+        data: bytes,
+        fingerprint_digest: str,
+        *,
+        callbacks: int | None = None,
+    ) -> bytes:
+        """The executable in `entry`'s object `data`, verified as every load is: digest,
+        envelope, fingerprint, entry key, callback count (given `callbacks`), sizes, and
+        the signature where this reader lists trusted keys. Raises what `codec.decode`
+        raises (CorruptObject and its kinds, OverLimit); what a refusal costs is the
+        caller's to decide (`get`: a miss; `artstore pull`: counted, not kept)."""
+        return codec.decode(
+            data,
+            expected_digest=entry.digest,
+            fingerprint_digest=fingerprint_digest,
+            key=entry.key,
+            callbacks=callbacks,
+            expected_raw_size=entry.raw_size,
+            max_raw_size=self.settings.max_executable_bytes,
+            trusted=self.settings.trusted_keys,
+            namespace=self.namespace,
+        )
 
     def _find(self, key: str) -> EntryInfo | Manifest | None:
         """Where `key`'s object is: its manifest in the object store. A SQLite index (a

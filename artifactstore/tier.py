@@ -185,6 +185,15 @@ class LocalTier:
         return sum(1 for shard in shards for f in shard.iterdir() if not f.name.startswith("."))
 
     def lookup(self, key: str) -> TierEntry | None:
+        record = self.record(key)
+        if isinstance(record, Manifest):
+            m = record
+            return TierEntry(m.digest, m.fingerprint, m.compile_secs, m.raw_size)
+        return record
+
+    def record(self, key: str) -> Manifest | TierEntry | None:
+        """`key`'s key file as written: a manifest, or a 0.2 key file; None (and an
+        unreadable one forgotten) if there is none."""
         if not self._usable():
             return None
         try:
@@ -192,8 +201,7 @@ class LocalTier:
             data = safedir.read_regular(self._key_path(key))
             raw = json.loads(data)
             if isinstance(raw, dict) and "v" in raw:  # a manifest, checked as the store's
-                m = Manifest.decode(data, key)
-                return TierEntry(m.digest, m.fingerprint, m.compile_secs, m.raw_size)
+                return Manifest.decode(data, key)
             return TierEntry(str(raw["d"]), str(raw["f"]), float(raw["c"]))
         except FileNotFoundError:
             return None
@@ -288,6 +296,20 @@ class LocalTier:
         if self.owns_objects and self.max_bytes is not None and not self._pruned:
             self._pruned = True  # one scan per process bounds the cost
             self.prune(self.max_bytes)
+
+    def prepare(self) -> None:
+        """Create the tier's directory now, or raise why it cannot be used (UnsafeDirectory,
+        OSError), where `remember` would only warn: for `artstore pull`, which must not
+        report entries fetched that the tier then declined to keep."""
+        self.blobs.make_dir(self.base)
+        self._safe = True
+
+    def object_bytes(self) -> int:
+        """What this tier's own copies take on disk (a scan: for `artstore pull`, not the
+        hot path); 0 for a local store's tier, whose objects are the store's."""
+        if not self.owns_objects or not self._usable():
+            return 0
+        return sum(blob.size for blob in self.blobs.iter_blobs())
 
     def forget(self, key: str) -> None:
         with contextlib.suppress(OSError, ValueError):

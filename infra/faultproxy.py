@@ -18,6 +18,10 @@ Modes (a change applies to open connections too, as it would for a real outage):
             forward reads; an HTTP PUT or POST (an upload) is held unanswered, as in
             freeze, while every other request passes (a writer's lookups still answer)
 
+With `log_requests=True` it also keeps the request line ("GET /bucket/key HTTP/1.1") of
+every HTTP request it forwards, in `requests`: tests count what reaches the server
+(`artstore pull` fetches no object twice) without touching the client.
+
 Only the standard library: the S3 tests, the soak benchmark and a developer at a
 shell (`python infra/faultproxy.py 127.0.0.1:5432 freeze`) share it.
 """
@@ -25,6 +29,7 @@ shell (`python infra/faultproxy.py 127.0.0.1:5432 freeze`) share it.
 from __future__ import annotations
 
 import contextlib
+import re
 import select
 import socket
 import struct
@@ -34,12 +39,22 @@ import time
 
 MODES = ("pass", "down", "freeze", "http500", "http503", "freeze-writes")
 _WRITES = (b"PUT ", b"POST ")
+_REQUEST = re.compile(rb"(GET|HEAD|PUT|POST|DELETE) \S+ HTTP/1\.[01]\r\n")
 _REASONS = {"http500": (500, "InternalError"), "http503": (503, "SlowDown")}
 
 
 class FaultProxy:
-    def __init__(self, upstream: tuple[str, int], *, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_requests: bool = False,
+    ):
         self.upstream = upstream
+        self.log_requests = log_requests
+        self.requests: list[str] = []  # request lines forwarded, with `log_requests`
         self.host = host
         self.port = port
         self.mode = "pass"
@@ -148,6 +163,11 @@ class FaultProxy:
                     data = sock.recv(65536)
                     if not data:
                         return
+                    if sock is client and self.log_requests and _REQUEST.match(data):
+                        # As for freeze-writes: a request's method leads the chunk.
+                        line = data.split(b"\r\n", 1)[0].decode("latin-1")
+                        with self._lock:
+                            self.requests.append(line)
                     if sock is client and self.mode == "freeze-writes" and data.startswith(_WRITES):
                         # A request starts a read of the client's side after the previous
                         # answer, so its method leads the chunk: an upload, held.

@@ -32,7 +32,7 @@ LAYERS: list[set[str]] = [
     },
     {"blobstores", "index"},
     {"tier", "store", "singleflight"},
-    {"gc"},
+    {"gc", "pull"},
     {"session"},
     {"jaxhook"},
     {"warm", "cli", "__main__", "__init__"},

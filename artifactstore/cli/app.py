@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import click
 
-from artifactstore.cli import entries, gc_cmd, metrics_cmd, setup_cmd, sign_cmd, warm_cmd
+from artifactstore.cli import entries, gc_cmd, metrics_cmd, pull_cmd, setup_cmd, sign_cmd, warm_cmd
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
 from artifactstore.errors import ArtstoreError, one_line
 
@@ -46,6 +46,7 @@ for _command in (
     metrics_cmd.metrics_cmd,
     setup_cmd.fingerprint_cmd,
     warm_cmd.warm_cmd,
+    pull_cmd.pull_cmd,
     setup_cmd.db_group,
     setup_cmd.demo_cmd,
     setup_cmd.doctor_cmd,

@@ -24,6 +24,7 @@ _PHASES = {
     "objects": "deleting unreferenced objects",
     "reconcile": "reconciling (prefixes)",
     "rebuild": "reading manifests and objects",
+    "pull": "pulling into the local tier",
 }
 
 

@@ -1,0 +1,157 @@
+"""`artstore pull`: fill this host's local tier from the object store (artifactstore.pull)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
+from artifactstore.cli.render import json_option, print_json, safe
+from artifactstore.errors import one_line
+from artifactstore.sizes import format_size
+
+if TYPE_CHECKING:
+    from artifactstore.manifest import Manifest
+    from artifactstore.pull import PullReport
+
+
+@click.command("pull")
+@click.option(
+    "--fingerprint",
+    metavar="DIGEST",
+    help="Pull the entries of this fingerprint digest [default: this host's, for the "
+    "JAX backend --backend names; see `artstore fingerprint`].",
+)
+@click.option("--backend", help="JAX backend whose fingerprint to pull (default: JAX's default).")
+@click.option(
+    "--module",
+    metavar="PATTERN",
+    help="Only entries whose module name matches this shell pattern (jit_train*).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=8,
+    show_default=True,
+    help="Objects fetched in parallel (and at most held in memory).",
+)
+@click.option("--dry-run", is_flag=True, help="List what would be fetched; fetch nothing.")
+@json_option("Print the summary as JSON.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="A progress bar on stderr [default: when stderr is a terminal].",
+)
+@click.pass_obj
+def pull_cmd(
+    obj: Ctx,
+    fingerprint: str | None,
+    backend: str | None,
+    module: str | None,
+    jobs: int,
+    dry_run: bool,
+    as_json: bool,
+    progress: bool | None,
+) -> None:
+    """Fill this host's local tier with the namespace's entries for one fingerprint.
+
+    Processes on this host then load those executables from the tier, without
+    the object store or the index (a node that starts many processes, or loses
+    the network, starts warm). Reads manifests and objects from the object store
+    only, never the database: read-only credentials suffice. Entries already in
+    the tier are not fetched again; each object is verified as a load verifies it;
+    the tier's bound (ARTSTORE_LOCAL_TIER_SIZE) is kept, and what would exceed it
+    is skipped and counted. Exits 1 if the pull stopped or an entry failed.
+    """
+    from artifactstore import pull as _pull
+    from artifactstore.cli.gc_output import Bars
+    from artifactstore.codec import check_digest
+
+    if fingerprint is not None:
+        if backend is not None:
+            raise click.UsageError("give --fingerprint or --backend, not both")
+        try:
+            fingerprint = check_digest(fingerprint.strip().lower())
+        except ValueError:
+            raise click.UsageError(
+                f"--fingerprint {fingerprint[:80]!r} is not a digest (64 hex digits, "
+                "the `digest` of `artstore fingerprint`)"
+            ) from None
+    settings = obj.settings()
+    puller = _pull.open_puller(settings, dry_run=dry_run)  # a bad store fails before JAX loads
+    if fingerprint is None:
+        from artifactstore.jaxhook import host_fingerprint
+
+        try:
+            fingerprint = host_fingerprint(backend).digest
+        except RuntimeError as exc:
+            fail(f"cannot open JAX backend {backend or 'default'!r}: {one_line(exc)}")
+    listing = dry_run and not as_json
+    would: list[dict[str, object]] = []
+
+    def fetched(manifest: Manifest) -> None:
+        if listing:
+            click.echo(
+                f"would fetch {manifest.key[:12]}  {format_size(manifest.size):>10}  "
+                f"{safe(manifest.module_name[:60])}"
+            )
+        elif dry_run:
+            would.append({"key": manifest.key, "digest": manifest.digest,
+                          "size": manifest.size, "module": manifest.module_name})  # fmt: skip
+
+    bars = Bars(sys.stderr.isatty() if progress is None and not as_json else bool(progress))
+    try:
+        report = _pull.pull(
+            puller,
+            fingerprint,
+            module=module,
+            jobs=jobs,
+            dry_run=dry_run,
+            progress=lambda n: bars.update("pull", n, None),
+            on_fetch=fetched,
+        )
+    finally:
+        bars.close()
+    if as_json:
+        print_json({**report.to_json(), **({"would_fetch": would} if dry_run else {})})
+    else:
+        click.echo(summary(report))
+    if not report.ok:
+        sys.exit(EXIT_FAIL)
+
+
+def summary(r: PullReport) -> str:
+    """The one line every pull ends with."""
+    verb = "would fetch" if r.dry_run else "fetched"
+    over = f"{r.over_bound} skipped over the tier's bound"
+    if r.over_bound:
+        over += (
+            f" ({format_size(r.over_bound_bytes)}; the tier is bounded at "
+            f"{format_size(r.tier_bound or 0)} by ARTSTORE_LOCAL_TIER_SIZE)"
+        )
+    parts = [
+        f"{verb} {r.fetched} entries ({format_size(r.fetched_bytes)}) for fingerprint "
+        f"{r.fingerprint[:12]} in namespace {r.namespace}",
+        f"{r.present} already in the tier",
+        over,
+        f"{r.failed} failed",
+    ]
+    extra = [
+        ("other_fingerprint", "of other fingerprints (not fetched)"),
+        ("other_module", "not matching --module"),
+        ("refused", "refused for their signature (ARTSTORE_TRUSTED_KEYS)"),
+        ("corrupt", "corrupt (not kept; `artstore verify` names them)"),
+        ("over_limit", "over this host's size limits"),
+        ("missing", "gone since the listing"),
+        ("bad_manifests", "with unreadable manifests"),
+    ]
+    parts += [f"{getattr(r, name)} {what}" for name, what in extra if getattr(r, name)]
+    if r.tier_bound is not None:
+        parts.append(f"tier {format_size(r.tier_bytes)} of {format_size(r.tier_bound)}")
+    line = "; ".join(parts)
+    if r.stopped:
+        line += f"; stopped: {r.stopped}"
+    return line

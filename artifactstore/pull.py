@@ -1,0 +1,287 @@
+"""`artstore pull`: fill this host's local tier with every entry for one fingerprint.
+
+Nodes that start many processes, or that may lose the network, start warm: after a
+pull, a process loads this fingerprint's executables from the tier without asking
+the object store or the index (artifactstore.tier). A pull reads the namespace's
+manifests and objects from the object store only, never the database, so it works
+with a reader's read-only credentials and while the index is down.
+
+Per published manifest (a streamed listing; never the whole list in memory):
+
+- a key this host's key map already holds, for this fingerprint and with its object
+  here, is present: nothing is fetched (a second pull GETs no object);
+- otherwise its manifest is read; one for another fingerprint (or, given a module
+  pattern, another module) is left alone: its object is never fetched;
+- the object is fetched and verified exactly as a hit is (`Store.verify`: digest,
+  envelope, fingerprint, entry key, sizes, signature where trusted keys are set); a
+  refused or corrupt one is counted and never kept;
+- what fits within the tier's bound (ARTSTORE_LOCAL_TIER_SIZE) is kept; an entry that
+  would take the tier past it is skipped and counted. Nothing already there is evicted.
+
+At most `jobs` entries are in flight (their GETs in parallel), so at most `jobs`
+objects and their inflated executables are in memory at once. A failure of the object
+store or of the tier's disk stops the pull (what was kept stays kept).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from artifactstore import codec
+from artifactstore.blobstores import open_blobstore
+from artifactstore.config import Settings
+from artifactstore.errors import ConfigError, CorruptObject, OverLimit, StoreUnavailable, one_line
+from artifactstore.manifest import Manifest
+from artifactstore.store import Store, secure_local_dirs
+from artifactstore.tier import LocalTier, open_tier
+
+log = logging.getLogger("artifactstore")
+
+DEFAULT_JOBS = 8
+
+
+@dataclass
+class PullReport:
+    """What one pull did; `to_json` for `--json`."""
+
+    namespace: str
+    fingerprint: str
+    tier: str
+    tier_bound: int | None  # bytes; None: a local store's own tier, unbounded
+    module: str | None = None
+    dry_run: bool = False
+    manifests: int = 0  # listed
+    fetched: int = 0  # kept in the tier (dry run: would be)
+    fetched_bytes: int = 0
+    present: int = 0  # already in the tier: nothing fetched
+    over_bound: int = 0  # skipped: the tier would exceed its bound
+    over_bound_bytes: int = 0
+    other_fingerprint: int = 0  # another platform's: never fetched
+    other_module: int = 0  # not matching the module pattern: never fetched
+    refused: int = 0  # signature refused (ARTSTORE_TRUSTED_KEYS): not kept
+    corrupt: int = 0  # failed verification: not kept
+    over_limit: int = 0  # over ARTSTORE_MAX_OBJECT_SIZE / ARTSTORE_MAX_EXECUTABLE_SIZE
+    missing: int = 0  # manifest or object gone since the listing
+    bad_manifests: int = 0  # unreadable manifests
+    failed: int = 0  # could not be fetched or kept (see `stopped`)
+    tier_bytes: int = 0  # the tier's own copies after the pull
+    stopped: str | None = None  # why the pull stopped early, if it did
+
+    @property
+    def ok(self) -> bool:
+        return self.stopped is None and not self.failed
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class Puller:
+    """The store to read from and the tier to fill, opened without the index."""
+
+    store: Store
+    tier: LocalTier
+
+
+def open_puller(settings: Settings, *, dry_run: bool = False) -> Puller:
+    """The object store (checked) and this host's tier; never the index. Raises
+    ConfigError / StoreUnavailable / UnsafeDirectory (one line each) when either
+    cannot be used."""
+    tier = open_tier(settings)
+    if tier is None:
+        raise ConfigError("the local tier is off (ARTSTORE_LOCAL_TIER=off): nothing to pull into")
+    if settings.blobs.scheme == "file" and not Path(settings.blobs.path).is_dir():
+        raise StoreUnavailable(f"no store at {settings.blobs.path}: check ARTSTORE_URL")
+    secure_local_dirs(settings)
+    blobs = open_blobstore(settings)
+    blobs.check()
+    if dry_run:
+        tier.check()  # only refuses an unsafe one: a dry run creates nothing
+    else:
+        tier.prepare()
+    # No engine: the index is opened only by writes and queries, and a pull makes none.
+    return Puller(Store(settings, blobs, None, tier=tier), tier)
+
+
+def pull(
+    puller: Puller,
+    fingerprint: str,
+    *,
+    module: str | None = None,
+    jobs: int = DEFAULT_JOBS,
+    dry_run: bool = False,
+    progress: Callable[[int], None] | None = None,
+    on_fetch: Callable[[Manifest], None] | None = None,
+) -> PullReport:
+    """Fill the tier with the namespace's entries for `fingerprint` (a digest), whose
+    module names match the fnmatch `module` pattern if given. `progress` is called
+    with 1 per manifest handled, `on_fetch` with each entry kept (or, in a dry run,
+    that would be), both under one lock."""
+    codec.check_digest(fingerprint)
+    if jobs < 1:
+        raise ValueError("jobs must be at least 1")
+    store, tier = puller.store, puller.tier
+    bound = tier.max_bytes if tier.owns_objects else None
+    report = PullReport(
+        namespace=store.namespace,
+        fingerprint=fingerprint,
+        tier=str(tier.base),
+        tier_bound=bound,
+        module=module,
+        dry_run=dry_run,
+    )
+    lock = threading.Lock()
+    used = tier.object_bytes()  # the bound counts what is there, plus what is in flight
+    stop = threading.Event()
+
+    def count(name: str, n: int = 1) -> None:
+        with lock:
+            setattr(report, name, getattr(report, name) + n)
+
+    def reserve(size: int) -> bool:
+        nonlocal used
+        with lock:
+            if bound is not None and used + size > bound:
+                report.over_bound += 1
+                report.over_bound_bytes += size
+                return False
+            used += size
+            return True
+
+    def release(size: int) -> None:
+        nonlocal used
+        with lock:
+            used -= size
+
+    def halt(why: str) -> None:
+        with lock:
+            if report.stopped is None:
+                report.stopped = why
+        stop.set()
+
+    def one(key: str) -> None:
+        held = tier.record(key)
+        if (
+            isinstance(held, Manifest)
+            and held.fingerprint == fingerprint
+            and tier.blobs.exists(held.digest)
+        ):
+            manifest, present = held, True
+        else:
+            data = store.blobs.get_manifest(key)
+            if data is None:  # withdrawn since the listing
+                count("missing")
+                return
+            try:
+                manifest = Manifest.decode(data, key)
+            except CorruptObject as exc:
+                log.debug("artifactstore: pull: %s", exc)
+                count("bad_manifests")
+                return
+            present = False
+        if manifest.fingerprint != fingerprint:
+            count("other_fingerprint")
+            return
+        if module is not None and not fnmatch.fnmatchcase(manifest.module_name, module):
+            count("other_module")
+            return
+        if present:
+            count("present")
+            return
+        if not reserve(manifest.size):
+            return
+        if dry_run:
+            with lock:
+                report.fetched += 1
+                report.fetched_bytes += manifest.size
+                if on_fetch is not None:
+                    on_fetch(manifest)
+            return
+        kept = False
+        try:
+            kept = _fetch(store, tier, manifest, fingerprint, count, halt)
+        finally:
+            if not kept:
+                release(manifest.size)
+        if kept:
+            with lock:
+                report.fetched += 1
+                report.fetched_bytes += manifest.size
+                if on_fetch is not None:
+                    on_fetch(manifest)
+
+    slots = threading.BoundedSemaphore(jobs)
+
+    def run(key: str) -> None:
+        try:
+            if not stop.is_set():
+                one(key)
+        except StoreUnavailable as exc:
+            count("failed")
+            halt(str(exc))
+        except Exception as exc:  # one entry's problem: counted, the pull goes on
+            log.debug("artifactstore: pull of %s failed: %s", key[:12], one_line(exc))
+            count("failed")
+        finally:
+            if progress is not None:
+                with lock:
+                    progress(1)
+            slots.release()
+
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="artstore-pull") as pool:
+        try:
+            for key in store.blobs.iter_manifest_keys():
+                slots.acquire()  # at most `jobs` entries (and objects) in flight
+                if stop.is_set():
+                    slots.release()
+                    break
+                count("manifests")
+                pool.submit(run, key)
+        except StoreUnavailable as exc:  # the listing failed part way
+            halt(str(exc))
+    report.tier_bytes = tier.object_bytes() if not dry_run else used
+    return report
+
+
+def _fetch(
+    store: Store,
+    tier: LocalTier,
+    manifest: Manifest,
+    fingerprint: str,
+    count: Callable[[str], None],
+    halt: Callable[[str], None],
+) -> bool:
+    """Fetch, verify and keep one entry; True if kept."""
+    try:
+        data = store.fetch_object(manifest)
+        if data is None:
+            count("missing")
+            return False
+        # The executable is inflated and checked as a load would; it is not kept.
+        store.verify(manifest, data, fingerprint)
+    except codec.SignatureRefused as exc:
+        log.debug("artifactstore: pull: not kept: %s", exc)
+        count("refused")
+        return False
+    except OverLimit as exc:
+        log.debug("artifactstore: pull: not kept: %s", exc)
+        count("over_limit")
+        return False
+    except CorruptObject as exc:  # also a wrong fingerprint or entry inside the object
+        log.debug("artifactstore: pull: not kept: %s", exc)
+        count("corrupt")
+        return False
+    try:
+        tier.remember(manifest.key, manifest, data)
+    except OSError as exc:  # a full or read-only disk: every next entry would fail too
+        count("failed")
+        halt(f"local tier not updated ({one_line(exc)})")
+        return False
+    return True

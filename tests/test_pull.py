@@ -1,0 +1,252 @@
+"""`artstore pull`: this host's local tier filled from the object store, for one fingerprint.
+
+The team-store tests count what reaches the moto S3 server through a logging proxy
+in front of it (the server side of the HTTP connection; the client is not touched),
+and give the pull an index URL no server answers: it never needs the database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import OpenStore, artstore, clean_env, run_program
+from faultproxy import FaultProxy
+
+from artifactstore.config import resolve
+from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.store import Store
+from artifactstore.tier import LocalTier, open_tier
+
+# PostgreSQL URL on a port nothing listens on: opening the index would fail.
+NO_INDEX = "postgresql+psycopg://postgres@127.0.0.1:1/artstore"
+PAYLOAD = 3000  # random, so objects are about this big whatever the compression
+
+
+def _fp(kind: str) -> Fingerprint:
+    return compute(platform_name="cpu", platform_version="v", device_kind=kind,
+                   device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+
+
+FP_A, FP_B = _fp("cpu-a"), _fp("cpu-b")
+
+
+def _fill(store: Store, fp: Fingerprint, n: int, tag: str) -> dict[str, str]:
+    """`n` entries for `fp`: key -> object digest."""
+    out = {}
+    for i in range(n):
+        key = f"{tag}{i:063x}"
+        assert store.put(key, os.urandom(PAYLOAD), fingerprint=fp, module_name=f"jit_{tag}{i}",
+                         compile_secs=1.0)  # fmt: skip
+        data = store.blobs.get_manifest(key)
+        assert data is not None
+        out[key] = json.loads(data)["d"]
+    return out
+
+
+def _pull(env: dict[str, str], *args: str) -> dict[str, object]:
+    proc = artstore("pull", "--json", *args, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report: dict[str, object] = json.loads(proc.stdout)
+    return report
+
+
+def _tier(env: dict[str, str]) -> LocalTier:
+    tier = open_tier(resolve(environ=env))
+    assert tier is not None
+    return tier
+
+
+class _S3Log:
+    """A logging proxy in front of the test's moto server."""
+
+    def __init__(self, endpoint: str) -> None:
+        port = int(endpoint.rsplit(":", 1)[1])
+        self.proxy = FaultProxy(("127.0.0.1", port), log_requests=True).start()
+
+    def take(self) -> list[str]:
+        seen, self.proxy.requests[:] = list(self.proxy.requests), []
+        return seen
+
+    def object_gets(self, seen: list[str]) -> list[str]:
+        """The digests of the objects GET (not manifests, listings or HEADs)."""
+        paths = [line.split()[1].split("?")[0] for line in seen if line.startswith("GET ")]
+        return sorted(p.rsplit("/", 1)[1] for p in paths if "/objects/" in p)
+
+    @staticmethod
+    def manifest_gets(seen: list[str]) -> int:
+        return sum(1 for line in seen if line.startswith("GET ") and "/keys/" in line.split()[1]
+                   and "list-type" not in line)  # fmt: skip
+
+
+@pytest.fixture
+def s3_log(team_env: dict[str, str]) -> Iterator[_S3Log]:
+    log = _S3Log(team_env["AWS_ENDPOINT_URL_S3"])
+    yield log
+    log.proxy.stop()
+
+
+def test_pull_fetches_exactly_this_fingerprints_entries_and_only_once(
+    team_env: dict[str, str], open_store: OpenStore, s3_log: _S3Log, tmp_path: Path
+) -> None:
+    """A reader with no reachable index pulls A's entries: exactly A's objects are GET
+    (counted at the server), none of B's; a second pull GETs no object at all; the
+    tier then serves each of A's keys with the object store unreachable."""
+    writer = open_store(team_env, local_tier="off")
+    a = _fill(writer, FP_A, 3, "a")
+    b = _fill(writer, FP_B, 2, "b")
+    env = dict(team_env, AWS_ENDPOINT_URL_S3=s3_log.proxy.endpoint, ARTSTORE_INDEX=NO_INDEX,
+               ARTSTORE_READ_ONLY="1", ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))  # fmt: skip
+    s3_log.take()
+
+    dry = _pull(env, "--fingerprint", FP_A.digest, "--dry-run")
+    assert dry["fetched"] == 3 and dry["dry_run"] is True
+    assert sorted(item["key"] for item in dry["would_fetch"]) == sorted(a)  # type: ignore[union-attr]
+    assert s3_log.object_gets(s3_log.take()) == []
+
+    first = _pull(env, "--fingerprint", FP_A.digest, "-j", "3")
+    seen = s3_log.take()
+    assert all(line.startswith(("GET ", "HEAD ")) for line in seen), seen  # writes nothing
+    assert s3_log.object_gets(seen) == sorted(a.values())
+    assert (first["fetched"], first["present"], first["other_fingerprint"]) == (3, 0, 2)
+    assert first["failed"] == 0 and first["ok"] is True
+
+    second = _pull(env, "--fingerprint", FP_A.digest)
+    seen = s3_log.take()
+    assert s3_log.object_gets(seen) == [], seen
+    assert s3_log.manifest_gets(seen) == len(b)  # what the tier holds needs no manifest
+    assert (second["fetched"], second["present"], second["other_fingerprint"]) == (0, 3, 2)
+
+    s3_log.proxy.set_mode("down")
+    tier = _tier(env)
+    for key in a:
+        assert tier.get(key, FP_A.digest) is not None
+    for key in b:
+        assert tier.lookup(key) is None
+    text = artstore("pull", "--fingerprint", FP_A.digest, env=dict(env, ARTSTORE_TIMEOUT="2"))
+    assert text.returncode == 1 and text.stderr.count("\n") == 1, text.stderr
+    assert "artstore: error:" in text.stderr and "Traceback" not in text.stderr
+
+
+def test_pull_keeps_within_the_tier_bound(
+    team_env: dict[str, str], open_store: OpenStore, s3_log: _S3Log, tmp_path: Path
+) -> None:
+    """A tier bound that holds two of three objects: two are fetched, the third is
+    skipped and the summary says so; a second pull GETs no object."""
+    writer = open_store(team_env, local_tier="off")
+    a = _fill(writer, FP_A, 3, "a")
+    size = max(blob.size for blob in writer.blobs.iter_blobs())
+    bound = 2 * size + size // 2
+    env = dict(team_env, AWS_ENDPOINT_URL_S3=s3_log.proxy.endpoint, ARTSTORE_INDEX=NO_INDEX,
+               ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"),
+               ARTSTORE_LOCAL_TIER_SIZE=str(bound))  # fmt: skip
+    s3_log.take()
+
+    proc = artstore("pull", "--fingerprint", FP_A.digest, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "fetched 2 entries" in proc.stdout
+    assert "1 skipped over the tier's bound" in proc.stdout
+    assert "ARTSTORE_LOCAL_TIER_SIZE" in proc.stdout and proc.stdout.count("\n") == 1
+    fetched = s3_log.object_gets(s3_log.take())
+    assert len(fetched) == 2 and set(fetched) <= set(a.values())
+    tier = _tier(env)
+    assert tier.object_bytes() <= bound
+
+    again = _pull(env, "--fingerprint", FP_A.digest)
+    assert s3_log.object_gets(s3_log.take()) == []
+    assert (again["fetched"], again["present"], again["over_bound"]) == (0, 2, 1)
+    assert again["tier_bytes"] == tier.object_bytes() and again["tier_bound"] == bound
+
+
+def test_pull_on_the_embedded_default(
+    tmp_path: Path, open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded default is its own tier: a pull fills its key map for this
+    fingerprint (a warm process then opens neither the index nor another file)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    env = clean_env(XDG_CACHE_HOME=str(cache))
+    writer = open_store(env, local_tier="off")  # so that the writer leaves no key map
+    assert writer.settings.embedded
+    a = _fill(writer, FP_A, 2, "a")
+    b = _fill(writer, FP_B, 1, "b")
+    tier = _tier(env)
+    assert not tier.owns_objects and all(tier.lookup(k) is None for k in [*a, *b])
+
+    dry = artstore("pull", "--fingerprint", FP_A.digest, "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.count("would fetch ") == 3  # two entries and the summary
+    assert all(tier.lookup(k) is None for k in a)
+
+    first = _pull(env, "--fingerprint", FP_A.digest, "--module", "jit_a*")
+    assert (first["fetched"], first["other_fingerprint"], first["tier_bound"]) == (2, 1, None)
+    for key in a:
+        assert tier.get(key, FP_A.digest) is not None
+    assert tier.lookup(next(iter(b))) is None
+    second = _pull(env, "--fingerprint", FP_A.digest)
+    assert (second["fetched"], second["present"]) == (0, 2)
+    only = _pull(env, "--fingerprint", FP_A.digest, "--module", "jit_a1")
+    assert (only["present"], only["other_module"]) == (1, 1)
+
+
+def test_pull_keeps_no_corrupt_or_untrusted_object(tmp_path: Path, open_store: OpenStore) -> None:
+    """A damaged object, or with ARTSTORE_TRUSTED_KEYS an unsigned one, is counted and
+    never enters the tier; the others do."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_READ_ONLY="1",
+                    ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))  # fmt: skip
+    writer = open_store(dict(env, ARTSTORE_READ_ONLY="0"), local_tier="off")
+    a = _fill(writer, FP_A, 2, "a")
+    bad_key, bad_digest = next(iter(a.items()))
+    path = tmp_path / "store" / "default" / "objects" / bad_digest[:2] / bad_digest
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    assert artstore("keygen", "ci", "--dir", str(keys), env=env).returncode == 0
+    trusting = dict(env, ARTSTORE_TRUSTED_KEYS=str(keys / "ci.pub"))
+    unsigned = _pull(trusting, "--fingerprint", FP_A.digest)
+    assert (unsigned["fetched"], unsigned["refused"], unsigned["corrupt"]) == (0, 1, 1)
+    report = _pull(env, "--fingerprint", FP_A.digest)
+    assert (report["fetched"], report["corrupt"]) == (1, 1)
+    tier = _tier(env)
+    assert tier.owns_objects and tier.lookup(bad_key) is None
+    assert not tier.blobs.exists(bad_digest)
+    assert sorted(b.digest for b in tier.blobs.iter_blobs()) == [a[k] for k in a if k != bad_key]
+
+
+def test_pull_errors_are_one_line(tmp_path: Path) -> None:
+    base = clean_env(ARTSTORE_URL=str(tmp_path / "nowhere"))
+    cases = [
+        (base, ["--fingerprint", "f" * 64], "no store at"),
+        (dict(base, ARTSTORE_URL="s3://"), ["--fingerprint", "f" * 64], ""),
+        (base, ["--fingerprint", "xyz"], "not a digest"),
+        (dict(base, ARTSTORE_LOCAL_TIER="off"), ["--fingerprint", "f" * 64], "tier is off"),
+    ]
+    for env, args, words in cases:
+        proc = artstore("pull", *args, env=env)
+        assert proc.returncode != 0 and proc.stdout == "", (args, proc.stdout)
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("artstore: error:")
+        assert words in proc.stderr, proc.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_pulled_tier_serves_a_jax_program_with_the_store_down(
+    team_env: dict[str, str], tmp_path: Path
+) -> None:
+    """End to end, real JAX: a program stores its executables; `artstore pull` (this
+    host's fingerprint, computed as `artstore fingerprint` does) fills a fresh tier;
+    a fresh process then loads every one from it with S3 unreachable."""
+    cold = run_program("job.py", team_env)
+    assert cold["xla_compiles"] and cold["store"]["stored"] == len(cold["xla_compiles"])
+    env = dict(team_env, ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))
+    report = _pull(env)
+    assert report["fetched"] == len(cold["xla_compiles"]) and report["other_fingerprint"] == 0
+    down = dict(env, AWS_ENDPOINT_URL_S3="http://127.0.0.1:1", ARTSTORE_TIMEOUT="2")
+    warm = run_program("job.py", down)
+    assert warm["xla_compiles"] == [] and warm["results"] == cold["results"]
+    assert warm["store"]["tier_hits"] == len(cold["xla_compiles"])
+    assert "artifactstore" not in warm["_stderr"]
