@@ -177,13 +177,16 @@ class Held:
         self.lease = lease
         self.record = LeaseRecord(lease.holder, 0, lease.ttl_secs)
         self.lost = False
-        self.released = False
+        self._released = False
+        self._lock = threading.Lock()
 
     def release(self, *, stored: bool) -> None:
-        """The entry is published (`stored`), or will not be: let waiters go on."""
-        if self.released:
-            return
-        self.released = True
+        """The entry is published (`stored`), or will not be: let waiters go on (once:
+        the upload's end and a failed renewal may both call this)."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
         self.flight._release(self, stored=stored)
 
 
