@@ -76,6 +76,7 @@ class TierEntry:
     fingerprint: str
     compile_secs: float
     raw_size: int | None = None  # the executable's size, checked on load where known
+    size: int | None = None  # the object's size, where known (for usage counts)
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ class LocalTier:
             raw = json.loads(data)
             if isinstance(raw, dict) and "v" in raw:  # a manifest, checked as the store's
                 m = Manifest.decode(data, key)
-                return TierEntry(m.digest, m.fingerprint, m.compile_secs, m.raw_size)
+                return TierEntry(m.digest, m.fingerprint, m.compile_secs, m.raw_size, m.size)
             return TierEntry(str(raw["d"]), str(raw["f"]), float(raw["c"]))
         except FileNotFoundError:
             return None
