@@ -24,9 +24,9 @@ from conftest import REPO, artstore, clean_env, run_program
 
 import artifactstore
 from artifactstore import codec, config, fingerprint, signing
-from artifactstore.index import db
 from artifactstore.blobstores import LocalBlobStore
 from artifactstore.errors import ConfigError
+from artifactstore.index import db
 from artifactstore.store import Store
 
 # The last commit of the 0002 schema (before signed entries): its client writes the

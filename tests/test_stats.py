@@ -32,7 +32,7 @@ FP1 = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind
                           device_count=1, jax_version="1", jaxlib_version="0.9.1")  # fmt: skip
 FP2 = fingerprint.compute(platform_name="gpu", platform_version="v", device_kind="H200",
                           device_count=8, jax_version="1", jaxlib_version="0.10.2")  # fmt: skip
-K1, K2, K3, K4, K5 = ("%02x" % i * 32 for i in range(1, 6))
+K1, K2, K3, K4, K5 = (f"{i:02x}" * 32 for i in range(1, 6))
 
 # The last commit at schema 0003 (before usage rows): the previous client.
 SCHEMA_0003_COMMIT = "d6bb097"
@@ -180,7 +180,7 @@ def test_previous_folder_reads_new_journals(monkeypatch: pytest.MonkeyPatch) -> 
     ).stdout  # fmt: skip
     module = types.ModuleType("old_journal")
     monkeypatch.setitem(sys.modules, "old_journal", module)  # for its dataclasses
-    exec(compile(source, "old_journal.py", "exec"), module.__dict__)  # noqa: S102 - our history
+    exec(compile(source, "old_journal.py", "exec"), module.__dict__)  # our own history
     old = module.__dict__
     usage = {(today(), FP1.digest): {"hits": 2}}
     data = Journal({K1: (2, 1000.0)}, {"misses": 4, "below_threshold": 1}, usage).encode()
