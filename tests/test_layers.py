@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
         "redact",
         "manifest",
         "journal",
+        "usage",
     },
     {"blobstores", "index"},
     {"tier", "store"},
