@@ -36,7 +36,8 @@ from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, Operationa
 from artifactstore import codec, safedir
 from artifactstore import usage as _usage
 from artifactstore.background import Worker, call_with_timeout
-from artifactstore.blobstores import BlobStore, open_blobstore
+from artifactstore.blobstores import BlobStore, describe_blobstore, open_blobstore
+from artifactstore.blobstores.absent import AbsentBlobStore
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import (
@@ -220,6 +221,7 @@ class Store:
         check_blobs: bool = True,
         using: Callable[[str], None] | None = None,
         lazy_index: bool = False,
+        objects: bool = True,
     ) -> Store:
         """Open blob store and index; the embedded default migrates itself.
 
@@ -231,14 +233,19 @@ class Store:
         `using`: told "index" or "object store" as each is turned to (see `Store.using`).
         `lazy_index`: open the index only when first needed (a program's session: a
         process that only reads never connects to it).
+        `objects=False`: do not open the object store at all (`ls`, `stats`, `quota`:
+        nothing imported or sent; any use fails with one line: blobstores.absent).
         """
         using = using or _ignore
         using("index")
         secure_local_dirs(settings)
         engine = None if lazy_index else open_index(settings)
         using("object store")
-        blobs = open_blobstore(settings)
-        if check_blobs:
+        if objects:
+            blobs = open_blobstore(settings)
+        else:
+            blobs = AbsentBlobStore(describe_blobstore(settings), read_only=settings.read_only)
+        if check_blobs and objects:
             blobs.check()
         store = cls(settings, blobs, engine, tier=tier or _open_tier(settings))
         store.using = using

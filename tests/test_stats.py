@@ -274,6 +274,31 @@ def test_ls_stats_quota_need_only_the_index(
     assert _stats(down)["hits"] == 4
 
 
+NO_BOTO3 = """
+import atexit, sys
+atexit.register(lambda: print("boto3" in sys.modules, file=sys.stderr))
+sys.argv = ["artstore", *sys.argv[1:]]
+from artifactstore.cli import main
+main()
+"""
+
+
+def test_index_only_commands_do_not_open_the_object_store(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """Not even boto3 is imported: an operator's host needs neither it nor S3 credentials."""
+    store = open_store(team_env)
+    _workload(store)
+    store.flush_access()
+    for command in (["ls"], ["stats"], ["stats", "--by", "day"], ["quota", "ls"]):
+        proc = subprocess.run([sys.executable, "-c", NO_BOTO3, *command], env=team_env,
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert proc.returncode == 0, (command, proc.stderr)
+        assert proc.stderr.split() == ["False"], (command, proc.stderr)
+    # Described as the object store it did not open describes itself.
+    assert _stats(team_env)["store"] == store.describe()
+
+
 # -- migration 0003 -> 0004, with data written by the previous client --------------
 @pytest.fixture(scope="module")
 def schema_0003_client(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -32,7 +32,7 @@ def ls_cmd(
     from artifactstore.index.repo import Filters
 
     filters = Filters(platform=platform, device_kind=device_kind, jaxlib_version=jaxlib)
-    with obj.store(index_only=True) as store:
+    with obj.store(index_only=True, objects=False) as store:
         entries = []
         for entry in store.index.iter_entries(filters):
             entries.append(entry)
@@ -100,7 +100,7 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
     if days is not None and by not in ("fingerprint", "day"):
         fail("--days goes with --by fingerprint or --by day", EXIT_USAGE)
     since = today() - timedelta(days=days - 1) if days is not None else None
-    with obj.store(index_only=True) as store:
+    with obj.store(index_only=True, objects=False) as store:
         where = store.describe()
         stats = store.index.stats() if by is None else None
         if by == "day":
