@@ -135,6 +135,26 @@ def test_known_workload_by_fingerprint_day_and_module(
     assert usage.returncode == 2 and "--days" in usage.stderr
 
 
+def test_tier_hits_are_counted_by_fingerprint(tmp_path: Path, open_store: OpenStore) -> None:
+    """Hits served by this host's tier reach the usage rows when its journals are folded,
+    their fingerprint, bytes and compile time read from the tier's key files."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    store = open_store(env)
+    assert store.tier is not None
+    assert store.put(K1, b"a" * 3000, fingerprint=FP1, module_name="jit_a", compile_secs=2.0)
+    entry = store.index.lookup(K1)
+    assert entry is not None
+    for _ in range(2):
+        assert store.tier.get(K1, FP1.digest) is not None
+    store.tier.write_journal()  # as a process that never opened the store leaves them
+    store.fold_tier_journals()
+    rows = {g["fingerprint"]: g for g in _stats(env, "--by", "fingerprint")["groups"]}
+    assert set(rows) == {FP1.digest}
+    assert rows[FP1.digest]["hits"] == 2 and rows[FP1.digest]["bytes_fetched"] == 2 * entry.size
+    assert rows[FP1.digest]["compile_secs_saved"] == pytest.approx(4.0)
+    assert _stats(env)["hits"] == 2
+
+
 def test_days_and_day_order(tmp_path: Path, open_store: OpenStore) -> None:
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     store = open_store(env)
