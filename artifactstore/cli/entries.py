@@ -192,8 +192,10 @@ def _print_groups(
     def count(value: int | None) -> str:
         return "-" if value is None else str(value)
 
-    def rate(value: float | None) -> str:
-        return "-" if value is None else f"{100 * value:.1f}%"
+    def rate(group: UsageGroup) -> str:
+        if group.hit_rate is None or not group.hits + (group.eligible_misses or 0):
+            return "-"  # not known, or no lookups
+        return f"{100 * group.hit_rate:.1f}%"
 
     first = {"fingerprint": "FINGERPRINT", "day": "DAY", "module": "MODULE"}[by]
     headers = [first, "HITS", "ELIGIBLE MISSES", "HIT RATE", "BELOW THRESHOLD", "FETCHED",
@@ -208,7 +210,7 @@ def _print_groups(
                 label += " " + "/".join(str(d) for d in described if d)[:40]
         elif by == "module" and g is not total:
             label = g.group[:40]
-        rows.append([label, str(g.hits), count(g.eligible_misses), rate(g.hit_rate),
+        rows.append([label, str(g.hits), count(g.eligible_misses), rate(g),
                      count(g.below_threshold), format_size(g.bytes_fetched),
                      format_seconds(g.compile_secs_saved), count(g.lease_waits),
                      count(g.lease_takeovers)])  # fmt: skip
