@@ -90,8 +90,17 @@ def test_known_workload_by_fingerprint_day_and_module(
     assert totals["compile_secs_saved"] == pytest.approx(3 * 2.0 + 5.0)
     assert (totals["lease_waits"], totals["lease_takeovers"]) == (1, 1)
 
+    counted = {"hits", "eligible_misses", "hit_rate", "misses", "misses_below_threshold",
+               "below_threshold", "bytes_fetched", "compile_secs_saved", "lease_waits",
+               "lease_takeovers"}  # fmt: skip
+    assert set(totals) == counted | {"store", "namespace", "entries", "bytes", "objects",
+                                     "object_bytes", "corrupt"}  # fmt: skip
     by_fp = _stats(env, "--by", "fingerprint")
+    assert set(by_fp) == {"store", "namespace", "by", "days", "groups", "total"}
     assert by_fp["by"] == "fingerprint" and by_fp["days"] is None
+    described = {"fingerprint", "platform", "device_kind", "jaxlib_version"}
+    assert all(set(g) == counted | described for g in by_fp["groups"])
+    assert set(by_fp["total"]) == counted | {"fingerprint"}
     rows = {g["fingerprint"]: g for g in by_fp["groups"]}
     assert set(rows) == {FP1.digest, FP2.digest, ""}
     one, two, none = rows[FP1.digest], rows[FP2.digest], rows[""]
@@ -116,6 +125,7 @@ def test_known_workload_by_fingerprint_day_and_module(
     assert by_day["groups"][0]["hits"] == 4 and by_day["groups"][0]["lease_takeovers"] == 1
 
     by_module = _stats(env, "--by", "module")
+    assert all(set(g) == counted | {"module", "entries", "bytes"} for g in by_module["groups"])
     modules = {g["module"]: g for g in by_module["groups"]}
     assert modules["jit_a"]["hits"] == 3 and modules["jit_b"]["hits"] == 1
     assert modules["jit_a"]["entries"] == 1 and modules["jit_a"]["bytes"] == sizes[K1]
