@@ -17,9 +17,16 @@ and clamped, and a malformed journal is deleted and counted, never retried.
 Format (version 1): one UTF-8 JSON object,
 
     {"v": 1, "a": {key: [hits, latest access as seconds since the epoch]},
-     "c": {counter: count}}
+     "c": {counter: count},
+     "u": [[UTC day "YYYY-MM-DD", fingerprint digest or "", {field: value}], ...]}
 
 named by 32 random hex digits (`new_name`), so that writers never collide.
+
+"u" (usage per day and fingerprint, artifactstore.usage) was added without a new
+version: it is optional, so journals of clients that do not write it still fold,
+and a folder that does not know it folds the rest and ignores it (a version 2 would
+be deleted unread by such a folder, losing the hits of readers upgraded before it).
+Counters a folder does not know are ignored the same way.
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ import math
 import re
 import uuid
 from dataclasses import dataclass, field
+from datetime import date
 
 from artifactstore.errors import CorruptObject
+from artifactstore.usage import Usage
 
 FORMAT_VERSION = 1
 MAX_JOURNAL_BYTES = 1024 * 1024
@@ -38,7 +47,20 @@ MAX_JOURNAL_BYTES = 1024 * 1024
 # about 100 bytes a row).
 MAX_JOURNAL_KEYS = 8000
 # The counters a journal may carry (Store._miss counts these for the index).
-COUNTERS = frozenset({"misses", "corrupt", "unsigned", "untrusted_key", "bad_signature"})
+COUNTERS = frozenset(
+    {
+        "misses",
+        "corrupt",
+        "unsigned",
+        "untrusted_key",
+        "bad_signature",
+        # Since usage rows ("u"): older folders ignore them.
+        "misses_below_threshold",
+        "below_threshold",
+        "lease_waits",
+        "lease_takeovers",
+    }
+)
 _NAME_RE = re.compile(r"[0-9a-f]{32}")
 
 # key -> (hits, latest access as seconds since the epoch)
@@ -59,13 +81,19 @@ def check_journal_name(name: str) -> str:
 class Journal:
     accesses: Accesses = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    usage: Usage = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        body = {
+        body: dict[str, object] = {
             "v": FORMAT_VERSION,
             "a": {k: [int(n), float(t)] for k, (n, t) in self.accesses.items()},
             "c": {k: int(v) for k, v in self.counts.items() if k in COUNTERS and v},
         }
+        if self.usage:
+            body["u"] = [
+                [day.isoformat(), fingerprint, {k: v for k, v in values.items() if v}]
+                for (day, fingerprint), values in self.usage.items()
+            ]
         return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
@@ -91,7 +119,30 @@ class Journal:
         for name, value in counts.items():
             if name in COUNTERS and isinstance(value, int) and not isinstance(value, bool):
                 out[name] = value
-        return cls(accesses, out)
+        return cls(accesses, out, _decode_usage(raw.get("u", [])))
+
+
+def _decode_usage(rows: object) -> Usage:
+    """The optional "u" table; its values are checked and clamped by the fold."""
+    if not isinstance(rows, list):
+        raise CorruptObject("hit journal usage is not a list")
+    usage: Usage = {}
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)):
+            raise CorruptObject("hit journal usage row is not [day, fingerprint, counts]")
+        day_text, fingerprint, values = row
+        if not isinstance(fingerprint, str) or not isinstance(values, dict):
+            raise CorruptObject("hit journal usage row is not [day, fingerprint, counts]")
+        try:
+            day = date.fromisoformat(day_text)
+        except ValueError:
+            raise CorruptObject("hit journal usage row without a day") from None
+        if not all(_number(v) for v in values.values()):
+            raise CorruptObject("hit journal usage counts are not numbers")
+        target = usage.setdefault((day, fingerprint), {})
+        for name, value in values.items():
+            target[str(name)] = target.get(str(name), 0) + value
+    return usage
 
 
 def _number(value: object) -> bool:

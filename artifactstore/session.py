@@ -69,7 +69,9 @@ class Session:
         self.loads = 0
         self.compiles = 0
         self.tier_hits = 0
-        self.below_threshold = 0  # compiles answered by the tier's "too quick to store"
+        # Compiles below the store threshold that no Store was told of (its own
+        # `below_threshold` counts the others): only in process_stats().
+        self.below_threshold = 0
         self.kept_in_tier = 0  # compiled while the store was down: kept on this host only
         self.tier: LocalTier | None = None
         try:
@@ -185,6 +187,17 @@ class Session:
         if self.metrics is not None:
             self.metrics.compiled(secs)
 
+    def compiled_below_threshold(self, store: Store | None, key: str, fingerprint: str) -> None:
+        """A compile took less than ARTSTORE_MIN_COMPILE_SECS (never stored): tell the
+        store that looked it up (its miss was not an eligible one), or the open store
+        (a key the tier knew to be quick); a process that never opened one keeps the
+        count in process_stats() only."""
+        target = store if store is not None else self._store
+        if target is not None:
+            target.compiled_below_threshold(key, fingerprint)
+        else:
+            self.below_threshold += 1
+
     def can_keep_locally(self) -> bool:
         """Whether a writer's compiles can be kept in this host's tier while the store is down."""
         return self.tier is not None and self.tier.owns_objects and not self.settings.read_only
@@ -215,7 +228,7 @@ class Session:
             out["hits"] = out.get("hits", 0) + self.tier_hits
             out["tier_hits"] = self.tier_hits
         if self.below_threshold:
-            out["below_threshold"] = self.below_threshold
+            out["below_threshold"] = out.get("below_threshold", 0) + self.below_threshold
         if self.kept_in_tier:
             out["kept_in_tier"] = out.get("kept_in_tier", 0) + self.kept_in_tier
         if self.tier is not None:

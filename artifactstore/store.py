@@ -16,6 +16,7 @@ without a manifest (stored by 0.2 clients) and takes hits directly.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -33,8 +34,10 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
 from artifactstore import codec, safedir
+from artifactstore import usage as _usage
 from artifactstore.background import Worker, call_with_timeout
-from artifactstore.blobstores import BlobStore, open_blobstore
+from artifactstore.blobstores import BlobStore, describe_blobstore, open_blobstore
+from artifactstore.blobstores.absent import AbsentBlobStore
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import (
@@ -67,6 +70,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("artifactstore")
 
+# Keys of recent misses remembered for `Store.compiled_below_threshold` (a compile
+# follows its miss at once; the bound only keeps a long-lived process small).
+MISSED_KEYS = 4096
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -76,22 +83,68 @@ class Hit:
 
 @dataclass
 class ProcessCounters:
-    """What this process saw; `artstore stats` shows the persistent totals."""
+    """What this process saw; `artstore stats` shows the persistent totals.
+
+    `add(name, value)` counts for `process_stats()`. Counters of `usage.TOTALS` are
+    also kept pending for the index's namespace totals (`counters`), and those of
+    `usage.FIELDS` for its usage rows, per UTC day and fingerprint (`fingerprint=`;
+    "" where the caller has none). The store writes both in its access flush, or
+    in its hit journal: no counter costs a database round trip of its own.
+    """
 
     counts: _Counts[str] = field(default_factory=_Counts)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Told every event too (a session's metrics: artifactstore.metrics.Recorder.counted).
     observer: Callable[[str, int], None] | None = None
+    pending: _Counts[str] = field(default_factory=_Counts)
+    usage: _usage.Usage = field(default_factory=dict)
 
-    def add(self, name: str, value: int = 1) -> None:
+    def add(self, name: str, value: int = 1, *, fingerprint: str | None = None) -> None:
         with self.lock:
             self.counts[name] += value
+            if name in _usage.TOTALS:
+                self.pending[name] += value
+            if name in _usage.FIELDS:
+                _usage.add(self.usage, (_usage.today(), fingerprint or ""), {name: value})
         if self.observer is not None:
             self.observer(name, value)
+
+    def hit(self, fingerprint: str, *, size: int, compile_secs: float) -> None:
+        """One load from the store: a hit, its bytes and the compile time it saved."""
+        with self.lock:
+            self.counts["hits"] += 1
+            self.counts["bytes_fetched"] += size
+            values = {"hits": 1, "bytes_fetched": size, "compile_secs_saved": compile_secs}
+            _usage.add(self.usage, (_usage.today(), fingerprint), values)
+        if self.observer is not None:
+            self.observer("hits", 1)
+            self.observer("bytes_fetched", size)
+
+    def add_usage(self, key: _usage.Key, values: dict[str, float]) -> None:
+        """Usage rows only (hits served elsewhere: the tier's journals)."""
+        with self.lock:
+            _usage.add(self.usage, key, values)
 
     def snapshot(self) -> dict[str, int]:
         with self.lock:
             return dict(self.counts)
+
+    def has_pending(self) -> bool:
+        with self.lock:
+            return any(self.pending.values()) or bool(self.usage)
+
+    def take(self) -> tuple[_Counts[str], _usage.Usage]:
+        """The pending totals and usage rows, for one flush or journal."""
+        with self.lock:
+            counts, self.pending = self.pending, _Counts()
+            usage, self.usage = self.usage, {}
+        return counts, usage
+
+    def requeue(self, counts: _Counts[str], usage: _usage.Usage) -> None:
+        """Put what a flush could not write back into the next one."""
+        with self.lock:
+            self.pending.update(counts)
+            _usage.merge(self.usage, usage)
 
 
 class Store:
@@ -116,7 +169,9 @@ class Store:
         self.counters = ProcessCounters()
         self._touch_lock = threading.Lock()
         self._touches: dict[str, tuple[int, datetime]] = {}
-        self._pending_counts: _Counts[str] = _Counts()
+        # Keys this process just missed, so that a compile of one found below the
+        # store threshold counts as `misses_below_threshold` (see compiled_below_threshold).
+        self._missed: dict[str, None] = {}
         self._warned: set[str] = set()
         # Keys whose entry this process refused for its signature: a writer that then
         # compiles them replaces the entry with one it signs (see `put`).
@@ -184,6 +239,7 @@ class Store:
         check_blobs: bool = True,
         using: Callable[[str], None] | None = None,
         lazy_index: bool = False,
+        objects: bool = True,
     ) -> Store:
         """Open blob store and index; the embedded default migrates itself.
 
@@ -195,14 +251,19 @@ class Store:
         `using`: told "index" or "object store" as each is turned to (see `Store.using`).
         `lazy_index`: open the index only when first needed (a program's session: a
         process that only reads never connects to it).
+        `objects=False`: do not open the object store at all (`ls`, `stats`, `quota`:
+        nothing imported or sent; any use fails with one line: blobstores.absent).
         """
         using = using or _ignore
         using("index")
         secure_local_dirs(settings)
         engine = None if lazy_index else open_index(settings)
         using("object store")
-        blobs = open_blobstore(settings)
-        if check_blobs:
+        if objects:
+            blobs = open_blobstore(settings)
+        else:
+            blobs = AbsentBlobStore(describe_blobstore(settings), read_only=settings.read_only)
+        if check_blobs and objects:
             blobs.check()
         store = cls(settings, blobs, engine, tier=tier or _open_tier(settings))
         store.using = using
@@ -245,8 +306,26 @@ class Store:
 
     def add_accesses(self, accesses: Accesses) -> None:
         """Merge hits served elsewhere (the tier's journals) into the next access flush,
-        checked and clamped (journals are files: see `clean_touches`)."""
-        self._merge_touches(clean_touches(accesses))
+        checked and clamped (journals are files: see `clean_touches`). Their usage rows
+        (day, fingerprint, bytes, compile time saved) come from this host's tier's key
+        files, read here once per key, never per hit."""
+        touches = clean_touches(accesses)
+        for key, (n, when) in touches.items():
+            found = None
+            if self.tier is not None:
+                try:
+                    found = self.tier.lookup(key)
+                except Exception:  # a key map this process cannot read: hits only
+                    found = None
+            values: dict[str, float] = {"hits": n}
+            fingerprint = ""
+            if found is not None:
+                fingerprint = found.fingerprint
+                values["compile_secs_saved"] = n * found.compile_secs
+                if found.size is not None:
+                    values["bytes_fetched"] = n * found.size
+            self.counters.add_usage((when.date(), fingerprint), values)
+        self._merge_touches(touches)
 
     def _merge_touches(self, touches: dict[str, tuple[int, datetime]]) -> None:
         """Add hit counts into the pending batch, keeping each key's latest access time."""
@@ -271,8 +350,9 @@ class Store:
         executable stored for another number is a miss (`callback_mismatch`).
         """
         entry = self._find(key)
+        miss = functools.partial(self._miss, key=key, fingerprint=fingerprint_digest)
         if entry is None:
-            return self._miss("misses")
+            return miss("misses")
         if entry.fingerprint != fingerprint_digest:
             # Keys include the fingerprint, so this means a damaged or forged row.
             self._warn_once(
@@ -280,13 +360,11 @@ class Store:
                 "entry %s was built for another platform; ignoring it",
                 key[:12],
             )
-            return self._miss("fingerprint_mismatch")
+            return miss("fingerprint_mismatch")
         try:
             data = self.fetch_object(entry)
         except OverLimit as exc:
-            return self._over_limit(exc)
-        if data is not None:
-            self.counters.add("bytes_fetched", len(data))
+            return self._over_limit(exc, miss)
         if data is None:
             self._warn_once(
                 "missing",
@@ -295,7 +373,7 @@ class Store:
                 entry.digest[:12],
             )
             self._drop_entry(entry)
-            return self._miss("missing_object")
+            return miss("missing_object")
         try:
             payload = self.verify(entry, data, fingerprint_digest, callbacks=callbacks)
         except codec.SignatureRefused as exc:
@@ -305,26 +383,26 @@ class Store:
                 exc.reason, "refusing executable: %s (ARTSTORE_TRUSTED_KEYS); compiling", exc
             )
             self._refused[key] = exc.reason
-            return self._miss(exc.reason)
+            return miss(exc.reason)
         except codec.FingerprintMismatch as exc:
             self._warn_once("fingerprint", "refusing foreign executable: %s", exc)
-            return self._miss("fingerprint_mismatch")
+            return miss("fingerprint_mismatch")
         except codec.WrongEntry as exc:
             # The object is intact; the index row pointing here is wrong (damaged or forged).
             self._warn_once("wrong-entry", "refusing executable of another entry: %s", exc)
-            return self._miss("wrong_entry")
+            return miss("wrong_entry")
         except codec.CallbackMismatch as exc:
             # Bound to its key but not to this trace's callbacks: a damaged or forged
             # entry that would crash on execute. Refused, not quarantined (see codec).
             self._warn_once("callbacks", "refusing executable: %s; compiling", exc)
-            return self._miss("callback_mismatch")
+            return miss("callback_mismatch")
         except OverLimit as exc:  # bigger than this reader allows; another may load it
-            return self._over_limit(exc)
+            return self._over_limit(exc, miss)
         except CorruptObject as exc:
             self._quarantine(entry, str(exc))
-            return self._miss("corrupt")
+            return miss("corrupt")
         self._touch(key)
-        self.counters.add("hits")
+        self.counters.hit(entry.fingerprint, size=entry.size, compile_secs=entry.compile_secs)
         record = entry if isinstance(entry, Manifest) else Manifest.of(entry, callbacks=callbacks)
         self._remember(key, record, data)
         return Hit(payload, entry)
@@ -427,19 +505,32 @@ class Store:
         except Exception as exc:  # a full or read-only disk costs the tier, nothing else
             self._warn_once("tier", "local tier not updated: %s", one_line(exc))
 
-    def _over_limit(self, exc: OverLimit) -> Hit | None:
+    def _over_limit(self, exc: OverLimit, miss: Callable[[str], Hit | None]) -> Hit | None:
         self._warn_once("over-limit", "executable not loaded: %s; compiling", exc)
-        return self._miss("over_limit")
+        return miss("over_limit")
 
-    def _miss(self, reason: str) -> Hit | None:
-        self.counters.add("misses")
+    def _miss(self, reason: str, *, key: str, fingerprint: str) -> Hit | None:
+        """Count a miss (and why, if not simply absent): `misses` and the reasons in
+        usage.TOTALS reach the index's counters."""
+        self.counters.add("misses", fingerprint=fingerprint)
         if reason != "misses":
             self.counters.add(reason)
         with self._touch_lock:
-            self._pending_counts["misses"] += 1
-            if reason in ("corrupt", "unsigned", "untrusted_key", "bad_signature"):
-                self._pending_counts[reason] += 1
+            self._missed[key] = None
+            if len(self._missed) > MISSED_KEYS:
+                del self._missed[next(iter(self._missed))]
         return None
+
+    def compiled_below_threshold(self, key: str, fingerprint: str) -> None:
+        """The caller compiled `key` faster than ARTSTORE_MIN_COMPILE_SECS: it will not be
+        stored, so a miss this process counted for it was not an eligible miss
+        (`misses_below_threshold`); every such compile counts as `below_threshold`."""
+        with self._touch_lock:
+            missed = key in self._missed
+            self._missed.pop(key, None)
+        if missed:
+            self.counters.add("misses_below_threshold", fingerprint=fingerprint)
+        self.counters.add("below_threshold", fingerprint=fingerprint)
 
     def _quarantine(self, entry: EntryInfo | Manifest, why: str) -> None:
         if self.read_only:  # a reader moves nothing: say so, and leave it to a writer
@@ -479,7 +570,7 @@ class Store:
             return
         with self._touch_lock:
             touches, self._touches = self._touches, {}
-            counts, self._pending_counts = self._pending_counts, _Counts()
+        counts, usage = self.counters.take()
         try:
             if self.read_only:
                 # Readers may only append to `accesses` (never write entries);
@@ -487,7 +578,7 @@ class Store:
                 self.index.record_reader_access(touches)
             else:
                 self.index.record_access(touches)
-                self.index.add_counters(dict(counts))
+                self.index.add_counters(dict(counts), usage)
         except PrivilegeRefused as exc:  # the login's grants: asking again will not help
             self._warn_once("access-rows", "hit counts of %s not recorded: %s", self.namespace, exc)
         except ReadOnlyError as exc:  # an index this process may not write (a read-only file)
@@ -497,8 +588,8 @@ class Store:
             self._warn_once("access-rows", "hit counts dropped (%s)", one_line(exc))
         except Exception:
             if self.read_only:
-                counts = _Counts()  # readers never write counters
-            self._requeue(touches, counts)  # the database is down: kept for the next flush
+                counts, usage = _Counts(), {}  # readers never write counters
+            self._requeue(touches, counts, usage)  # the database is down: kept for the next
             raise
 
     def _write_journal(self) -> None:
@@ -507,23 +598,28 @@ class Store:
         object store refuses it, so the next flush tries again."""
         self._last_journal = time.monotonic()
         with self._touch_lock:
-            if not self._touches and not any(self._pending_counts.values()):
+            if not self._touches and not self.counters.has_pending():
                 return
             keys = list(self._touches)[:MAX_JOURNAL_KEYS]
             touches = {k: self._touches.pop(k) for k in keys}
-            counts, self._pending_counts = self._pending_counts, _Counts()
+        counts, usage = self.counters.take()
         accesses = {k: (n, when.timestamp()) for k, (n, when) in touches.items()}
         try:
-            self.blobs.put_record(JOURNALS, new_name(), Journal(accesses, dict(counts)).encode())
+            journal = Journal(accesses, dict(counts), usage)
+            self.blobs.put_record(JOURNALS, new_name(), journal.encode())
         except Exception:
-            self._requeue(touches, counts)
+            self._requeue(touches, counts, usage)
             raise
 
-    def _requeue(self, touches: dict[str, tuple[int, datetime]], counts: _Counts[str]) -> None:
+    def _requeue(
+        self,
+        touches: dict[str, tuple[int, datetime]],
+        counts: _Counts[str],
+        usage: _usage.Usage,
+    ) -> None:
         """Put a batch that could not be written back into the next one."""
         self._merge_touches(touches)
-        with self._touch_lock:
-            self._pending_counts.update(counts)
+        self.counters.requeue(counts, usage)
 
     # -- write --------------------------------------------------------------
     def put(
@@ -715,7 +811,7 @@ class Store:
         # answering must not hold the program at exit.
         with self._touch_lock:
             writes_counts = not self.read_only or self.journals_hits
-            counts = writes_counts and any(self._pending_counts.values())
+            counts = writes_counts and self.counters.has_pending()
             accesses = bool(self._touches or counts)
         # The hit counts are one store operation: bounded by ARTSTORE_TIMEOUT as any other.
         hits_bound = min(deadline - time.monotonic(), self.settings.timeout_secs)

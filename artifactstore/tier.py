@@ -76,6 +76,7 @@ class TierEntry:
     fingerprint: str
     compile_secs: float
     raw_size: int | None = None  # the executable's size, checked on load where known
+    size: int | None = None  # the object's size, where known (for usage counts)
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ class LocalTier:
         record = self.record(key)
         if isinstance(record, Manifest):
             m = record
-            return TierEntry(m.digest, m.fingerprint, m.compile_secs, m.raw_size)
+            return TierEntry(m.digest, m.fingerprint, m.compile_secs, m.raw_size, m.size)
         return record
 
     def record(self, key: str) -> Manifest | TierEntry | None:

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import artstore, clean_env, run_program
 
+from artifactstore.index import db
+
 
 @pytest.fixture(scope="module")
 def populated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
@@ -48,7 +50,7 @@ def test_every_command(which: str, tmp_path: Path, populated: dict[str, str]) ->
         assert json.loads(_ok("ls", "--json", "--platform", "gpu", env=env)) == []
         assert len(json.loads(_ok("ls", "--json", "--limit", "1", env=env))) == 1
     assert _ok("db", "current", env=env).count("current") == 1
-    assert "revision 0003" in _ok("db", "upgrade", env=env)
+    assert f"revision {db.SCHEMA_HEAD}" in _ok("db", "upgrade", env=env)
 
 
 def test_fingerprint() -> None:

@@ -16,6 +16,8 @@ import pytest
 from conftest import FAKE_AWS, artstore, clean_env, devstack
 from sqlalchemy.engine import make_url
 
+from artifactstore.index import db
+
 PASSWORD = "s3cr3t-pw"
 
 
@@ -47,7 +49,7 @@ def test_embedded_store_is_used_and_nothing_is_created(store_env: dict[str, str]
     checks = report["checks"]
     assert code == 0 and report["ok"] is True
     assert checks["hook"]["status"] == "ok" and checks["hook"]["detail"].startswith("yes (")
-    assert checks["index"]["schema"] == "current" and checks["index"]["revision"] == "0003"
+    assert checks["index"]["schema"] == "current" and checks["index"]["revision"] == db.SCHEMA_HEAD
     assert checks["object_store"]["status"] == "ok"
     assert checks["local_tier"]["path"] == str(store / "default")
     fingerprint = checks["fingerprint"]

@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
         "manifest",
         "journal",
         "metrics",
+        "usage",
     },
     {"blobstores", "index"},
     {"tier", "store", "singleflight"},

@@ -142,6 +142,9 @@ def _put(store: Store, i: int, size: int = 3000) -> int:
     return entry.size
 
 
+USAGE_ROW = "INSERT INTO usage VALUES (:ns, current_date, '', 1, 0, 0, 0, 0, 0, 0, 0)"
+
+
 def _refused(engine: Engine, sql: str, match: str, **params: Any) -> None:
     with pytest.raises(REFUSED, match=match), engine.begin() as conn:
         conn.execute(text(sql), params)
@@ -207,6 +210,7 @@ def test_reader_cannot_pin_break_gc_or_write_elsewhere(
     _refused(reader, hostile, "row-level security", ns=roles_db.ns_b, k=_key(base), n=1, t=T0)
     _refused(reader, "UPDATE entries SET hits = 0", "permission denied")
     _refused(reader, "DELETE FROM accesses", "permission denied")
+    _refused(reader, USAGE_ROW, "permission denied", ns=ns)
     _refused(reader, "INSERT INTO quotas VALUES (:ns, 1, now())", "permission denied", ns=ns)
     _refused(reader, "UPDATE alembic_version SET version_num = '9999'", "permission denied")
 
@@ -251,6 +255,12 @@ def test_writer_cannot_touch_quotas_schema_or_other_namespaces(
     # Moving a row into team B, writing there, taking its gc lease: refused.
     mine = open_store(roles_db.url("writer"), roles_db.ns_a)
     _put(mine, 201)
+    # Its counters and usage rows (`artstore stats`) in its namespaces, not in team B's.
+    mine.counters.add("misses", fingerprint=_fp().digest)
+    mine.flush_access()
+    assert _count(engines["postgres"], "SELECT sum(misses) FROM usage WHERE namespace = :ns",
+                  ns=roles_db.ns_a) == 1  # fmt: skip
+    _refused(writer, USAGE_ROW, "row-level security", ns=ns_b)
     _refused(writer, "UPDATE entries SET namespace = :ns", "row-level security", ns=ns_b)
     _refused(writer, "INSERT INTO leases VALUES (:n, 'x', 'x', now())", "row-level security",
              n=f"gc:{ns_b}")  # fmt: skip

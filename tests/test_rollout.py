@@ -16,6 +16,7 @@ import pytest
 from conftest import IN_CI, REPO, artstore, clean_env, run_program
 
 import artifactstore
+from artifactstore.index import db
 
 # The last commit of the previous release (0.1.0): objects without metadata frames.
 PREVIOUS_RELEASE = "033a5c2"
@@ -82,7 +83,7 @@ def test_each_version_loads_what_the_other_stored(
     reference = run_program("job.py", clean_env(JOB_NO_STORE="1"))
     first = run_program("job.py", write_env)
     if writer == "new":
-        # This version's index schema (0003: entries' signers) is newer than the old
+        # This version's index schema (0003: entries' signers; 0004: usage) is newer than the old
         # client understands, and it refuses such an index (it compiles, loading
         # nothing: asserted below). Objects must still be readable across versions:
         # step the index back to the old schema, then the old client reads the objects
@@ -90,9 +91,9 @@ def test_each_version_loads_what_the_other_stored(
         # payload).
         refused = run_program("job.py", read_env)
         assert refused["results"] == reference["results"]
-        # (The old client names 0003 as newer, or as not its own where its migrations
-        # directory resolves to a checkout that has 0003.)
-        assert "index schema" in refused["_stderr"] and "0003" in refused["_stderr"]
+        # (The old client names the head as newer, or as not its own where its
+        # migrations directory resolves to a checkout that has it.)
+        assert "index schema" in refused["_stderr"] and db.SCHEMA_HEAD in refused["_stderr"]
         _downgrade(tmp_path / "store" / "index.db", OLD_SCHEMA)
     second = run_program("job.py", read_env)
     assert first["xla_compiles"]

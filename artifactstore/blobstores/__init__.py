@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from artifactstore import safedir
 from artifactstore.blobstores.base import BlobInfo, BlobStore
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.blobstores.readonly import ReadOnlyBlobStore
-from artifactstore.config import Settings
+from artifactstore.config import Settings, check_namespace
 
 __all__ = ["BlobInfo", "BlobStore", "LocalBlobStore", "ReadOnlyBlobStore", "open_blobstore"]
 
@@ -28,3 +30,16 @@ def open_blobstore(settings: Settings) -> BlobStore:
         modes = safedir.store_modes(settings.group_readable)
         store = LocalBlobStore(loc.path, settings.namespace, modes=modes)
     return ReadOnlyBlobStore(store) if settings.read_only else store
+
+
+def describe_blobstore(settings: Settings) -> str:
+    """What `open_blobstore(settings).describe()` says, opening nothing (for commands
+    that read only the index: blobstores.absent)."""
+    loc = settings.blobs
+    if loc.scheme == "s3":
+        prefix = loc.path.strip("/")
+        base = f"{prefix}/{settings.namespace}" if prefix else settings.namespace
+        where = f"s3://{loc.bucket}/{base}"
+    else:
+        where = str(Path(loc.path) / check_namespace(settings.namespace))
+    return where + " (read-only)" if settings.read_only else where

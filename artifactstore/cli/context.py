@@ -37,11 +37,16 @@ class Ctx:
         return _config.resolve(merged)
 
     @contextmanager
-    def store(self, *, index_only: bool = False, **extra: Any) -> Iterator[Store]:
-        """The store for one command; `index_only` commands work with the object store down."""
+    def store(
+        self, *, index_only: bool = False, objects: bool = True, **extra: Any
+    ) -> Iterator[Store]:
+        """The store for one command; `index_only` commands work with the object store
+        down (they may still try it, as `gc --dry-run` does); `objects=False` commands
+        (`ls`, `stats`, `quota`) do not open it at all."""
         from artifactstore.store import Store
 
-        store = Store.open(self.settings(**extra), check_blobs=not index_only)
+        settings = self.settings(**extra)
+        store = Store.open(settings, check_blobs=not index_only and objects, objects=objects)
         try:
             yield store
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+from typing import Any
 
 import click
 
@@ -31,7 +32,7 @@ def ls_cmd(
     from artifactstore.index.repo import Filters
 
     filters = Filters(platform=platform, device_kind=device_kind, jaxlib_version=jaxlib)
-    with obj.store(index_only=True) as store:
+    with obj.store(index_only=True, objects=False) as store:
         entries = []
         for entry in store.index.iter_entries(filters):
             entries.append(entry)
@@ -64,15 +65,55 @@ def ls_cmd(
 
 @click.command("stats")
 @json_option()
+@click.option(
+    "--by",
+    "by",
+    type=click.Choice(["fingerprint", "day", "module"]),
+    help="One row per platform fingerprint, UTC day or module name (see below).",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(min=1),
+    help="With --by fingerprint or day: only the last N UTC days (today included).",
+)
 @click.pass_obj
-def stats_cmd(obj: Ctx, as_json: bool) -> None:
-    """Entries, bytes, hits, misses and compile time saved."""
-    with obj.store(index_only=True) as store:
-        stats = store.index.stats()
+def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None:
+    """Hits, eligible misses, hit rate and what the store saved.
+
+    A miss whose compile then took less than ARTSTORE_MIN_COMPILE_SECS is never
+    stored, so it is not an eligible miss: the hit rate is hits / (hits + eligible
+    misses), and such compiles are counted as below-threshold instead.
+
+    Without --by: the namespace's totals, from every client version (hits, bytes
+    fetched and compile time saved over the entries held now). --by fingerprint and
+    --by day read the usage rows that clients of this version write (per UTC day and
+    fingerprint, also from readers' hit journals once folded: `artstore fold`).
+    --by module reads the entries held now: their hits, bytes and compile time saved
+    per module, all time; misses, below-threshold compiles and lease counts are not
+    known per module. Reads only the index: works while the object store is down.
+    """
+    from datetime import timedelta
+
+    from artifactstore.index import usage as index_usage
+    from artifactstore.usage import today
+
+    if days is not None and by not in ("fingerprint", "day"):
+        fail("--days goes with --by fingerprint or --by day", EXIT_USAGE)
+    since = today() - timedelta(days=days - 1) if days is not None else None
+    with obj.store(index_only=True, objects=False) as store:
         where = store.describe()
-    lookups = stats.hits + stats.misses
-    hit_rate = stats.hits / lookups if lookups else 0.0
+        stats = store.index.stats() if by is None else None
+        if by == "day":
+            groups = index_usage.by_day(store.engine, store.namespace, since)
+        elif by == "fingerprint":
+            groups = index_usage.by_fingerprint(store.engine, store.namespace, since)
+        elif by == "module":
+            groups = index_usage.by_module(store.engine, store.namespace)
     namespace = obj.settings().namespace
+    if by is not None:
+        _print_groups(where, namespace, by, days, groups, as_json)
+        return
+    assert stats is not None
     if as_json:
         print_json(
             {
@@ -84,9 +125,15 @@ def stats_cmd(obj: Ctx, as_json: bool) -> None:
                 "object_bytes": stats.object_bytes,
                 "hits": stats.hits,
                 "misses": stats.misses,
+                "eligible_misses": stats.eligible_misses,
+                "misses_below_threshold": stats.misses_below_threshold,
+                "below_threshold": stats.below_threshold,
                 "corrupt": stats.corrupt,
-                "hit_rate": hit_rate,
+                "hit_rate": stats.hit_rate,
+                "bytes_fetched": stats.bytes_fetched,
                 "compile_secs_saved": stats.compile_secs_saved,
+                "lease_waits": stats.lease_waits,
+                "lease_takeovers": stats.lease_takeovers,
             }
         )
         return
@@ -97,12 +144,77 @@ def stats_cmd(obj: Ctx, as_json: bool) -> None:
             ("entries", stats.entries),
             ("stored", format_size(stats.bytes)),
             ("hits", stats.hits),
-            ("misses", stats.misses),
-            ("hit rate", f"{100 * hit_rate:.1f}%"),
+            ("eligible misses", stats.eligible_misses),
+            ("hit rate", f"{100 * stats.hit_rate:.1f}%"),
+            ("below threshold", f"{stats.below_threshold} compiles (never stored; "
+                                f"{stats.misses_below_threshold} after a lookup)"),
             ("corrupt objects seen", stats.corrupt),
+            ("bytes fetched", format_size(stats.bytes_fetched)),
             ("compile time saved", format_seconds(stats.compile_secs_saved)),
+            ("lease waits", stats.lease_waits),
+            ("lease takeovers", stats.lease_takeovers),
         ]
-    )
+    )  # fmt: skip
+
+
+def _print_groups(
+    where: str, namespace: str, by: str, days: int | None, groups: list[Any], as_json: bool
+) -> None:
+    """`artstore stats --by`: one row per group, and their total."""
+    from artifactstore.index.usage import UsageGroup
+
+    total = UsageGroup("total")
+    for group in groups:
+        for name in ("hits", "bytes_fetched", "compile_secs_saved", "misses",
+                     "misses_below_threshold", "below_threshold", "lease_waits",
+                     "lease_takeovers"):  # fmt: skip
+            value, mine = getattr(total, name), getattr(group, name)
+            setattr(total, name, None if value is None or mine is None else value + mine)
+    if by == "module":
+        total.misses = total.misses_below_threshold = total.below_threshold = None
+        total.lease_waits = total.lease_takeovers = None
+    if as_json:
+        print_json(
+            {
+                "store": where,
+                "namespace": namespace,
+                "by": by,
+                "days": days,
+                "groups": [g.to_json(by) for g in groups],
+                "total": total.to_json(by),
+            }
+        )
+        return
+    if not groups:
+        click.echo("no usage recorded" + (f" in the last {days} days" if days else ""))
+        return
+
+    def count(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    def rate(group: UsageGroup) -> str:
+        if group.hit_rate is None or not group.hits + (group.eligible_misses or 0):
+            return "-"  # not known, or no lookups
+        return f"{100 * group.hit_rate:.1f}%"
+
+    first = {"fingerprint": "FINGERPRINT", "day": "DAY", "module": "MODULE"}[by]
+    headers = [first, "HITS", "ELIGIBLE MISSES", "HIT RATE", "BELOW THRESHOLD", "FETCHED",
+               "SAVED", "LEASE WAITS", "TAKEOVERS"]  # fmt: skip
+    rows = []
+    for g in [*groups, total]:
+        label = g.group
+        if by == "fingerprint" and g is not total:
+            label = g.group[:12] or "(none)"
+            described = [g.extra.get(k) for k in ("device_kind", "jaxlib_version")]
+            if any(described):
+                label += " " + "/".join(str(d) for d in described if d)[:40]
+        elif by == "module" and g is not total:
+            label = g.group[:40]
+        rows.append([label, str(g.hits), count(g.eligible_misses), rate(g),
+                     count(g.below_threshold), format_size(g.bytes_fetched),
+                     format_seconds(g.compile_secs_saved), count(g.lease_waits),
+                     count(g.lease_takeovers)])  # fmt: skip
+    print_table(headers, rows, right=set(range(1, 9)))
 
 
 @click.command("verify")

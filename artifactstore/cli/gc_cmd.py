@@ -92,7 +92,7 @@ def gc_cmd(
     if all_namespaces:
         from artifactstore.index.quotas import namespaces as all_ns
 
-        with obj.store(index_only=True) as store:
+        with obj.store(index_only=True, objects=False) as store:
             targets = list(all_ns(store.engine)) or [None]
     out = Output(as_json=as_json, dry_run=dry_run, several=len(targets) > 1)
     bars = Bars(sys.stderr.isatty() if progress is None else progress)
@@ -150,7 +150,8 @@ def quota_set(obj: Ctx, namespace: str, size: str) -> None:
 
     _config.check_namespace(namespace)
     max_bytes = parse_size(size)
-    with obj.store(index_only=True) as store:  # a read-only index refuses, saying why
+    # A read-only index refuses, saying why.
+    with obj.store(index_only=True, objects=False) as store:
         quotas.set_quota(store.engine, namespace, max_bytes)
     click.echo(f"quota of {namespace}: {format_size(max_bytes)} ({max_bytes} bytes)")
 
@@ -163,7 +164,7 @@ def quota_ls(obj: Ctx, as_json: bool) -> None:
     from artifactstore.index import quotas
     from artifactstore.index.eviction import EvictionIndex
 
-    with obj.store(index_only=True) as store:
+    with obj.store(index_only=True, objects=False) as store:
         rows = [
             (ns, limit, EvictionIndex(store.engine, ns).referenced_bytes())
             for ns, limit in quotas.list_quotas(store.engine)
@@ -190,7 +191,7 @@ def quota_rm(obj: Ctx, namespace: str) -> None:
     """Remove NAMESPACE's quota."""
     from artifactstore.index import quotas
 
-    with obj.store(index_only=True) as store:
+    with obj.store(index_only=True, objects=False) as store:
         if not quotas.remove_quota(store.engine, namespace):
             fail(f"namespace {namespace!r} has no quota: see `artstore quota ls`")
     click.echo(f"quota of {namespace} removed")

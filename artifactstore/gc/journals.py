@@ -2,9 +2,11 @@
 
 Readers' hits reach the index only through here (artifactstore.journal says why):
 each journal's rows are checked and clamped like any access row, appended to the
-index's access rows with its miss counters, and the journal is deleted after the
-commit. Then the access rows are folded into the entries (index/accesses.py), so
-LRU, `ls` and `stats` see the cluster's hits.
+index's access rows with its miss counters and its usage rows (per day and
+fingerprint: clamped by `usage.clean_usage`; journals of clients that wrote none
+fold as before), and the journal is deleted after the commit. Then the access
+rows are folded into the entries (index/accesses.py), so LRU, `ls` and `stats`
+see the cluster's hits.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from artifactstore import usage as _usage
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.errors import CorruptObject, one_line
 from artifactstore.index.accesses import ROW_HITS_MAX, append_accesses, clean_touches
@@ -41,6 +44,7 @@ def fold_journals(store: Store, *, progress: Callable[[int], None] | None = None
     batch: list[str] = []
     touches: dict[str, tuple[int, datetime]] = {}
     counts: Counter[str] = Counter()
+    usage: _usage.Usage = {}
     for name in store.blobs.iter_records(JOURNALS):
         data = store.blobs.get_record(JOURNALS, name)
         if data is None:  # folded by a concurrent fold
@@ -58,9 +62,10 @@ def fold_journals(store: Store, *, progress: Callable[[int], None] | None = None
             touches[key] = (min(old_n + n, ROW_HITS_MAX), max(when, old_t))
         for counter, value in journal.counts.items():
             counts[counter] += min(max(value, 0), ROW_HITS_MAX)
+        _usage.merge(usage, _usage.clean_usage(journal.usage))
         if len(batch) >= BATCH:
-            _commit(store, batch, touches, counts, result, progress)
-    _commit(store, batch, touches, counts, result, progress)
+            _commit(store, batch, touches, counts, usage, result, progress)
+    _commit(store, batch, touches, counts, usage, result, progress)
     return result
 
 
@@ -69,6 +74,7 @@ def _commit(
     batch: list[str],
     touches: dict[str, tuple[int, datetime]],
     counts: Counter[str],
+    usage: _usage.Usage,
     result: JournalFold,
     progress: Callable[[int], None] | None,
 ) -> None:
@@ -77,8 +83,8 @@ def _commit(
     if not batch:
         return
     append_accesses(store.engine, store.namespace, touches)
-    if counts:
-        store.index.add_counters(dict(counts))
+    if counts or usage:
+        store.index.add_counters(dict(counts), usage)
     store.blobs.delete_records(JOURNALS, batch)
     result.hits += sum(n for n, _ in touches.values())
     if progress is not None:
@@ -86,6 +92,7 @@ def _commit(
     batch.clear()
     touches.clear()
     counts.clear()
+    usage.clear()
 
 
 def fold_or_say_why(store: Store) -> tuple[JournalFold, str | None]:

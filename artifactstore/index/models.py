@@ -7,11 +7,12 @@ each other's rows.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Date,
     DateTime,
     Float,
     Index,
@@ -126,6 +127,33 @@ class CounterRow(Base):
     namespace: Mapped[str] = mapped_column(NAMESPACE, primary_key=True)
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     value: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class UsageRow(Base):
+    """What processes saw, per namespace, UTC day and platform fingerprint (migration 0004).
+
+    Written by this version's clients only, in the flush that writes `counters` (or
+    folded from their hit journals): old clients add to `counters` and `entries.hits`
+    alone, so `artstore stats` takes its namespace totals from those and its
+    per-day and per-fingerprint rows from here (README: "Stats"). Every column is
+    a sum, added to by upserts; `fingerprint` is "" where the event had none (a
+    counter added without one, such as a lease wait).
+    Eligible misses are `misses - misses_below_threshold`.
+    """
+
+    __tablename__ = "usage"
+
+    namespace: Mapped[str] = mapped_column(NAMESPACE, primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(DIGEST, primary_key=True)
+    hits: Mapped[int] = mapped_column(BigInteger, default=0)
+    misses: Mapped[int] = mapped_column(BigInteger, default=0)
+    misses_below_threshold: Mapped[int] = mapped_column(BigInteger, default=0)
+    below_threshold: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes_fetched: Mapped[int] = mapped_column(BigInteger, default=0)
+    compile_secs_saved: Mapped[float] = mapped_column(Float, default=0.0)
+    lease_waits: Mapped[int] = mapped_column(BigInteger, default=0)
+    lease_takeovers: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Access(Base):

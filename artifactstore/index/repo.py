@@ -20,6 +20,8 @@ from artifactstore.fingerprint import Fingerprint
 from artifactstore.index.accesses import append_accesses, saturating_hits
 from artifactstore.index.models import CounterRow, Entry, FingerprintRow, StoredObject, utcnow
 from artifactstore.index.sql import upsert
+from artifactstore.index.usage import write_usage
+from artifactstore.usage import Usage
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,13 @@ class Filters:
 
 @dataclass(frozen=True)
 class IndexStats:
+    """A namespace's totals. Hits, bytes fetched and compile time saved are summed over
+    the entries the index holds (every client version adds its hits there); the
+    counters come from `counters`, which every version adds its misses to, while
+    `misses_below_threshold`, `below_threshold` and the lease counters are counted
+    by this version on (so during a rollout, old clients' misses below the threshold
+    still count as eligible, as they did)."""
+
     entries: int
     bytes: int
     hits: int
@@ -131,6 +140,22 @@ class IndexStats:
     compile_secs_saved: float
     objects: int
     object_bytes: int
+    misses_below_threshold: int = 0
+    below_threshold: int = 0
+    bytes_fetched: int = 0
+    lease_waits: int = 0
+    lease_takeovers: int = 0
+
+    @property
+    def eligible_misses(self) -> int:
+        """Misses a stored entry would have answered: not those compiled below the
+        store threshold (never stored, so never a hit)."""
+        return max(self.misses - self.misses_below_threshold, 0)
+
+    @property
+    def hit_rate(self) -> float:
+        lookups = self.hits + self.eligible_misses
+        return self.hits / lookups if lookups else 0.0
 
 
 class EntryIndex:
@@ -238,11 +263,15 @@ class EntryIndex:
         """Append a read-only reader's batched hits; `artstore gc` folds them into entries."""
         append_accesses(self.engine, self.namespace, touches)
 
-    def add_counters(self, counts: dict[str, int]) -> None:
+    def add_counters(self, counts: dict[str, int], usage: Usage | None = None) -> None:
+        """Add to the namespace's counters and, in the same transaction, its usage rows
+        (per day and fingerprint: index/usage.py)."""
         counts = {k: v for k, v in counts.items() if v}
-        if not counts:
+        if not counts and not usage:
             return
         with self.engine.begin() as conn:
+            if usage:
+                write_usage(conn, self.engine, self.namespace, usage)
             for name, value in counts.items():
                 ins = upsert(self.engine, CounterRow).values(
                     namespace=self.namespace, name=name, value=value
@@ -331,7 +360,7 @@ class EntryIndex:
 
     def stats(self) -> IndexStats:
         with Session(self.engine) as session:
-            entries, size, hits, saved = session.execute(
+            entries, size, hits, saved, fetched = session.execute(
                 select(
                     func.count(Entry.id),
                     func.coalesce(func.sum(Entry.size), 0),
@@ -339,6 +368,7 @@ class EntryIndex:
                     # saturate at BIGINT's top (index/accesses.py), so two such add up past it.
                     func.coalesce(func.sum(cast(Entry.hits, Float)), 0),
                     func.coalesce(func.sum(Entry.hits * Entry.compile_secs), 0.0),
+                    func.coalesce(func.sum(cast(Entry.hits, Float) * Entry.size), 0),
                 ).where(Entry.namespace == self.namespace)
             ).one()
             counters = dict(
@@ -362,4 +392,9 @@ class EntryIndex:
             compile_secs_saved=float(saved),
             objects=int(objects),
             object_bytes=int(object_bytes),
+            misses_below_threshold=int(counters.get("misses_below_threshold", 0)),
+            below_threshold=int(counters.get("below_threshold", 0)),
+            bytes_fetched=int(fetched),
+            lease_waits=int(counters.get("lease_waits", 0)),
+            lease_takeovers=int(counters.get("lease_takeovers", 0)),
         )

@@ -265,8 +265,9 @@ def _compile_then_store(
     if compile_secs < settings.min_compile_secs:
         if session.tier is not None:
             session.tier.remember_below_threshold(request.key, compile_secs)
-        if store is None:
-            session.below_threshold += 1
+        # Never stored, so its miss (if it looked up) is not an eligible one.
+        fp = request.fingerprint.digest if request.fingerprint is not None else ""
+        session.compiled_below_threshold(store, request.key, fp)
         return executable, False
     if store is None:
         store = session.store()  # known quick before, slow now: store it after all

@@ -21,7 +21,7 @@
 --   artstore_gc      the operator / cron role: `artstore gc`, `quota set/rm`,
 --                    `verify --repair` across every namespace. Reads and writes all
 --                    rows of all tables but alembic_version; no DDL.
---   artstore_writer  CI / warm jobs and researchers who write: entries, objects,
+--   artstore_writer  CI / warm jobs and researchers who write: entries, objects, usage,
 --                    counters, accesses and its `gc:NAMESPACE` lease, only in the
 --                    namespaces granted to the login; inserts fingerprints (checked
 --                    against their digest); reads its namespaces' quotas. Enough for
@@ -147,7 +147,7 @@ BEGIN
   END IF;
 
   -- Tables with a namespace column: gc everywhere, readers and writers in theirs.
-  FOREACH t IN ARRAY ARRAY['entries', 'objects', 'counters', 'accesses', 'quotas'] LOOP
+  FOREACH t IN ARRAY ARRAY['entries', 'objects', 'counters', 'usage', 'accesses', 'quotas'] LOOP
     CONTINUE WHEN to_regclass('public.' || t) IS NULL;
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I TO artstore_gc', t);
     EXECUTE format('GRANT SELECT ON %I TO artstore_writer, artstore_reader', t);
@@ -158,7 +158,7 @@ BEGIN
     EXECUTE format('CREATE POLICY artstore_namespace ON %I TO artstore_writer, artstore_reader '
                    'USING (artstore_ns_member(namespace)) '
                    'WITH CHECK (artstore_ns_member(namespace))', t);
-    IF t IN ('entries', 'objects', 'counters') THEN
+    IF t IN ('entries', 'objects', 'counters', 'usage') THEN
       EXECUTE format('GRANT INSERT, UPDATE, DELETE ON %I TO artstore_writer', t);
     END IF;
   END LOOP;
