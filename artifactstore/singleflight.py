@@ -344,6 +344,10 @@ class SingleFlight:
         entry's manifest appeared, None), or (None, the lease now held, or None: compile)."""
         counters = self.store.counters
         writer = not self.settings.read_only
+        if not self.store.found_nothing(key):
+            # An entry this process cannot use (refused, another platform, over a limit):
+            # nothing to wait for, and its compile may replace it (see Store.put).
+            return None, None
         try:
             if writer:
                 held = self.try_hold(key)
@@ -359,9 +363,8 @@ class SingleFlight:
                     return None, None  # no writer compiles it: a reader compiles itself
             return self._wait(key, load, writer)
         except Exception as exc:
-            self.store._warn_once(
-                "single-flight", "compile leases unavailable (%s); compiling", one_line(exc)
-            )
+            # Said once by the upload that follows (the index is the writer's to report).
+            log.debug("artifactstore: compile leases unavailable (%s); compiling", one_line(exc))
             counters.add("lease_errors")
             return None, None
 

@@ -171,7 +171,7 @@ class Store:
         self._touches: dict[str, tuple[int, datetime]] = {}
         # Keys this process just missed, so that a compile of one found below the
         # store threshold counts as `misses_below_threshold` (see compiled_below_threshold).
-        self._missed: dict[str, None] = {}
+        self._missed: dict[str, str] = {}  # recent misses: key -> why (`misses`: absent)
         self._warned: set[str] = set()
         # Keys whose entry this process refused for its signature: a writer that then
         # compiles them replaces the entry with one it signs (see `put`).
@@ -516,10 +516,16 @@ class Store:
         if reason != "misses":
             self.counters.add(reason)
         with self._touch_lock:
-            self._missed[key] = None
+            self._missed[key] = reason
             if len(self._missed) > MISSED_KEYS:
                 del self._missed[next(iter(self._missed))]
         return None
+
+    def found_nothing(self, key: str) -> bool:
+        """Whether this process's last lookup of `key` found no entry at all (rather than
+        one it could not use here: another platform, a refused signature, over a limit)."""
+        with self._touch_lock:
+            return self._missed.get(key) == "misses"
 
     def compiled_below_threshold(self, key: str, fingerprint: str) -> None:
         """The caller compiled `key` faster than ARTSTORE_MIN_COMPILE_SECS: it will not be

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,9 +128,13 @@ class Recorder:
             self._note("added" if created else "present", item, kwargs["fingerprint"])
             return created
 
-        def submit_put(key: str, payload: bytes, **kwargs: Any) -> None:
+        def submit_put(
+            key: str, payload: bytes, *, then: Callable[[bool], None] | None = None, **kwargs: Any
+        ) -> None:
+            published = False
             try:
                 put(key, payload, **kwargs)
+                published = True
             except Exception as exc:  # as the background writer would: count, say once
                 store.counters.add("put_errors")
                 with self.lock:
@@ -147,6 +152,9 @@ class Recorder:
                     kwargs.get("module_name", key[:12]),
                     one_line(exc),
                 )
+            finally:
+                if then is not None:  # a compile lease waits for this put (singleflight)
+                    then(published)
 
         store.get, store.put = get, put
         if not store.read_only:
