@@ -308,12 +308,14 @@ class SingleFlight:
             self._wake.wait(max(0.0, next_beat - time.monotonic()))
             self._wake.clear()
             with self._lock:
-                jobs, self._jobs = self._jobs, []
+                jobs = list(self._jobs)
             for job in jobs:
                 try:
                     job()
                 except Exception as exc:
                     log.debug("artifactstore: lease bookkeeping failed: %s", one_line(exc))
+                with self._lock:  # done only now: `drain` waits for it
+                    self._jobs.remove(job)
             if time.monotonic() >= next_beat:
                 self._beat()
                 next_beat = time.monotonic() + self.ttl / 3
