@@ -33,7 +33,7 @@ LAYERS: list[set[str]] = [
     },
     {"blobstores", "index"},
     {"tier", "store", "singleflight"},
-    {"gc", "pull"},
+    {"gc", "pull", "named", "bundles"},
     {"session"},
     {"jaxhook"},
     {"warm", "cli", "__main__", "__init__"},
