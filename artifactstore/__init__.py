@@ -15,20 +15,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from artifactstore.errors import ArtstoreError, ConfigError
+from artifactstore.errors import ArtstoreError, ConfigError, NamedBuildError, NamedNotFound
+from artifactstore.named.signature import NamedCallError
 from artifactstore.redact import install_log_filter
 
 if TYPE_CHECKING:
     from artifactstore.jaxhook import configure, deactivate, flush, process_stats
+    from artifactstore.jaxhook.named import NamedExecutable, compiled, load
 
 __version__ = "0.3.0"
 __all__ = [
     "ArtstoreError",
     "ConfigError",
+    "NamedBuildError",
+    "NamedCallError",
+    "NamedExecutable",
+    "NamedNotFound",
     "__version__",
+    "compiled",
     "configure",
     "deactivate",
     "flush",
+    "load",
     "process_stats",
 ]
 # Every import of any part of the package passes here first, so no log record of the
@@ -36,6 +44,7 @@ __all__ = [
 install_log_filter()
 
 _ADAPTER = frozenset({"configure", "deactivate", "flush", "process_stats"})
+_NAMED = frozenset({"compiled", "load", "NamedExecutable"})
 
 
 def __getattr__(name: str) -> Any:
@@ -43,4 +52,8 @@ def __getattr__(name: str) -> Any:
         from artifactstore import jaxhook
 
         return getattr(jaxhook, name)
+    if name in _NAMED:
+        from artifactstore.jaxhook import named
+
+        return getattr(named, name)
     raise AttributeError(f"module 'artifactstore' has no attribute {name!r}")

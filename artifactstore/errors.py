@@ -73,3 +73,12 @@ def one_line(exc: BaseException) -> str:
     first = lines[0] if lines else ""
     text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     return text[:300]
+
+
+class NamedNotFound(ArtstoreError, LookupError):
+    """No executable of that name and version that this host can load or rebuild."""
+
+
+class NamedBuildError(ArtstoreError):
+    """A function that cannot become a named executable (host callbacks, effects,
+    arguments JAX passes implicitly), or bytes that would not load."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +42,7 @@ _local = threading.local()  # the fingerprint our key hook adds while we compute
 _fingerprints: dict[tuple[int, str, int], _fp.Fingerprint] = {}
 
 
-def install(hooks: compat.Hooks, session: Session) -> Session | None:
+def install(hooks: compat.Hooks, session: Session | None) -> Session | None:
     """Route compiles through `session`; returns the session it replaces."""
     global _session, _hooks, _original, _previous_hook
     _hooks = hooks
@@ -52,6 +54,30 @@ def install(hooks: compat.Hooks, session: Session) -> Session | None:
         hooks.cache_key.custom_hook = key_hook
     old, _session = _session, session
     return old
+
+
+def ensure_installed(hooks: compat.Hooks) -> None:
+    """Our wrapper in place (for `fresh_compiles`), with whatever session is in use."""
+    if _original is None:
+        install(hooks, _session)
+
+
+@contextmanager
+def fresh_compiles() -> Iterator[list[tuple[_Compile, Any, float]]]:
+    """Compiles in this thread go straight to XLA, past every cache, ours and JAX's.
+
+    Named executables store the bytes they serialize, and on some jaxlibs an
+    executable that was itself loaded from serialized bytes serializes into bytes
+    that no longer load: so what they store is always a fresh compile's. Yields
+    the (request, executable, seconds) of each compile made inside.
+    """
+    previous = getattr(_local, "fresh", None)
+    made: list[tuple[_Compile, Any, float]] = []
+    _local.fresh = made
+    try:
+        yield made
+    finally:
+        _local.fresh = previous
 
 
 def uninstall() -> Session | None:
@@ -128,6 +154,11 @@ def compile_or_get_cached(
     request = _Compile(
         backend, computation, devices, compile_options, host_callbacks, executable_devices
     )
+    fresh = getattr(_local, "fresh", None)
+    if fresh is not None:  # a named executable's build: see fresh_compiles
+        executable, secs = request.compile()
+        fresh.append((request, executable, secs))
+        return executable
 
     def as_jax_would() -> Any:  # JAX's own path, its own cache included
         return _original(

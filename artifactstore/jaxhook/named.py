@@ -1,0 +1,597 @@
+"""Named executables with JAX: build once, then load and call with no trace at all.
+
+`compiled(fn, *specs, name=, version=)` looks NAME@VERSION up for this host's
+fingerprint; on a hit it deserializes the executable and never calls, traces or
+lowers `fn`. On a miss it rebuilds from the stored `jax.export` form if there is
+one, else lowers and compiles `fn` (always freshly: see `compile.fresh_compiles`),
+checks that the bytes load, and stores the native executable and its portable form.
+A call flattens the arguments against the stored declarative signature, places
+them on the executable's devices and runs it: no jit dispatch, no tracing.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from artifactstore import fingerprint as _fp
+from artifactstore.background import call_with_timeout
+from artifactstore.errors import (
+    ArtstoreError,
+    CorruptObject,
+    NamedBuildError,
+    NamedNotFound,
+    one_line,
+)
+from artifactstore.jaxhook import compile as _compile
+from artifactstore.named import container, keys
+from artifactstore.named.signature import (
+    Leaf,
+    NamedCallError,
+    Signature,
+    UnsupportedTree,
+    check_array,
+)
+from artifactstore.session import Session, warn_once
+
+log = logging.getLogger("artifactstore")
+
+
+class NamedExecutable:
+    """A compiled function loaded by name: call it like the jitted function.
+
+    Positional arguments only, in the structure, shapes and dtypes it was built
+    for (static arguments with the values it was built for); anything else is a
+    NamedCallError naming the first mismatch. `source` says how it came here:
+    `store` (loaded), `portable` (rebuilt from StableHLO) or `compiled` (built now).
+    """
+
+    def __init__(self, header: container.Header, executable: Any, source: str) -> None:
+        import jax
+
+        self.name = header.name
+        self.version = header.version
+        self.header = header
+        self.source = source
+        self._executable = executable
+        devices = {d.id: d for d in executable.local_devices()}
+        self._in_shardings = [_sharding(leaf, devices) for leaf in header.inputs.leaves]
+        self._out_shardings = [_sharding(leaf, devices) for leaf in header.outputs.leaves]
+        self._assemble = jax.make_array_from_single_device_arrays
+        self._device_put = jax.device_put
+        self._array = jax.Array
+
+    @property
+    def in_signature(self) -> Signature:
+        return self.header.inputs
+
+    @property
+    def out_signature(self) -> Signature:
+        return self.header.outputs
+
+    def __repr__(self) -> str:
+        return (
+            f"<named executable {self.name}@{self.version} ({self.source}): "
+            f"{self.header.inputs.describe()} -> {self.header.outputs.describe()}>"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise NamedCallError(
+                f"{self.name}@{self.version} takes positional arguments only; "
+                f"got keywords {sorted(kwargs)}"
+            )
+        shardings = iter(self._in_shardings)
+
+        def place(value: Any, spec: Leaf, path: str) -> Any:
+            check_array(value, spec, path)
+            target = next(shardings)
+            if isinstance(value, self._array) and value.sharding == target:
+                return value
+            return self._device_put(_as_array(value, spec.dtype), target)
+
+        flat = self.header.inputs.flatten(tuple(args), path="args", check=place)
+        results = self._executable.execute_sharded(flat)
+        parts = results.disassemble_into_single_device_arrays()
+        outs = [
+            self._assemble(leaf.shape, sharding, arrays)
+            for leaf, sharding, arrays in zip(
+                self.header.outputs.leaves, self._out_shardings, parts, strict=True
+            )
+        ]
+        return self.header.outputs.unflatten(outs)
+
+
+def compiled(
+    fn: Any = None,
+    *specs: Any,
+    name: str,
+    version: str,
+    static_argnums: int | Sequence[int] = (),
+    portable: bool = True,
+) -> Any:
+    """The named executable NAME@VERSION: loaded from the store when it holds one for
+    this host (no trace), else built from `fn` and `specs` and stored.
+
+    `specs`: one per positional argument of `fn`: `jax.ShapeDtypeStruct`s (with
+    `sharding=` where the inputs are sharded), or dicts/tuples/lists/None of them;
+    the values of `static_argnums` positions are passed as they are. As a decorator:
+    `@compiled(*specs, name=..., version=...)`. `portable=False` skips storing the
+    `jax.export` form.
+    """
+    keys.check_name(name)
+    keys.check_version(version)
+    if fn is None or not callable(fn) or _is_spec(fn):
+        given = specs if fn is None else (fn, *specs)
+        return functools.partial(
+            _compiled, specs=given, name=name, version=version,
+            static_argnums=static_argnums, portable=portable,
+        )  # fmt: skip
+    return _compiled(
+        fn, specs=specs, name=name, version=version, static_argnums=static_argnums,
+        portable=portable,
+    )  # fmt: skip
+
+
+def _compiled(
+    fn: Callable[..., Any],
+    *,
+    specs: Sequence[Any],
+    name: str,
+    version: str,
+    static_argnums: int | Sequence[int],
+    portable: bool,
+) -> NamedExecutable:
+    static = _static_positions(static_argnums, len(specs))
+    wanted = Signature.of(tuple(specs), _spec_leaf, path="args", static=_static_check(static))
+    context = _Context.open()
+    found = context.find(name, version)
+    if found is not None:
+        _check_same_inputs(found.header, wanted)
+        return found
+    built = _build(fn, specs, static, name=name, version=version, backend=context.backend)
+    context.store_native(built)
+    if portable:
+        exported = _export(fn, specs, static, built.executable.header)
+        if exported is not None:
+            context.store_portable(name, version, exported)
+    return built.executable
+
+
+def load(name: str, version: str) -> NamedExecutable:
+    """NAME@VERSION from the store, without the function or its source: the native
+    executable for this host, else rebuilt from the portable form (and stored for
+    this host). NamedNotFound when the store holds neither."""
+    keys.check_name(name)
+    keys.check_version(version)
+    context = _Context.open()
+    found = context.find(name, version)
+    if found is None:
+        raise NamedNotFound(context.not_found(name, version))
+    return found
+
+
+# -- the store side -------------------------------------------------------------
+class _Built:
+    def __init__(self, executable: NamedExecutable, payload: bytes, secs: float) -> None:
+        self.executable = executable
+        self.payload = payload  # the container stored for this fingerprint
+        self.compile_secs = secs
+
+
+class _Context:
+    """This process's session, backend and fingerprint, for one lookup or build."""
+
+    def __init__(self, session: Session | None, backend: Any) -> None:
+        self.session = session
+        self.backend = backend
+        self.fingerprint = _compile.backend_fingerprint(backend)
+        self.refusals: list[str] = []
+
+    @classmethod
+    def open(cls) -> _Context:
+        from jax._src import xla_bridge
+
+        from artifactstore.jaxhook import api
+
+        session = _compile.current()
+        if session is None:
+            api.configure()  # from ARTSTORE_* or the embedded default, as documented
+            session = _compile.current()
+        hooks = api.jax_hooks()
+        if hooks is None:
+            raise NamedBuildError(
+                "this JAX's internals do not match what artifactstore supports; "
+                "named executables need them (see `artstore doctor`)"
+            )
+        _compile.ensure_installed(hooks)
+        return cls(session, xla_bridge.get_backend())
+
+    def _store(self) -> Any:
+        return self.session.store() if self.session is not None else None
+
+    def fetch(self, key: str, fingerprint_digest: str) -> bytes | None:
+        """The verified payload of `key` from this host's tier or the store, or None."""
+        session = self.session
+        if session is None:
+            return None
+        if session.tier is not None:
+            try:
+                hit = session.tier.get(key, fingerprint_digest)
+            except Exception as exc:
+                log.debug("artifactstore: local tier read failed: %s", one_line(exc))
+                hit = None
+            if hit is not None:
+                session.tier_hit()
+                return bytes(hit.payload)
+        store = self._store()
+        if store is None:
+            return None
+        try:
+            got = call_with_timeout(
+                lambda: store.get(key, fingerprint_digest), session.settings.timeout_secs
+            )
+        except Exception as exc:
+            session.fail(exc)
+            return None
+        session.ok()
+        if got is None:
+            reason = store.refused(key)
+            if reason:
+                self.refusals.append(reason)
+            return None
+        return bytes(got.payload)
+
+    def find(self, name: str, version: str) -> NamedExecutable | None:
+        fp = self.fingerprint
+        payload = self.fetch(keys.key(name, version, fp.digest), fp.digest)
+        if payload is not None:
+            started = time.monotonic()
+            header, body = _decode(payload, name, version, "native")
+            try:
+                executable = self.backend.deserialize_executable(body, _device_list(header), None)
+            except Exception as exc:
+                warn_once(
+                    "named-load", "stored %s@%s did not load (%s)", name, version, one_line(exc)
+                )
+            else:
+                if self.session is not None:
+                    self.session.observe_load(time.monotonic() - started)
+                    self.session.loads += 1
+                return NamedExecutable(header, executable, "store")
+        payload = self.fetch(keys.portable_key(name, version), keys.PORTABLE.digest)
+        if payload is None:
+            return None
+        header, body = _decode(payload, name, version, "portable")
+        built = _rebuild(header, body, self.backend)
+        self.store_native(built)
+        return built.executable
+
+    def not_found(self, name: str, version: str) -> str:
+        fp = self.fingerprint
+        where = self._store()
+        place = where.describe() if where is not None else "no store (see the log)"
+        refused = f"; refused: {', '.join(sorted(set(self.refusals)))}" if self.refusals else ""
+        return (
+            f"no executable {name}@{version} for this host ({fp.platform} "
+            f"{fp.device_kind} x{fp.device_count}, jaxlib {fp.jaxlib_version}) and no portable "
+            f"form in {place}{refused}: build it with artifactstore.compiled(...) or "
+            "`artstore warm --named`"
+        )
+
+    def _put(self, key: str, payload: bytes, fingerprint: _fp.Fingerprint, module: str,
+             secs: float) -> None:  # fmt: skip
+        session = self.session
+        store = self._store()
+        if session is None or store is None:
+            warn_once("named-put", "no store: %s built but not stored", module)
+            return
+        if session.settings.read_only:
+            store.counters.add("skipped_read_only")
+            return
+        try:
+            call_with_timeout(
+                lambda: store.put(key, payload, fingerprint=fingerprint, module_name=module,
+                                  compile_secs=secs, callbacks=0),
+                session.settings.timeout_secs,
+            )  # fmt: skip
+        except Exception as exc:
+            session.fail(exc)
+            warn_once("named-put", "%s not stored (%s)", module, one_line(exc))
+
+    def store_native(self, built: _Built) -> None:
+        header = built.executable.header
+        fp = self.fingerprint
+        self._put(keys.key(header.name, header.version, fp.digest), built.payload, fp,
+                  keys.module_name(header.name, header.version), built.compile_secs)  # fmt: skip
+
+    def store_portable(self, name: str, version: str, payload: bytes) -> None:
+        self._put(keys.portable_key(name, version), payload, keys.PORTABLE,
+                  keys.module_name(name, version), 0.0)  # fmt: skip
+
+
+def _decode(payload: bytes, name: str, version: str, kind: str) -> tuple[container.Header, bytes]:
+    header, body = container.decode(payload)
+    if (header.name, header.version, header.kind) != (name, version, kind):
+        # Signed and bound to its key, so only a forged or mis-written entry gets here.
+        raise CorruptObject(
+            f"entry for {name}@{version} holds {header.kind} {header.name}@{header.version}"
+        )
+    return header, body
+
+
+# -- building -------------------------------------------------------------------
+def _build(
+    fn: Callable[..., Any],
+    specs: Sequence[Any],
+    static: frozenset[int],
+    *,
+    name: str,
+    version: str,
+    backend: Any,
+) -> _Built:
+    import jax
+
+    args = tuple(specs)
+    jitted = jax.jit(fn, keep_unused=True, static_argnums=tuple(sorted(static)))
+    with _compile.fresh_compiles() as fresh:
+        lowered = jitted.lower(*args)
+        _refuse_implicit(lowered, name)
+        compiled = lowered.compile()
+    if not fresh:
+        raise NamedBuildError(f"{name}@{version}: JAX reused a compile; cannot store fresh bytes")
+    request, executable, secs = fresh[-1]
+    return _finish(
+        executable, request.executable_devices, backend, secs,
+        name=name, version=version, args=args, static=static,
+        in_shardings=jax.tree.leaves(compiled.input_shardings[0]),
+        out_info=compiled.out_info, source="compiled",
+    )  # fmt: skip
+
+
+def _finish(
+    executable: Any,
+    devices: Any,
+    backend: Any,
+    secs: float,
+    *,
+    name: str,
+    version: str,
+    args: tuple[Any, ...],
+    static: frozenset[int],
+    in_shardings: list[Any],
+    out_info: Any,
+    source: str,
+) -> _Built:
+    """Describe a fresh executable, check that its bytes load, and wrap it."""
+    import jax
+
+    inputs = Signature.of(args, _spec_leaf, path="args", static=_static_check(static))
+    if len(in_shardings) != len(inputs.leaves):
+        raise NamedBuildError(f"{name}@{version}: {len(inputs.leaves)} array arguments, "
+                              f"but the executable takes {len(in_shardings)}")  # fmt: skip
+    inputs = Signature(inputs.tree, tuple(
+        Leaf(leaf.shape, leaf.dtype, _sharding_json(s, name))
+        for leaf, s in zip(inputs.leaves, in_shardings, strict=True)
+    ))  # fmt: skip
+    out_leaves = jax.tree.leaves(out_info)
+    outputs = Signature.of(
+        out_info, lambda o: Leaf(tuple(o.shape), str(o.dtype), _sharding_json(o.sharding, name)),
+        path="result",
+    )  # fmt: skip
+    if len(outputs.leaves) != len(out_leaves):
+        raise NamedBuildError(f"{name}@{version}: could not describe the results")
+    header = container.Header(
+        kind="native", name=name, version=version, inputs=inputs, outputs=outputs,
+        jax_version=jax.__version__, devices=tuple(d.id for d in devices),
+        platform=str(backend.platform),
+    )  # fmt: skip
+    body = executable.serialize()
+    try:  # only ever store bytes that load (the re-serialization trap)
+        backend.deserialize_executable(body, _device_list(header), None)
+    except Exception as exc:
+        raise NamedBuildError(
+            f"{name}@{version}: the compiled executable does not load back "
+            f"({one_line(exc)}); not stored"
+        ) from exc
+    return _Built(NamedExecutable(header, executable, source), container.encode(header, body), secs)
+
+
+def _refuse_implicit(lowered: Any, name: str) -> None:
+    """Refuse what a loaded executable could not be given: host callbacks and effects
+    (Python code), constants JAX passes as hidden arguments, tupled or pruned args."""
+    lowering = getattr(lowered, "_lowering", None)
+    args = getattr(lowering, "compile_args", None)
+    if not isinstance(args, dict):
+        raise NamedBuildError(f"{name}: cannot inspect this JAX's lowering; not stored")
+    if args.get("host_callbacks") or args.get("ordered_effects") or args.get("unordered_effects"):
+        raise NamedBuildError(
+            f"{name}: the function has host callbacks or side effects (jax.debug.print, "
+            "pure_callback, io_callback): they are Python code, which a named executable "
+            "cannot carry; remove them, or rely on the compile cache (jax.jit)"
+        )
+    if getattr(lowering, "const_args", None):
+        raise NamedBuildError(
+            f"{name}: the function closes over array constants that JAX passes as hidden "
+            "arguments; pass them as arguments instead"
+        )
+    if args.get("tuple_args") or args.get("mut"):
+        raise NamedBuildError(f"{name}: JAX tuples or mutates this function's arguments; "
+                              "named executables do not support that")  # fmt: skip
+
+
+def _export(
+    fn: Callable[..., Any], specs: Sequence[Any], static: frozenset[int], header: container.Header
+) -> bytes | None:
+    """The portable form (`jax.export`), or None with a warning when it cannot be made."""
+    import jax
+
+    try:
+        jitted = jax.jit(fn, keep_unused=True, static_argnums=tuple(sorted(static)))
+        exported = jax.export.export(jitted)(*specs)
+        body = bytes(exported.serialize())
+    except Exception as exc:
+        warn_once("named-export", "%s@%s has no portable form (%s)", header.name,
+                  header.version, one_line(exc))  # fmt: skip
+        return None
+    portable = container.Header(
+        kind="portable", name=header.name, version=header.version, inputs=header.inputs,
+        outputs=header.outputs, jax_version=header.jax_version, devices=header.devices,
+        platform=",".join(exported.platforms),
+    )  # fmt: skip
+    return container.encode(portable, body)
+
+
+def _rebuild(header: container.Header, body: bytes, backend: Any) -> _Built:
+    """Compile the portable form for this host, with no source: `jax.export` checks
+    its serialization and calling-convention versions, and we say which."""
+    import jax
+    from jax import export
+
+    name = f"{header.name}@{header.version}"
+    try:
+        exported = export.deserialize(bytearray(body))
+    except Exception as exc:
+        raise NamedNotFound(
+            f"{name}: its portable form (written by JAX {header.jax_version}) cannot be read by "
+            f"JAX {jax.__version__} ({one_line(exc)}): rebuild it with artifactstore.compiled "
+            "on a JAX within jax.export's compatibility window"
+        ) from exc
+    low = export.minimum_supported_calling_convention_version
+    high = export.maximum_supported_calling_convention_version
+    ccv = exported.calling_convention_version
+    if not low <= ccv <= high:
+        raise NamedNotFound(
+            f"{name}: its portable form uses calling convention {ccv} (JAX "
+            f"{header.jax_version}); JAX {jax.__version__} supports {low}..{high}: it is too "
+            f"{'old' if ccv < low else 'new'}; rebuild it with artifactstore.compiled"
+        )
+    if str(backend.platform) not in exported.platforms:
+        raise NamedNotFound(f"{name}: its portable form was exported for "
+                            f"{', '.join(exported.platforms)}, not {backend.platform}")  # fmt: skip
+    devices = {d.id: d for d in backend.devices()}
+    args = header.inputs.unflatten([
+        jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=_sharding(leaf, devices))  # type: ignore[no-untyped-call]
+        for leaf in header.inputs.leaves
+    ])  # fmt: skip
+    static = frozenset(i for i, _ in header.inputs.static_values())
+    dynamic = [a for i, a in enumerate(args) if i not in static]
+
+    def call(*values: Any) -> Any:
+        return exported.call(*values)  # type: ignore[no-untyped-call]
+
+    with _compile.fresh_compiles() as fresh:
+        compiled = jax.jit(call, keep_unused=True).lower(*dynamic).compile()
+    if not fresh:
+        raise NamedBuildError(f"{name}: JAX reused a compile; cannot store fresh bytes")
+    request, executable, secs = fresh[-1]
+    return _finish(
+        executable, request.executable_devices, backend, secs,
+        name=header.name, version=header.version, args=tuple(args), static=static,
+        in_shardings=jax.tree.leaves(compiled.input_shardings[0]),
+        out_info=compiled.out_info, source="portable",
+    )  # fmt: skip
+
+
+# -- specs, shardings, arrays ---------------------------------------------------
+def _is_spec(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _spec_leaf(spec: Any) -> Leaf:
+    return Leaf(tuple(int(d) for d in spec.shape), str(spec.dtype), None)
+
+
+def _static_positions(static_argnums: int | Sequence[int], count: int) -> frozenset[int]:
+    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    out = set()
+    for n in nums:
+        if not -count <= n < count:
+            raise NamedBuildError(f"static_argnums {n} is out of range for {count} specs")
+        out.add(n % count)
+    return frozenset(out)
+
+
+def _static_check(static: frozenset[int]) -> Callable[[str], bool]:
+    paths = {f"args[{i}]" for i in static}
+    return lambda path: path in paths
+
+
+def _check_same_inputs(header: container.Header, wanted: Signature) -> None:
+    stored = Signature(
+        header.inputs.tree, tuple(Leaf(x.shape, x.dtype) for x in header.inputs.leaves)
+    )
+    if stored != wanted:
+        raise NamedCallError(
+            f"{header.name}@{header.version} in the store takes {stored.describe()}, but these "
+            f"specs are {wanted.describe()}: give the new specs a new version"
+        )
+
+
+def _sharding_json(sharding: Any, name: str) -> dict[str, Any]:
+    from jax.sharding import NamedSharding
+
+    devices = sorted(sharding.device_set, key=lambda d: d.id)
+    memory_kind = getattr(sharding, "memory_kind", None)
+    if isinstance(sharding, NamedSharding):
+        mesh = sharding.mesh
+        spec = [list(p) if isinstance(p, tuple) else p for p in sharding.spec]
+        return {
+            "kind": "named",
+            "mesh_shape": [int(n) for n in mesh.devices.shape],
+            "axis_names": [str(a) for a in mesh.axis_names],
+            "devices": [int(d.id) for d in mesh.devices.flat],
+            "spec": spec,
+            "memory_kind": memory_kind,
+        }
+    if len(devices) == 1:
+        return {"kind": "single", "device": int(devices[0].id), "memory_kind": memory_kind}
+    raise UnsupportedTree(
+        f"{name}: a {type(sharding).__name__} cannot be stored; give the specs "
+        "jax.sharding.NamedSharding shardings"
+    )
+
+
+def _sharding(leaf: Leaf, devices: dict[int, Any]) -> Any:
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+    data = leaf.sharding or {}
+    try:
+        if data.get("kind") == "single":
+            return SingleDeviceSharding(
+                devices[data["device"]], memory_kind=data.get("memory_kind")
+            )
+        if data.get("kind") == "named":
+            grid = np.array([devices[i] for i in data["devices"]], dtype=object)
+            mesh = Mesh(grid.reshape(data["mesh_shape"]), tuple(data["axis_names"]))
+            spec = PartitionSpec(*(tuple(p) if isinstance(p, list) else p for p in data["spec"]))  # type: ignore[no-untyped-call]
+            return NamedSharding(mesh, spec, memory_kind=data.get("memory_kind"))
+    except KeyError as exc:
+        raise NamedNotFound(f"this host has no device {exc} that the executable runs on") from exc
+    raise CorruptObject(f"unknown sharding {data.get('kind')!r} in a named executable")
+
+
+def _device_list(header: container.Header) -> Any:
+    import jax
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
+
+    by_id = {d.id: d for d in jax.devices()}
+    try:
+        return xc.DeviceList(tuple(by_id[i] for i in header.devices))
+    except KeyError as exc:
+        raise NamedNotFound(f"this host has no device {exc} that the executable runs on") from exc
+
+
+def _as_array(value: Any, dtype: str) -> Any:
+    import numpy as np
+
+    if isinstance(value, (bool, int, float, complex)):
+        return np.asarray(value, dtype=dtype)
+    return value
+
+
+__all__ = ["ArtstoreError", "NamedExecutable", "compiled", "load"]
