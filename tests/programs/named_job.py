@@ -1,0 +1,87 @@
+"""Build or load the named executable `mlp@1` and call it, in a fresh process.
+
+NAMED_MODE: `compiled` (artifactstore.compiled with the function) or `load` (by name
+alone, with this directory removed from the path so the model cannot be imported).
+NAMED_OTHER_FP=1: this host's fingerprint differs (another device kind), as on a
+host of another type. Prints one JSON line: how it was obtained, how often the
+function body ran, JAX's trace/lower/compile events, a digest of the results, and
+the errors that wrong calls raise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODE = os.environ.get("NAMED_MODE", "compiled")
+if MODE == "load":
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+    assert importlib.util.find_spec("named_model") is None
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import artifactstore  # noqa: E402
+from artifactstore import fingerprint  # noqa: E402
+
+events: list[str] = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, _secs, **_kw: (
+        events.append(name) if name.startswith("/jax/core/compile/") else None
+    )
+)
+if os.environ.get("NAMED_OTHER_FP"):
+    fingerprint.register_provider(lambda f: {**f, "device_kind": "cpu-other-kind"})
+
+model: Any = None
+try:
+    if MODE == "load":
+        fn = artifactstore.load("mlp", version="1")
+    else:
+        import named_model as model
+
+        fn = artifactstore.compiled(
+            model.step, *model.SPECS, name="mlp", version="1", static_argnums=2
+        )
+except artifactstore.ArtstoreError as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+    raise SystemExit(0) from None
+
+rng = np.random.default_rng(0)
+params = {"w": rng.standard_normal((16, 16), dtype=np.float32) * 0.3,
+          "b": rng.standard_normal(16, dtype=np.float32)}  # fmt: skip
+x = rng.standard_normal((4, 16), dtype=np.float32)
+out = fn(params, x, 3)
+leaves = [out["out"], out["aux"][0], out["layers"][0]]
+digest = hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in leaves)).hexdigest()
+
+errors = {}
+wrong = {
+    "shape": (params, x[:, :8], 3),
+    "dtype": (params, x.astype(np.int32), 3),
+    "structure": ({"w": params["w"]}, x, 3),
+    "static": (params, x, 4),
+    "count": (params, x),
+}
+for what, args in wrong.items():
+    try:
+        fn(*args)
+    except artifactstore.NamedCallError as exc:
+        errors[what] = str(exc)
+
+print(json.dumps({
+    "source": fn.source,
+    "calls": model.CALLS[0] if model is not None else None,
+    "model_imported": "named_model" in sys.modules,
+    "events": sorted(set(events)),
+    "event_count": len(events),
+    "digest": digest,
+    "aux_is_none": out["aux"][1] is None,
+    "errors": errors,
+    "stats": artifactstore.process_stats(),
+}))  # fmt: skip

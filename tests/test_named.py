@@ -1,0 +1,177 @@
+"""Named executables: built once, then loaded by name in fresh processes with no trace.
+
+Real JAX in fresh interpreters (tests/programs/named_job.py): the model's function
+body counts its own runs, and JAX's trace/lower/compile monitoring events are
+recorded; both must stay at zero in a loading process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import artstore, clean_env, run_program
+
+from artifactstore.errors import CorruptObject
+from artifactstore.named import container, keys
+from artifactstore.named.signature import (
+    Leaf,
+    NamedCallError,
+    Signature,
+    UnsupportedTree,
+    check_array,
+)
+
+
+def _job(env: dict[str, str], mode: str, **extra: str) -> dict[str, Any]:
+    return run_program("named_job.py", {**env, "NAMED_MODE": mode, **extra})
+
+
+def test_fresh_process_loads_without_tracing_with_identical_results(
+    any_env: dict[str, str],
+) -> None:
+    built = _job(any_env, "compiled")
+    assert built["source"] == "compiled", built
+    assert built["calls"] == 1 and built["event_count"] > 0
+    again = _job(any_env, "compiled")  # the function is importable, but never called
+    assert again["source"] == "store", again
+    assert again["calls"] == 0
+    assert again["events"] == [], again["events"]
+    assert again["digest"] == built["digest"]
+    loaded = _job(any_env, "load")  # the defining module cannot be imported
+    assert loaded["source"] == "store" and not loaded["model_imported"]
+    assert loaded["events"] == [] and loaded["digest"] == built["digest"]
+    assert loaded["aux_is_none"]
+
+
+def test_wrong_arguments_are_clear_errors(store_env: dict[str, str]) -> None:
+    _job(store_env, "compiled")
+    errors = _job(store_env, "load")["errors"]
+    assert errors["shape"] == "args[1]: expected float32[4,16], got float32[4,8]"
+    assert errors["dtype"] == "args[1]: expected float32[4,16], got int32[4,16]"
+    assert errors["structure"] == "args[0]: dict keys differ: missing ['b']"
+    assert "static argument" in errors["static"] and "built for 3, got 4" in errors["static"]
+    assert errors["count"] == "args: expected 3 items, got 2"
+
+
+def test_another_fingerprint_rebuilds_from_stablehlo_and_stores_it(
+    store_env: dict[str, str],
+) -> None:
+    built = _job(store_env, "compiled")
+    rebuilt = _job(store_env, "load", NAMED_OTHER_FP="1")
+    assert rebuilt["source"] == "portable", rebuilt  # no source, no native entry for it
+    assert rebuilt["digest"] == built["digest"]
+    native = _job(store_env, "load", NAMED_OTHER_FP="1")
+    assert native["source"] == "store" and native["events"] == []
+    assert native["digest"] == built["digest"]
+    listing = json.loads(artstore("ls", "--json", env=store_env).stdout)
+    named = sorted(e["device_kind"] for e in listing if e["module_name"] == "named:mlp@1")
+    assert named == ["any", "cpu", "cpu-other-kind"]  # portable + two native
+
+
+def test_load_of_an_unknown_name_says_how_to_build_it(store_env: dict[str, str]) -> None:
+    out = _job(store_env, "load")
+    assert out["error"] == "NamedNotFound"
+    assert "no executable mlp@1 for this host" in out["message"]
+    assert "artifactstore.compiled" in out["message"]
+
+
+def test_trusted_keys_refuse_unsigned_named_executables(
+    store_env: dict[str, str], tmp_path: Path
+) -> None:
+    _job(store_env, "compiled")  # unsigned
+    made = artstore("keygen", "ci", "--dir", str(tmp_path), env=clean_env())
+    assert made.returncode == 0, made.stderr
+    reader = {**store_env, "ARTSTORE_TRUSTED_KEYS": str(tmp_path / "ci.pub")}
+    out = _job(reader, "load")
+    assert out["error"] == "NamedNotFound" and "refused: unsigned" in out["message"]
+    signer = {**reader, "ARTSTORE_SIGNING_KEY": str(tmp_path / "ci.key")}
+    rebuilt = _job(signer, "compiled")  # has the source: compiles and stores a signed one
+    assert rebuilt["source"] == "compiled" and rebuilt["calls"] == 1
+    assert _job(reader, "load")["source"] == "store"
+
+
+# -- the declarative signature and container (no JAX) -----------------------------------
+class _Spec:
+    def __init__(self, shape: tuple[int, ...], dtype: str = "float32") -> None:
+        self.shape, self.dtype = shape, dtype
+
+
+def _sig(value: Any, static: set[str] = frozenset()) -> Signature:  # type: ignore[assignment]
+    return Signature.of(value, lambda s: Leaf(tuple(s.shape), s.dtype), path="args",
+                        static=lambda p: p in static)  # fmt: skip
+
+
+def test_signature_round_trips_as_json_and_names_the_first_mismatch() -> None:
+    sig = _sig(({"b": _Spec((2,)), "a": [_Spec((3, 3)), None]}, 5), {"args[1]"})
+    assert Signature.from_json(json.loads(json.dumps(sig.to_json()))) == sig
+    assert sig.describe() == "({'a': [float32[3,3], None], 'b': float32[2]}, static 5)"
+
+    def check(value: Any, spec: Leaf, path: str) -> Any:
+        check_array(value, spec, path)
+        return value
+
+    ok = ({"a": [_Spec((3, 3)), None], "b": _Spec((2,))}, 5)
+    assert len(sig.flatten(ok, path="args", check=check)) == 2
+    bad = [
+        (({"a": [_Spec((3, 3)), None], "b": _Spec((2,), "int32")}, 5),
+         "args[0]['b']: expected float32[2], got int32[2]"),
+        (({"a": (_Spec((3, 3)), None), "b": _Spec((2,))}, 5),
+         "args[0]['a']: expected a list, got tuple"),
+        (({"a": [_Spec((3, 3)), 1.0], "b": _Spec((2,))}, 5),
+         "args[0]['a'][1]: expected None, got float"),
+        (({"a": [_Spec((3, 3)), None], "b": _Spec((2,)), "c": None}, 5),
+         "args[0]: dict keys differ: unexpected ['c']"),
+        (({"a": [_Spec((3, 3)), None], "b": _Spec((2,))}, 6),
+         "args[1]: a static argument; this executable was built for 5, got 6"),
+    ]  # fmt: skip
+    for value, message in bad:
+        with pytest.raises(NamedCallError) as err:
+            sig.flatten(value, path="args", check=check)
+        assert str(err.value) == message
+    scalar = _sig((_Spec(()),))
+    scalar.flatten((2.0,), path="args", check=check)  # a Python float for float32[]
+    with pytest.raises(NamedCallError, match="got a Python bool"):
+        scalar.flatten((True,), path="args", check=check)
+
+
+def test_signature_refuses_what_it_cannot_describe_and_malformed_json() -> None:
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "a b")
+    with pytest.raises(UnsupportedTree, match=r"Pair cannot be stored"):
+        _sig((Pair(_Spec((1,)), _Spec((1,))),))
+    with pytest.raises(UnsupportedTree, match="static argument"):
+        _sig((object(),), {"args[0]"})
+    for tree in ({"set": []}, {"dict": [["b", "*"], ["a", "*"]]}, "**", {"tuple": "*"}):
+        with pytest.raises(ValueError):
+            Signature.from_json({"tree": tree, "leaves": []})
+    with pytest.raises(ValueError, match="leaf slots"):
+        Signature.from_json({"tree": {"tuple": ["*", "*"]}, "leaves": []})
+
+
+def test_container_round_trip_and_refusals() -> None:
+    sig = _sig((_Spec((2,)),))
+    header = container.Header("native", "m", "1", sig, sig, "0.12", (0,), "cpu")
+    payload = container.encode(header, b"body")
+    assert container.decode(payload) == (header, b"body")
+    for bad in (b"not named", payload[:20], payload.replace(b"\x01", b"\x09", 1)):
+        with pytest.raises(CorruptObject):
+            container.decode(bad)
+
+
+def test_keys_and_module_names() -> None:
+    assert keys.parse_module_name(keys.module_name("fold/len-256", "2.1")) == (
+        "fold/len-256",
+        "2.1",
+    )
+    assert keys.parse_module_name("jit_step") is None
+    assert keys.key("a", "1", "f") != keys.key("a", "2", "f") != keys.portable_key("a", "1")
+    assert keys.matches("named:fold/len-256@1", "fold/*")
+    assert not keys.matches("named:fold/len-256@1", "fold/*", "2")
+    assert keys.parse_ref("fold@3") == ("fold", "3") and keys.parse_ref("fold") == ("fold", None)
+    for bad in ("", "../x", "a b", "-x"):
+        with pytest.raises(Exception, match="invalid executable name"):
+            keys.check_name(bad)
