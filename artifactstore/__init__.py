@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import ArtstoreError, ConfigError, NamedBuildError, NamedNotFound
 from artifactstore.named.signature import NamedCallError
+from artifactstore.named.spec import NamedSpec
 from artifactstore.redact import install_log_filter
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ __all__ = [
     "NamedCallError",
     "NamedExecutable",
     "NamedNotFound",
+    "NamedSpec",
     "__version__",
     "compiled",
     "configure",

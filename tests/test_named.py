@@ -175,3 +175,24 @@ def test_keys_and_module_names() -> None:
     for bad in ("", "../x", "a b", "-x"):
         with pytest.raises(Exception, match="invalid executable name"):
             keys.check_name(bad)
+
+
+def test_warm_builds_named_executables_from_a_spec_list(
+    store_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**store_env, "PYTHONPATH": str(Path(__file__).parent / "programs")}
+
+    def warm() -> dict[str, Any]:
+        out = artstore("warm", "--report-json", str(tmp_path / "r.json"), "warm_named:specs",
+                       env=env)  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+        report: dict[str, Any] = json.loads((tmp_path / "r.json").read_text())
+        return report
+
+    report = warm()
+    assert [i["name"] for i in report["items"]] == [f"fold/len-{n}@1" for n in (16, 32, 48)]
+    assert {i["status"] for i in report["items"]} == {"compiled"}
+    assert {i["status"] for i in warm()["items"]} == {"present"}
+    listing = json.loads(artstore("ls", "--json", env=store_env).stdout)
+    modules = sorted(e["module_name"] for e in listing)
+    assert modules == sorted([f"named:fold/len-{n}@1" for n in (16, 32, 48)] * 2)  # + portable

@@ -59,7 +59,9 @@ def warm_cmd(
     process it starts (no change to CMD) and exits with CMD's exit code.
     `artstore warm MODULE:FUNCTION` compiles, without running, the specializations FUNCTION
     returns: (jax.jit function, argument specs) pairs, specs being pytrees of
-    jax.ShapeDtypeStruct. Exits 1 if any failed or anything could not be stored.
+    jax.ShapeDtypeStruct, or artifactstore.NamedSpec(fn, *specs, name=, version=) items,
+    which build named executables (native and portable) for artifactstore.load.
+    Exits 1 if any failed or anything could not be stored.
     """
     from artifactstore import warm
 

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.jaxhook import api as _ji
+from artifactstore.named.spec import NamedSpec
 from artifactstore.warm import TARGET_RE, child
 
 _SHORT_DTYPES = {
@@ -55,6 +56,7 @@ class Item:
     fn: Any
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    named: NamedSpec | None = None
 
 
 # -- loading and validating MODULE:FUNCTION ---------------------------------
@@ -133,6 +135,8 @@ def _validate(target: str, result: Any) -> tuple[list[Item], int]:
 
 
 def _item(target: str, n: int, name: str | None, raw: Any) -> Item:
+    if isinstance(raw, NamedSpec):  # a named executable: built, stored under its name
+        return Item(raw.ref, raw.fn, tuple(raw.specs), {}, named=raw)
     where = f"{target}() item {n}" + (f" ({name!r})" if name else "")
     if not isinstance(raw, (tuple, list)):
         raise SpecError(
@@ -202,6 +206,8 @@ def _dedupe_key(item: Item) -> Any:
     """Same function and same abstract arguments: one compile, listed twice."""
     import jax
 
+    if item.named is not None:
+        return ("named", item.named.ref)
     try:
         leaves, tree = jax.tree_util.tree_flatten((item.args, item.kwargs))
         sig = tuple(
@@ -253,16 +259,27 @@ def warm_one(item: Item, recorder: child.Recorder, warnings: Warnings) -> dict[s
     started = time.monotonic()
     mark, warned = recorder.mark(), len(warnings.messages)
     before = _ji.process_stats()
-    try:
-        lowered = item.fn.lower(*item.args, **item.kwargs)
-    except Exception as exc:
-        result["error"] = f"does not lower: {one_line(exc)}"
-        return result
-    try:
-        lowered.compile()
-    except Exception as exc:
-        result["error"] = f"does not compile: {one_line(exc)}"
-        return result
+    if item.named is not None:
+        from artifactstore.jaxhook.named import compiled
+
+        spec = item.named
+        try:
+            compiled(spec.fn, *spec.specs, name=spec.name, version=spec.version,
+                     static_argnums=spec.static_argnums)  # fmt: skip
+        except Exception as exc:
+            result["error"] = f"does not build: {one_line(exc)}"
+            return result
+    else:
+        try:
+            lowered = item.fn.lower(*item.args, **item.kwargs)
+        except Exception as exc:
+            result["error"] = f"does not lower: {one_line(exc)}"
+            return result
+        try:
+            lowered.compile()
+        except Exception as exc:
+            result["error"] = f"does not compile: {one_line(exc)}"
+            return result
     flushed = _ji.flush(child.flush_secs())
     after = _ji.process_stats()
     result["secs"] = time.monotonic() - started
