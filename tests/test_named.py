@@ -196,3 +196,64 @@ def test_warm_builds_named_executables_from_a_spec_list(
     listing = json.loads(artstore("ls", "--json", env=store_env).stdout)
     modules = sorted(e["module_name"] for e in listing)
     assert modules == sorted([f"named:fold/len-{n}@1" for n in (16, 32, 48)] * 2)  # + portable
+
+
+DECORATOR_PROGRAM = """
+import json, sys
+import jax, jax.numpy as jnp
+import artifactstore
+
+out = {}
+
+@artifactstore.compiled(jax.ShapeDtypeStruct((3,), jnp.float32), 2, name="pow", version="1",
+                        static_argnums=1)
+def power(x, n):
+    return x ** n
+
+out["power"] = [float(v) for v in power(jnp.arange(3, dtype=jnp.float32), 2)]
+out["source"] = power.source
+
+def noisy(x):
+    jax.debug.print("x={x}", x=x)
+    return x + 1
+
+try:
+    artifactstore.compiled(noisy, jax.ShapeDtypeStruct((3,), jnp.float32), name="noisy",
+                           version="1")
+except artifactstore.NamedBuildError as exc:
+    out["callbacks"] = str(exc)
+try:
+    power(jnp.ones(3), 2, extra=1)
+except artifactstore.NamedCallError as exc:
+    out["kwargs"] = str(exc)
+try:
+    artifactstore.compiled(lambda x: x, jax.ShapeDtypeStruct((4,), jnp.float32), name="pow",
+                           version="1")
+except artifactstore.NamedCallError as exc:
+    out["changed_specs"] = str(exc)
+try:
+    artifactstore.compiled(lambda x: x, 1.0, name="bad name!", version="1")
+except artifactstore.ArtstoreError as exc:
+    out["bad_name"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_decorator_form_static_arguments_and_refusals(store_env: dict[str, str]) -> None:
+    import subprocess
+    import sys
+
+    def run() -> dict[str, Any]:
+        proc = subprocess.run([sys.executable, "-c", DECORATOR_PROGRAM], env=store_env,
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return result
+
+    out = run()
+    assert out["power"] == [0.0, 1.0, 4.0] and out["source"] == "compiled"
+    assert "host callbacks or side effects" in out["callbacks"]
+    assert "positional arguments only" in out["kwargs"]
+    assert "give the new specs a new version" in out["changed_specs"]
+    assert out["bad_name"].startswith("invalid executable name 'bad name!'")
+    assert run()["source"] == "store"
