@@ -257,3 +257,41 @@ def test_decorator_form_static_arguments_and_refusals(store_env: dict[str, str])
     assert "give the new specs a new version" in out["changed_specs"]
     assert out["bad_name"].startswith("invalid executable name 'bad name!'")
     assert run()["source"] == "store"
+
+
+SHARDED_PROGRAM = """
+import json, numpy as np, jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import artifactstore
+mesh = Mesh(np.array(jax.devices()[:2]), ("d",))
+rows, replicated = NamedSharding(mesh, P("d", None)), NamedSharding(mesh, P())
+def f(x, w):
+    return {"y": jnp.tanh(x @ w), "s": (x @ w).sum()}
+specs = (jax.ShapeDtypeStruct((8, 4), jnp.float32, sharding=rows),
+         jax.ShapeDtypeStruct((4, 4), jnp.float32, sharding=replicated))
+g = artifactstore.compiled(f, *specs, name="sharded", version="1")
+x = np.arange(32, dtype=np.float32).reshape(8, 4) / 32
+out = g(x, np.eye(4, dtype=np.float32))
+print(json.dumps({"source": g.source, "y": np.asarray(out["y"]).tolist(),
+                  "s": float(out["s"]), "spec": [str(a) for a in out["y"].sharding.spec],
+                  "devices": len(out["y"].sharding.device_set)}))
+"""
+
+
+def test_sharded_inputs_and_outputs_over_two_devices(store_env: dict[str, str]) -> None:
+    import subprocess
+    import sys
+
+    env = {**store_env, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+    def run() -> dict[str, Any]:
+        proc = subprocess.run([sys.executable, "-c", SHARDED_PROGRAM], env=env,
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return result
+
+    built, loaded = run(), run()
+    assert (built["source"], loaded["source"]) == ("compiled", "store")
+    assert loaded["y"] == built["y"] and loaded["s"] == built["s"]
+    assert loaded["devices"] == 2 and loaded["spec"] == ["d", "None"]
