@@ -295,3 +295,20 @@ def test_sharded_inputs_and_outputs_over_two_devices(store_env: dict[str, str]) 
     assert (built["source"], loaded["source"]) == ("compiled", "store")
     assert loaded["y"] == built["y"] and loaded["s"] == built["s"]
     assert loaded["devices"] == 2 and loaded["spec"] == ["d", "None"]
+
+
+def test_store_down_builds_and_runs_and_load_says_why(tmp_path: Path) -> None:
+    down = clean_env(
+        ARTSTORE_URL="s3://nowhere/cache",
+        ARTSTORE_INDEX="postgresql+psycopg://postgres@127.0.0.1:1/artstore",
+        AWS_ENDPOINT_URL_S3="http://127.0.0.1:1",
+        AWS_ACCESS_KEY_ID="k",
+        AWS_SECRET_ACCESS_KEY="s",
+        ARTSTORE_TIMEOUT="2",
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+    )
+    built = _job(down, "compiled")
+    assert built["source"] == "compiled" and built["calls"] == 1 and built["digest"]
+    assert built["errors"]["shape"].startswith("args[1]: expected")
+    out = _job(down, "load")
+    assert out["error"] == "NamedNotFound" and "unavailable" in out["message"], out

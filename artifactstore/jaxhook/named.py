@@ -189,7 +189,7 @@ class _Context:
         self.session = session
         self.backend = backend
         self.fingerprint = _compile.backend_fingerprint(backend)
-        self.refusals: list[str] = []
+        self.problems: list[str] = []  # why a lookup found nothing, for the error
 
     @classmethod
     def open(cls) -> _Context:
@@ -229,6 +229,7 @@ class _Context:
                 return bytes(hit.payload)
         store = self._store()
         if store is None:
+            self.problems.append("the store is unavailable (see the log)")
             return None
         try:
             got = call_with_timeout(
@@ -236,12 +237,13 @@ class _Context:
             )
         except Exception as exc:
             session.fail(exc)
+            self.problems.append(f"the store did not answer ({one_line(exc)})")
             return None
         session.ok()
         if got is None:
             reason = store.refused(key)
             if reason:
-                self.refusals.append(reason)
+                self.problems.append(f"refused: {reason}")
             return None
         return bytes(got.payload)
 
@@ -274,11 +276,11 @@ class _Context:
         fp = self.fingerprint
         where = self._store()
         place = where.describe() if where is not None else "no store (see the log)"
-        refused = f"; refused: {', '.join(sorted(set(self.refusals)))}" if self.refusals else ""
+        why = f" ({'; '.join(sorted(set(self.problems)))})" if self.problems else ""
         return (
             f"no executable {name}@{version} for this host ({fp.platform} "
             f"{fp.device_kind} x{fp.device_count}, jaxlib {fp.jaxlib_version}) and no portable "
-            f"form in {place}{refused}: build it with artifactstore.compiled(...) or "
+            f"form in {place}{why}: build it with artifactstore.compiled(...) or "
             "`artstore warm --named`"
         )
 
