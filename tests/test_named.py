@@ -71,6 +71,18 @@ def test_another_fingerprint_rebuilds_from_stablehlo_and_stores_it(
     assert named == ["any", "cpu", "cpu-other-kind"]  # portable + two native
 
 
+def test_portable_form_outside_the_compatibility_window_is_refused_clearly(
+    store_env: dict[str, str],
+) -> None:
+    _job(store_env, "compiled")
+    out = _job(store_env, "load", NAMED_OTHER_FP="1", NAMED_MIN_CCV="99")
+    assert out["error"] == "NamedNotFound", out
+    assert "calling convention" in out["message"] and "too old" in out["message"]
+    assert "rebuild it with artifactstore.compiled" in out["message"]
+    rebuilt = _job(store_env, "compiled", NAMED_OTHER_FP="1", NAMED_MIN_CCV="99")
+    assert rebuilt["source"] == "compiled" and rebuilt["calls"] == 1  # it has the source
+
+
 def test_load_of_an_unknown_name_says_how_to_build_it(store_env: dict[str, str]) -> None:
     out = _job(store_env, "load")
     assert out["error"] == "NamedNotFound"

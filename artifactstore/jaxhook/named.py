@@ -148,7 +148,11 @@ def _compiled(
     static = _static_positions(static_argnums, len(specs))
     wanted = Signature.of(tuple(specs), _spec_leaf, path="args", static=_static_check(static))
     context = _Context.open()
-    found = context.find(name, version)
+    try:
+        found = context.find(name, version)
+    except (NamedNotFound, CorruptObject) as exc:  # unusable as stored; the source is here
+        warn_once("named-rebuild", "%s; compiling it from the function", exc)
+        found = None
     if found is not None:
         _check_same_inputs(found.header, wanted)
         return found

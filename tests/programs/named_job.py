@@ -3,7 +3,8 @@
 NAMED_MODE: `compiled` (artifactstore.compiled with the function) or `load` (by name
 alone, with this directory removed from the path so the model cannot be imported).
 NAMED_OTHER_FP=1: this host's fingerprint differs (another device kind), as on a
-host of another type. Prints one JSON line: how it was obtained, how often the
+host of another type. NAMED_MIN_CCV: the oldest jax.export calling convention this
+JAX pretends to read. Prints one JSON line: how it was obtained, how often the
 function body ran, JAX's trace/lower/compile events, a digest of the results, and
 the errors that wrong calls raise.
 """
@@ -35,6 +36,8 @@ jax.monitoring.register_event_duration_secs_listener(
         events.append(name) if name.startswith("/jax/core/compile/") else None
     )
 )
+if os.environ.get("NAMED_MIN_CCV"):  # as if this JAX no longer read older exports
+    jax.export.minimum_supported_calling_convention_version = int(os.environ["NAMED_MIN_CCV"])
 if os.environ.get("NAMED_OTHER_FP"):
     fingerprint.register_provider(lambda f: {**f, "device_kind": "cpu-other-kind"})
 
