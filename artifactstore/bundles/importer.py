@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import zstandard
 
@@ -109,7 +109,9 @@ def _spool(store: Store, path: Path, spool: Path, progress: Progress | None) -> 
     try:
         with path.open("rb") as raw:
             counted = _Counting(raw, lambda n: progress and progress("read", n, total))
-            reader = zstandard.ZstdDecompressor().stream_reader(counted, closefd=False)
+            reader = zstandard.ZstdDecompressor().stream_reader(
+                cast(IO[bytes], counted), closefd=False
+            )
             with tarfile.open(fileobj=reader, mode="r|") as tar:
                 for member in tar:
                     name = member.name
