@@ -88,11 +88,11 @@ def import_bundle(store: Store, path: Path, *, progress: Progress | None = None)
         for record in manifest.records:
             _verify(store, record, spool)
             if progress is not None:
-                progress("verify", 1, len(manifest.records))
+                progress("verifying", 1, len(manifest.records))
         for record in manifest.records:
             _store(store, record, spool, report)
             if progress is not None:
-                progress("import", 1, len(manifest.records))
+                progress("importing", 1, len(manifest.records))
     finally:
         shutil.rmtree(spool, ignore_errors=True)
     return report
@@ -108,7 +108,7 @@ def _spool(store: Store, path: Path, spool: Path, progress: Progress | None) -> 
     total = path.stat().st_size
     try:
         with path.open("rb") as raw:
-            counted = _Counting(raw, lambda n: progress and progress("read", n, total))
+            counted = _Counting(raw, lambda n: progress and progress("reading bundle", n, total))
             reader = zstandard.ZstdDecompressor().stream_reader(
                 cast(IO[bytes], counted), closefd=False
             )
