@@ -382,7 +382,7 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: st
         _rm_named(obj, ref)
         return
     if bool(keys) == remove_all:
-        fail("give KEY..., --all or --name (one of them): see `artstore rm --help`", EXIT_USAGE)
+        fail("give KEY... or --all (not both), or --name: see `artstore rm --help`", EXIT_USAGE)
     for key in keys:
         if len(key) < 8 or any(c not in "0123456789abcdefABCDEF" for c in key):
             fail(
