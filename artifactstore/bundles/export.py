@@ -167,7 +167,11 @@ def _write_objects(
                 f"entry {short} not exported: its object predates entry metadata "
                 "(stored by artifactstore 0.1); compile it again to store it anew"
             )
-        if Fingerprint.from_dict(meta.fingerprint).digest != entry.fingerprint:
+        try:
+            facts = Fingerprint.from_dict(meta.fingerprint).digest
+        except (TypeError, ValueError):
+            facts = None
+        if facts != entry.fingerprint:
             raise BundleError(
                 f"entry {short} not exported: its object's fingerprint facts do not "
                 f"have its fingerprint digest {entry.fingerprint[:12]}"
