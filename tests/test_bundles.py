@@ -27,6 +27,7 @@ from conftest import OpenStore, artstore, clean_env, run_program
 
 from artifactstore import signing
 from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.index.repo import Filters
 from artifactstore.named import keys as named_keys
 from artifactstore.store import Store
 
@@ -121,6 +122,17 @@ def test_bundle_into_a_team_store_serves_a_fresh_process(
     assert out["store"]["hits"] == source["entries"]
     again = _json(artstore("import", str(source["bundle"]), "--json", env=team_env))
     assert (again["imported"], again["skipped"]) == (0, source["entries"])
+
+    # Named executables on PostgreSQL: selected in SQL by module prefix and pattern.
+    key = named_keys.key("foo_1", "1", FP.digest)
+    assert store.put(key, os.urandom(500), fingerprint=FP, compile_secs=1.0,
+                     module_name=named_keys.module_name("foo_1", "1"))  # fmt: skip
+    rows = _json(artstore("ls", "--named", "--json", env=team_env))
+    assert [(r["name"], r["key"]) for r in rows] == [("foo_1", key)]
+    assert [e.key for e in store.index.iter_entries(Filters(module_glob="named:foo?1@*"))] == [key]
+    assert list(store.index.iter_entries(Filters(module_glob="named:foo\\_1@*"))) == []
+    _ok(artstore("rm", "--name", "foo_1", env=team_env))
+    assert store.index.stats().entries == source["entries"]
 
 
 # -- damaged bundles: refused whole ---------------------------------------------------
@@ -276,6 +288,14 @@ def test_ls_named_and_rm_name(tmp_path: Path, open_store: OpenStore) -> None:
     table = _ok(artstore("ls", "--named", env=env)).stdout
     assert table.splitlines()[0].split()[:3] == ["NAME", "VERSION", "PLATFORM"]
     assert "portable" in table and "jit_other" not in table
+
+    def modules(glob: str) -> list[str]:
+        return sorted(e.module_name for e in store.index.iter_entries(Filters(module_glob=glob)))
+
+    assert modules("named:[fb]*@1") == ["named:bar@1"] * 2 + ["named:foo@1"] * 2
+    assert modules("named:[!f]*") == ["named:bar@1"] * 2
+    assert modules("jit_?ther") == ["jit_other"]
+    assert modules("jit%") == [] and modules("jit_") == []
 
     def named() -> set[tuple[str, str]]:
         """What the index holds, asked in this process (as `ls --named` asks it)."""
