@@ -642,23 +642,8 @@ class Store:
 
         `callbacks`: how many host callbacks the executable calls (recorded in the
         object, checked on load); None where the caller does not know."""
-        if self.read_only:
-            self.counters.add("skipped_read_only")
-            return False
-        existing = self.index.lookup(key)
-        replace = existing is not None and key in self._refused
-        if replace and self.settings.signing_key is None:
-            # Present, but this process refused it for its signature (and cannot sign):
-            # the entry stays as it is; its readers compile, as this process did.
-            self.counters.add("refused_present")
-            return False
-        if existing is not None and not replace:  # another process stored it first
-            self.counters.add("already_present")
-            if self.settings.index_is_server and not self._published(existing):
-                # Stored by a 0.2 client, its publication failed, or its manifest was
-                # damaged: readers miss it until it is published (this process did too).
-                if self.publish(existing):
-                    self.counters.add("manifest_republished")
+        admitted, existing = self._admit(key)
+        if not admitted:
             return False
         encoded = encode_entry(
             key,
@@ -670,7 +655,85 @@ class Store:
             signing_key=self.settings.signing_key,
             namespace=self.namespace,
         )
-        host = socket.gethostname()[:255]
+        return self._commit(
+            key,
+            encoded,
+            existing,
+            fingerprint=fingerprint,
+            module_name=module_name,
+            compile_secs=compile_secs,
+            callbacks=callbacks,
+            producer_host=socket.gethostname(),
+        )
+
+    def put_encoded(
+        self,
+        key: str,
+        encoded: codec.Encoded,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+        callbacks: int | None = None,
+        producer_host: str,
+    ) -> bool:
+        """Store an object that is already encoded (and signed) as it will be kept, as
+        `put` stores a fresh one: same checks, row, manifest and tier. True if this call
+        created the entry. The caller has verified `encoded` against `key` and
+        `fingerprint` (`verify`): it is stored byte for byte, never re-encoded, so its
+        signature stays the writer's (bundles imported from another store)."""
+        admitted, existing = self._admit(key)
+        if not admitted:
+            return False
+        return self._commit(
+            key,
+            encoded,
+            existing,
+            fingerprint=fingerprint,
+            module_name=module_name,
+            compile_secs=compile_secs,
+            callbacks=callbacks,
+            producer_host=producer_host,
+        )
+
+    def _admit(self, key: str) -> tuple[bool, EntryInfo | None]:
+        """(whether a put of `key` goes on, the entry it replaces): no on a read-only
+        store or where the key is stored already (counted), except an entry this process
+        refused for its signature, which a writer that can sign replaces."""
+        if self.read_only:
+            self.counters.add("skipped_read_only")
+            return False, None
+        existing = self.index.lookup(key)
+        replace = existing is not None and key in self._refused
+        if replace and self.settings.signing_key is None:
+            # Present, but this process refused it for its signature (and cannot sign):
+            # the entry stays as it is; its readers compile, as this process did.
+            self.counters.add("refused_present")
+            return False, None
+        if existing is not None and not replace:  # another process stored it first
+            self.counters.add("already_present")
+            if self.settings.index_is_server and not self._published(existing):
+                # Stored by a 0.2 client, its publication failed, or its manifest was
+                # damaged: readers miss it until it is published (this process did too).
+                if self.publish(existing):
+                    self.counters.add("manifest_republished")
+            return False, None
+        return True, existing
+
+    def _commit(
+        self,
+        key: str,
+        encoded: codec.Encoded,
+        existing: EntryInfo | None,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+        callbacks: int | None,
+        producer_host: str,
+    ) -> bool:
+        """The write path every put ends in: object durable, then index row (or the
+        replacement of a refused entry), then tier and manifest; True if created."""
         uploaded = self.blobs.put(encoded.digest, encoded.data)
         if uploaded:
             self.counters.add("bytes_uploaded", len(encoded.data))
@@ -682,7 +745,7 @@ class Store:
             module_name=module_name,
             fingerprint=fingerprint,
             compile_secs=compile_secs,
-            producer_host=host,
+            producer_host=producer_host[:255],
             signer=encoded.signer,
             signature=encoded.signature,
         )

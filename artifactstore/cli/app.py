@@ -13,7 +13,16 @@ from collections.abc import Callable
 
 import click
 
-from artifactstore.cli import entries, gc_cmd, metrics_cmd, pull_cmd, setup_cmd, sign_cmd, warm_cmd
+from artifactstore.cli import (
+    bundle_cmd,
+    entries,
+    gc_cmd,
+    metrics_cmd,
+    pull_cmd,
+    setup_cmd,
+    sign_cmd,
+    warm_cmd,
+)
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
 from artifactstore.errors import ArtstoreError, one_line
 
@@ -47,6 +56,8 @@ for _command in (
     setup_cmd.fingerprint_cmd,
     warm_cmd.warm_cmd,
     pull_cmd.pull_cmd,
+    bundle_cmd.export_cmd,
+    bundle_cmd.import_cmd,
     setup_cmd.db_group,
     setup_cmd.demo_cmd,
     setup_cmd.doctor_cmd,

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import io
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
 from artifactstore.cli.render import json_option, print_fields, print_json, print_table, safe, when
 from artifactstore.sizes import format_seconds, format_size
+
+if TYPE_CHECKING:
+    from artifactstore.gc.remove import RemoveReport
+    from artifactstore.index.repo import EntryInfo
 
 
 @click.command("ls")
@@ -19,6 +23,11 @@ from artifactstore.sizes import format_seconds, format_size
 @click.option("--device-kind", help="Only entries for this device kind.")
 @click.option("--jaxlib", help="Only entries built by this jaxlib version.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many entries.")
+@click.option(
+    "--named",
+    is_flag=True,
+    help="Only named executables (artifactstore.compiled), by name and version.",
+)
 @click.pass_obj
 def ls_cmd(
     obj: Ctx,
@@ -27,17 +36,27 @@ def ls_cmd(
     device_kind: str | None,
     jaxlib: str | None,
     limit: int | None,
+    named: bool,
 ) -> None:
-    """List entries, most recently used first."""
+    """List entries, most recently used first. Reads only the index."""
     from artifactstore.index.repo import Filters
+    from artifactstore.named.keys import MODULE_PREFIX
 
-    filters = Filters(platform=platform, device_kind=device_kind, jaxlib_version=jaxlib)
+    filters = Filters(
+        platform=platform,
+        device_kind=device_kind,
+        jaxlib_version=jaxlib,
+        module_prefix=MODULE_PREFIX if named else None,
+    )
     with obj.store(index_only=True, objects=False) as store:
         entries = []
         for entry in store.index.iter_entries(filters):
             entries.append(entry)
             if limit is not None and len(entries) >= limit:
                 break
+    if named:
+        _print_named(entries, as_json)
+        return
     if as_json:
         print_json([e.to_json() for e in entries])
         return
@@ -61,6 +80,57 @@ def ls_cmd(
     headers = ["KEY", "MODULE", "PLATFORM", "DEVICE", "JAXLIB", "SIZE", "HITS", "LAST ACCESS",
                "SIGNER"]  # fmt: skip
     print_table(headers, rows, right={5, 6})
+
+
+def _print_named(entries: list[EntryInfo], as_json: bool) -> None:
+    """`ls --named`: one row per entry of a named executable (native per fingerprint,
+    and the portable `jax.export` form, shown as platform `portable`)."""
+    from artifactstore.named.keys import PORTABLE, parse_module_name
+
+    rows: list[dict[str, Any]] = []
+    for e in entries:
+        parsed = parse_module_name(e.module_name)
+        if parsed is None:  # `named:` but not the convention's shape: not one of ours
+            continue
+        portable = e.fingerprint == PORTABLE.digest
+        rows.append(
+            {
+                "name": parsed[0],
+                "version": parsed[1],
+                "key": e.key,
+                "platform": "portable" if portable else e.platform,
+                "device_kind": None if portable else e.device_kind,
+                "fingerprint": e.fingerprint,
+                "size": e.size,
+                "signer": e.signer,
+                "hits": e.hits,
+                "last_access": e.last_access.isoformat(),
+            }
+        )
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        click.echo("no named executables")
+        return
+    table = [
+        [
+            safe(r["name"][:40]),
+            safe(r["version"][:20]),
+            _named_platform(r),
+            "-" if r["device_kind"] is None else r["fingerprint"][:12],
+            format_size(r["size"]),
+            safe(r["signer"] or "unsigned"),
+        ]
+        for r in rows
+    ]
+    print_table(["NAME", "VERSION", "PLATFORM", "FINGERPRINT", "SIZE", "SIGNER"], table, right={4})
+
+
+def _named_platform(row: dict[str, Any]) -> str:
+    if row["device_kind"] is None:
+        return "portable"
+    return safe(f"{row['platform']}/{row['device_kind']}"[:32])
 
 
 @click.command("stats")
@@ -293,13 +363,26 @@ def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
 @click.argument("keys", nargs=-1)
 @click.option("--all", "remove_all", is_flag=True, help="Remove every entry of the namespace.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation with --all.")
+@click.option(
+    "--name",
+    "ref",
+    metavar="NAME[@VERSION]",
+    help="Remove a named executable: every fingerprint (native and portable) of that "
+    "version, or of all its versions.",
+)
 @click.pass_obj
-def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool) -> None:
-    """Remove entries by KEY (or a unique prefix of 8+ characters, as `ls` shows)."""
+def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: str | None) -> None:
+    """Remove entries by KEY (or a unique prefix of 8+ characters, as `ls` shows), or a
+    named executable by --name (as `ls --named` shows)."""
     from artifactstore.gc.remove import remove, resolve_keys
 
+    if ref is not None:
+        if keys or remove_all:
+            fail("give --name alone (not with KEY... or --all)", EXIT_USAGE)
+        _rm_named(obj, ref)
+        return
     if bool(keys) == remove_all:
-        fail("give KEY... or --all (not both): see `artstore rm --help`", EXIT_USAGE)
+        fail("give KEY... or --all (not both), or --name: see `artstore rm --help`", EXIT_USAGE)
     for key in keys:
         if len(key) < 8 or any(c not in "0123456789abcdefABCDEF" for c in key):
             fail(
@@ -317,6 +400,32 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool) -> None
             if unknown:
                 fail(f"no entry matches {unknown[0]!r}: check `artstore ls`")
             report = remove(store, full)
+    _removed(report)
+
+
+def _rm_named(obj: Ctx, ref: str) -> None:
+    """`rm --name`: the named executable's entries (all fingerprints; one version or
+    all), found in the index and removed as `rm KEY...` removes them."""
+    from artifactstore.gc.remove import remove
+    from artifactstore.index.repo import Filters
+    from artifactstore.named import keys as named_keys
+
+    name, version = named_keys.parse_ref(ref)
+    glob = f"{named_keys.MODULE_PREFIX}{name}@{version or '*'}"
+    with obj.store() as store:
+        found = [
+            e.key
+            for e in store.index.iter_entries(Filters(module_glob=glob))
+            if named_keys.matches(e.module_name, name, version)
+        ]
+        if not found:
+            fail(f"no named executable matches {ref!r} in namespace {store.namespace!r}: "
+                 "check `artstore ls --named`")  # fmt: skip
+        report = remove(store, sorted(found))
+    _removed(report)
+
+
+def _removed(report: RemoveReport) -> None:
     click.echo(
         f"removed {report.entries} entries, {report.objects} objects ({format_size(report.bytes)})"
     )

@@ -7,6 +7,7 @@ raise nothing.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -108,9 +109,19 @@ class EntryInfo(NewEntry):
 
 @dataclass(frozen=True)
 class Filters:
+    """Which entries a query reads, applied in SQL (a store of millions of entries is
+    never streamed through Python to pick a few)."""
+
     platform: str | None = None
     device_kind: str | None = None
     jaxlib_version: str | None = None
+    # Module names starting with this text (`named:`: the named executables).
+    module_prefix: str | None = None
+    # A shell pattern over module names (`jit_train*`): `*` and `?` become LIKE's `%`
+    # and `_`; a `[...]` set is matched in SQL as any one character, then exactly by
+    # `iter_entries` (LIKE has no sets), so the result is the same as fnmatch's.
+    module_glob: str | None = None
+    fingerprint_prefix: str | None = None  # a fingerprint digest or a prefix of one
 
     def clauses(self) -> list[Any]:
         out: list[Any] = []
@@ -120,7 +131,40 @@ class Filters:
             out.append(Entry.device_kind == self.device_kind)
         if self.jaxlib_version:
             out.append(Entry.jaxlib_version == self.jaxlib_version)
+        if self.module_prefix:
+            out.append(Entry.module_name.startswith(self.module_prefix, autoescape=True))
+        if self.module_glob is not None:
+            out.append(Entry.module_name.like(glob_to_like(self.module_glob), escape="\\"))
+        if self.fingerprint_prefix:
+            out.append(Entry.fingerprint.startswith(self.fingerprint_prefix, autoescape=True))
         return out
+
+    def accepts(self, entry: NewEntry) -> bool:
+        """What SQL cannot say exactly: a module pattern with a `[...]` set."""
+        glob = self.module_glob
+        return glob is None or "[" not in glob or fnmatch.fnmatchcase(entry.module_name, glob)
+
+
+def glob_to_like(pattern: str) -> str:
+    """A LIKE pattern (escape character `\\`) matching at least what the shell pattern
+    matches: exactly, unless it has a `[...]` set (then any one character there)."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "*":
+            out.append("%")
+        elif c == "?":
+            out.append("_")
+        elif c == "[" and "]" in pattern[i + 2 :]:
+            out.append("_")
+            i = pattern.index("]", i + 2)
+        elif c in "%_\\":
+            out.append("\\" + c)
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -324,9 +368,12 @@ class EntryIndex:
         """Entries, most recently used first, streamed in batches."""
         clauses = [Entry.namespace == self.namespace, *(filters or Filters()).clauses()]
         stmt = select(Entry).where(and_(*clauses)).order_by(Entry.last_access.desc(), Entry.id)
+        accepts = (filters or Filters()).accepts
         with Session(self.engine) as session:
             for row in session.scalars(stmt.execution_options(yield_per=batch)):
-                yield EntryInfo.from_row(row)
+                entry = EntryInfo.from_row(row)
+                if accepts(entry):
+                    yield entry
 
     def keys_for_digest(self, digest: str) -> list[str]:
         with Session(self.engine) as session:
