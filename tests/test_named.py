@@ -324,3 +324,23 @@ def test_store_down_builds_and_runs_and_load_says_why(tmp_path: Path) -> None:
     assert built["errors"]["shape"].startswith("args[1]: expected")
     out = _job(down, "load")
     assert out["error"] == "NamedNotFound" and "unavailable" in out["message"], out
+
+
+def test_load_export_import_load_round_trip(any_env: dict[str, str], tmp_path: Path) -> None:
+    """The re-serialization trap: what a loading process exports must load elsewhere.
+
+    On some jaxlibs an executable loaded from bytes and serialized again no longer
+    loads; named entries and bundles carry only the bytes a fresh compile made."""
+    source = clean_env(ARTSTORE_URL=str(tmp_path / "source"))
+    built = _job(source, "compiled")
+    assert _job(source, "load")["source"] == "store"  # loaded once before it travels
+    bundle = tmp_path / "mlp.bundle"
+    out = artstore("export", str(bundle), "--name", "mlp@1", env=source)
+    assert out.returncode == 0, out.stderr
+    into = artstore("import", "--json", str(bundle), env=any_env)
+    assert into.returncode == 0, into.stderr
+    loaded = _job(any_env, "load")  # another store, another process, no source
+    assert loaded["source"] == "store" and loaded["events"] == []
+    assert loaded["digest"] == built["digest"]
+    named = json.loads(artstore("ls", "--named", "--json", env=any_env).stdout)
+    assert len(named) == 2  # the native executable and its portable form
