@@ -6,7 +6,8 @@ the loading process imports neither the model's libraries nor its code, it only
 deserializes and calls. Two programs with long traces, each a training step:
 - `diffrax`: a neural-ODE gradient step (equinox MLP vector field, Tsit5, adaptive
   steps), as in callbacks_diffrax.py but with `throw=False` (no host callbacks, which
-  named executables cannot carry; every configuration runs the same program);
+  named executables cannot carry, and EQX_ON_ERROR=nan for the same reason; every
+  configuration runs the same program);
 - `flax`: a deep Flax (linen) residual MLP with LayerNorm, one SGD step.
 The step takes the parameters as a flat list of arrays (a dict for flax), so that the
 named executable's inputs are plain pytrees; all configurations call the same step.
@@ -57,6 +58,9 @@ TARGET = 0.3
 
 # -- the programs: (step, initial inputs) built with their libraries ---------------
 def diffrax_program() -> tuple[Any, tuple[Any, ...]]:
+    import os
+
+    os.environ["EQX_ON_ERROR"] = "nan"  # equinox's runtime checks without host callbacks
     import diffrax
     import equinox as eqx
     import jax
