@@ -70,13 +70,13 @@ def table(
 
     w = max(len(n) for n in res) + 1
     lines = [f"{'config':<{w}}" + "".join(f"{h:>22}" for h, _ in columns)
-             + "".join(f"{h:>16}" for h, _, _ in ratio_cols)]  # fmt: skip
+             + "".join(f"{h:>17}" for h, _, _ in ratio_cols)]  # fmt: skip
     for name, r in res.items():
         r["ratios"] = {h: ratio(med(name, k), med(base, k)) for h, k, base in ratio_cols}
         cells = [f"{r[k]['median']:.3f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})" for _, k in columns]
         shown = [f"{x:.3f}x" if x is not None else "-" for x in r["ratios"].values()]
         lines.append(f"{name:<{w}}" + "".join(f"{c:>22}" for c in cells)
-                     + "".join(f"{x:>16}" for x in shown))  # fmt: skip
+                     + "".join(f"{x:>17}" for x in shown))  # fmt: skip
     verdicts = []
     for t_name, t_max, *own in targets:
         base = own[0] if own else baseline
