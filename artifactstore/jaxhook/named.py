@@ -285,7 +285,7 @@ class _Context:
             f"no executable {name}@{version} for this host ({fp.platform} "
             f"{fp.device_kind} x{fp.device_count}, jaxlib {fp.jaxlib_version}) and no portable "
             f"form in {place}{why}: build it with artifactstore.compiled(...) or "
-            "`artstore warm --named`"
+            "`artstore warm` with artifactstore.NamedSpec items"
         )
 
     def _put(self, key: str, payload: bytes, fingerprint: _fp.Fingerprint, module: str,
