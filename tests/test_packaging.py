@@ -134,3 +134,18 @@ def test_example_exits_nonzero_when_the_store_stays_inert(tmp_path: Path) -> Non
     assert proc.returncode == 1, proc.stderr
     assert "internals do not match" in proc.stderr
     assert "configure() did not activate the store" in proc.stderr
+
+
+def test_every_package_directory_is_listed_in_pyproject() -> None:
+    """A sub-package missing from `packages` is left out of a non-editable install:
+    editable installs and this checkout import it, users' installs fail on import."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(REPO).parts)
+        for init in (REPO / "artifactstore").rglob("__init__.py")
+    }
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
