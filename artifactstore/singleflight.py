@@ -354,6 +354,8 @@ class SingleFlight:
             if writer:
                 held = self.try_hold(key)
                 if held is not None:
+                    if held.lease.took_over:  # its holder went silent before we got here
+                        counters.add("lease_takeovers")
                     if self.store.blobs.get_record(MANIFESTS, key) is None:
                         return None, held
                     # Published since this process missed it (and its holder let go).

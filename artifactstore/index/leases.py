@@ -53,6 +53,9 @@ class Lease:
     holder: str = field(default_factory=holder_name)
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     _renewed: float = 0.0
+    # Whether the last successful try_acquire took the lease from another holder (expired,
+    # or dead on this host) rather than finding it free.
+    took_over: bool = False
 
     def _expiry(self) -> datetime:
         return utcnow() + timedelta(seconds=self.ttl_secs)
@@ -68,6 +71,7 @@ class Lease:
                 .on_conflict_do_nothing()
                 .returning(LeaseRow.name)
             ).first()
+            self.took_over = taken is None
             if taken is None:
                 stale = conn.execute(
                     update(LeaseRow)
