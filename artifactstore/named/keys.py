@@ -37,22 +37,21 @@ PORTABLE = Fingerprint(
 )
 
 
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+def _check(value: str, pattern: re.Pattern[str], what: str, rule: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         raise ConfigError(
-            f"invalid executable name {name!r}: use letters, digits and _ . - / "
-            "(at most 128, starting with a letter or digit)"
+            f"invalid executable {what} {value!r}: use letters, digits and {rule}, "
+            "starting with a letter or digit)"
         )
-    return name
+    return value
+
+
+def check_name(name: str) -> str:
+    return _check(name, _NAME, "name", "_ . - / (at most 128")
 
 
 def check_version(version: str) -> str:
-    if not isinstance(version, str) or not _VERSION.fullmatch(version):
-        raise ConfigError(
-            f"invalid executable version {version!r}: use letters, digits and _ . - + "
-            "(at most 64, starting with a letter or digit)"
-        )
-    return version
+    return _check(version, _VERSION, "version", "_ . - + (at most 64")
 
 
 def module_name(name: str, version: str) -> str:
