@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from artifactstore.background import Breaker, call_with_timeout
@@ -73,6 +74,11 @@ class Session:
         # `below_threshold` counts the others): only in process_stats().
         self.below_threshold = 0
         self.kept_in_tier = 0  # compiled while the store was down: kept on this host only
+        # For summaries (`artstore run`, the pytest plugin): XLA time spent on misses, and
+        # the compile time of what was loaded instead (as each entry recorded it).
+        self.compile_secs = 0.0
+        self.compile_secs_saved = 0.0
+        self.on_change: Callable[[], None] | None = None  # after each load or compile
         self.tier: LocalTier | None = None
         try:
             self.tier = open_tier(settings)
@@ -177,15 +183,22 @@ class Session:
         if store is not None and self.tier is not None:
             store.add_accesses(self.tier.take_accesses())
 
-    def observe_load(self, secs: float) -> None:
-        """A stored executable loaded in `secs` (fetch and deserialize), for the metrics."""
+    def observe_load(self, secs: float, compile_secs: float = 0.0) -> None:
+        """A stored executable, which took `compile_secs` to compile where it was built,
+        loaded in `secs` (fetch and deserialize)."""
+        self.compile_secs_saved += compile_secs
         if self.metrics is not None:
             self.metrics.loaded(secs)
+        if self.on_change is not None:
+            self.on_change()
 
     def observe_compile(self, secs: float) -> None:
-        """XLA compiled a miss in `secs`, for the metrics."""
+        """XLA compiled a miss in `secs`."""
+        self.compile_secs += secs
         if self.metrics is not None:
             self.metrics.compiled(secs)
+        if self.on_change is not None:
+            self.on_change()
 
     def compiled_below_threshold(self, store: Store | None, key: str, fingerprint: str) -> None:
         """A compile took less than ARTSTORE_MIN_COMPILE_SECS (never stored): tell the
@@ -241,6 +254,8 @@ class Session:
                 out[f"breaker_opened_{name.replace(' ', '_')}"] = n
         out["loads"] = self.loads
         out["compiles"] = self.compiles
+        out["compile_ms"] = round(self.compile_secs * 1000)
+        out["compile_ms_saved"] = round(self.compile_secs_saved * 1000)
         out["active"] = int(self.active)
         return out
 

@@ -35,6 +35,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["JAX_PLATFORMS"] = "cpu"
     env["XDG_CACHE_HOME"] = str(TEST_CACHE)
     env["ARTSTORE_MIN_COMPILE_SECS"] = "0"
+    # Test programs configure the store themselves (or, with JOB_NO_STORE, not at all):
+    # ARTSTORE_URL alone would activate it in them (artifactstore_startup) unless this.
+    env["ARTSTORE_ACTIVATE"] = "0"
     env.update(extra)
     return env
 

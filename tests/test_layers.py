@@ -34,9 +34,9 @@ LAYERS: list[set[str]] = [
     {"blobstores", "index"},
     {"tier", "store", "singleflight"},
     {"gc", "pull", "named", "bundles"},
-    {"session"},
+    {"session", "summary"},
     {"jaxhook"},
-    {"warm", "cli", "__main__", "__init__"},
+    {"warm", "run", "pytest_plugin", "startup", "cli", "__main__", "__init__"},
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
 

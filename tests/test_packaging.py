@@ -31,7 +31,10 @@ def test_non_editable_install_upgrades_db_and_has_example(tmp_path: Path) -> Non
     )  # fmt: skip
     assert (target / "artifactstore" / "migrations" / "versions" / "0001_initial.py").is_file()
     assert (target / "artifactstore" / "examples" / "compile_heavy.py").is_file()
-    assert (target / "artifactstore" / "warm" / "_activate" / "sitecustomize.py").is_file()
+    assert (target / "artifactstore" / "startup" / "sitecustomize.py").is_file()
+    # The .pth file (ARTSTORE_URL alone activates the store) and its module, at the top.
+    assert (target / "artifactstore_startup.pth").read_text().count("\n") == 1
+    assert (target / "artifactstore_startup.py").is_file()
     assert (target / "artifactstore" / "cli" / "render.py").is_file()
     env = clean_env(PYTHONPATH=str(target), ARTSTORE_INDEX=f"sqlite:///{tmp_path}/i.db",
                     ARTSTORE_URL=str(tmp_path / "objects"))  # fmt: skip

@@ -299,7 +299,7 @@ def test_devstack_exports_are_quoted_for_eval(
 
 
 def test_warm_hook_on_the_path_twice_through_a_symlink_runs_once(tmp_path: Path) -> None:
-    hook = REPO / "artifactstore" / "warm" / "_activate"
+    hook = REPO / "artifactstore" / "startup"
     link = tmp_path / "link"
     link.symlink_to(hook)
     other = tmp_path / "other"  # the next sitecustomize (Debian, conda) still runs, once

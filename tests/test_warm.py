@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from conftest import PROGRAMS, artstore, clean_env, run_program
 
-from artifactstore.warm import ACTIVATE_DIR, ENV_VAR
+from artifactstore import config
+from artifactstore.run import STARTUP_DIR as ACTIVATE_DIR
+from artifactstore.warm import ENV_VAR
 
 SCRIPT = str(PROGRAMS / "warm_script.py")
 
@@ -152,7 +154,7 @@ import json, sys
 import jax
 from jax._src import compiler
 print(json.dumps({
-    "artifactstore": sorted(m for m in sys.modules if m.startswith("artifactstore")),
+    "artifactstore": sorted(m for m in sys.modules if m.startswith("artifactstore.")),
     "wrapped": compiler.compile_or_get_cached.__module__ != "jax._src.compiler",
     "chained": "other_sitecustomize_ran" in sys.modules,
     "meta_path": [type(f).__name__ for f in sys.meta_path],
@@ -192,31 +194,37 @@ def test_activation_hook_is_inert_without_the_variable(tmp_path: Path) -> None:
 
     # Set, it activates only once JAX is imported: helpers that never import it pay nothing.
     no_jax = "import json, sys; print(json.dumps({'m': [m for m in sys.modules if 'jax' in m or "
-    no_jax += (
-        "m.startswith('artifactstore')], 'chained': 'other_sitecustomize_ran' in sys.modules}))"
-    )
+    no_jax += "m.startswith('artifactstore') and m != 'artifactstore_startup'], "
+    no_jax += "'chained': 'other_sitecustomize_ran' in sys.modules}))"
     report = tmp_path / "report"
     report.mkdir()
-    assert _probe(tmp_path, no_jax, ARTSTORE_WARM=str(report)) == {"m": [], "chained": True}
-    active = _probe(tmp_path, PROBE, ARTSTORE_WARM=str(report))
+    on = {"ARTSTORE_WARM": str(report), "ARTSTORE_ACTIVATE": "1"}
+    assert _probe(tmp_path, no_jax, **on) == {"m": [], "chained": True}
+    active = _probe(tmp_path, PROBE, **on)
     assert active["wrapped"] and active["chained"]
     assert "artifactstore.warm.child" in active["artifactstore"]
     assert len(list(report.glob("*.json"))) == 1  # its record for the parent
 
 
-def test_activation_hook_reads_the_same_variable_as_the_package() -> None:
-    # The hook cannot import the package, so it keeps a copy of the name; read it
-    # without running the hook (it would chain to the next sitecustomize).
-    hook = ast.parse((ACTIVATE_DIR / "sitecustomize.py").read_text())
-    [value] = [
-        node.value.value
+def test_activation_hook_reads_the_same_variables_as_the_package() -> None:
+    # The hook cannot import the package, so it keeps copies of the names; read them
+    # without running the hook (importing it would install it in this process).
+    hook = ast.parse((ACTIVATE_DIR / "artifactstore_startup.py").read_text())
+    names = {
+        target.id: node.value.value
         for node in hook.body
-        if isinstance(node, ast.Assign)
-        and [getattr(t, "id", None) for t in node.targets] == ["ENV_VAR"]
-        and isinstance(node.value, ast.Constant)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    assert names["WARM_VAR"] == ENV_VAR == "ARTSTORE_WARM"
+    assert names["URL_VAR"] == config.ENV_PREFIX + "URL"
+    assert names["ACTIVATE_VAR"] == config.ENV_PREFIX + "ACTIVATE"
+    assert sorted(p.name for p in ACTIVATE_DIR.iterdir() if p.suffix in (".py", ".pth")) == [
+        "artifactstore_startup.pth",
+        "artifactstore_startup.py",
+        "sitecustomize.py",
     ]
-    assert value == ENV_VAR == "ARTSTORE_WARM"
-    assert [p.name for p in ACTIVATE_DIR.iterdir() if p.suffix == ".py"] == ["sitecustomize.py"]
 
 
 # -- warm MODULE:FUNCTION ---------------------------------------------------------

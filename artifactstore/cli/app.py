@@ -19,6 +19,7 @@ from artifactstore.cli import (
     gc_cmd,
     metrics_cmd,
     pull_cmd,
+    run_cmd,
     setup_cmd,
     sign_cmd,
     warm_cmd,
@@ -55,6 +56,7 @@ for _command in (
     metrics_cmd.metrics_cmd,
     setup_cmd.fingerprint_cmd,
     warm_cmd.warm_cmd,
+    run_cmd.run_cmd,
     pull_cmd.pull_cmd,
     bundle_cmd.export_cmd,
     bundle_cmd.import_cmd,
@@ -91,6 +93,13 @@ def _dispatch_errors(fn: Callable[[], None]) -> None:
 
 
 def main() -> None:
+    # ARTSTORE_URL in the environment activates the store in every Python process that
+    # imports JAX (artifactstore_startup); this one's JAX (fingerprint, doctor, the specs
+    # of `warm`) is the store's tool, not a program to route through it.
+    startup = sys.modules.get("artifactstore_startup")
+    if startup is not None:
+        startup.disable()
+
     def run() -> None:
         code = cli.main(standalone_mode=False, prog_name="artstore")
         if isinstance(code, int) and code:

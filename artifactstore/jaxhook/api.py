@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 _lock = threading.RLock()
 _exit_hook_registered = False
+_configuring = 0  # explicit configure() calls in progress (they import JAX)
 
 
 def jax_hooks() -> compat.Hooks | None:
@@ -50,22 +51,56 @@ def configure(
     hooked (the program then compiles as usual). Raises ConfigError at once for
     a malformed URL or unknown option.
     """
-    global _exit_hook_registered
+    global _configuring
     given = {"url": url, "index": index, "namespace": namespace, "read_only": read_only}
     explicit = any(v is not None for v in given.values()) or bool(options)
+    with _lock:
+        _configuring += 1  # JAX imported from here on does not activate from the environment
     try:
-        settings = _config.resolve({**given, **options})
+        try:
+            settings = _config.resolve({**given, **options})
+        except ArtstoreError as exc:
+            if explicit:
+                raise  # a mistake in the program's own call: say so at once
+            # A bad ARTSTORE_* variable on some node must not stop the program.
+            warn_once("config", "%s; compiling without the store", exc)
+            return None
+        return _install(settings, open_now=True, implicit=False)
+    finally:
+        with _lock:
+            _configuring -= 1
+
+
+def configure_from_environment() -> _config.Settings | None:
+    """What `configure()` would do, unless the program configures (or did) itself.
+
+    For activation without code (`artifactstore.jaxhook.environment`), once JAX is
+    imported. The store opens on the first compile rather than now: a program that
+    calls `configure()` after importing JAX replaces this session before it costs a
+    connection.
+    """
+    with _lock:
+        if _configuring or _compile.current() is not None:
+            return None
+    try:
+        settings = _config.resolve({})
     except ArtstoreError as exc:
-        if explicit:
-            raise  # a mistake in the program's own call: say so at once
-        # A bad ARTSTORE_* variable on some node must not stop the program.
         warn_once("config", "%s; compiling without the store", exc)
         return None
+    return _install(settings, open_now=False, implicit=True)
+
+
+def _install(
+    settings: _config.Settings, *, open_now: bool, implicit: bool
+) -> _config.Settings | None:
+    global _exit_hook_registered
     hooks = jax_hooks()
     if hooks is None:
         return None
     session = Session(settings)
     with _lock:
+        if implicit and _compile.current() is not None:
+            return None  # the program configured itself meanwhile: it wins
         old = _compile.install(hooks, session)
         if not _exit_hook_registered:
             _exit_hook_registered = True
@@ -76,7 +111,7 @@ def configure(
     # on importing and tracing, instead of on its first compile, unless this
     # host's tier probably holds what it needs: then the index is opened only
     # on a miss, and a fully warm process never imports SQLAlchemy or boto3.
-    if session.tier is None or not session.tier.has_entries():
+    if open_now and (session.tier is None or not session.tier.has_entries()):
         threading.Thread(target=session.store, name="artifactstore-open", daemon=True).start()
     return settings
 
@@ -90,6 +125,11 @@ def deactivate() -> None:
 
 
 def _at_exit() -> None:
+    finish()
+
+
+def finish() -> None:
+    """Flush uploads (bounded) and record accesses, as at exit; once per session."""
     session = _compile.current()
     if session is not None:
         session.finish()

@@ -342,7 +342,7 @@ def _record_load(session: Session, compile_secs: float, started: float) -> None:
     """Count a load and report it through JAX's own cache events, as its cache would."""
     session.loads += 1
     retrieval = time.monotonic() - started
-    session.observe_load(retrieval)
+    session.observe_load(retrieval, compile_secs)
     _record_event("/jax/compilation_cache/cache_hits")
     _record_duration("/jax/compilation_cache/compile_time_saved_sec", compile_secs - retrieval)
     _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)

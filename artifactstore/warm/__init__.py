@@ -2,7 +2,7 @@
 
 Two ways in. `warm -- CMD` (`command`) runs CMD unchanged, with the store in
 write mode in every Python process it starts: an environment variable plus a
-startup hook (`_activate/sitecustomize.py`) that activates the store (`child`)
+startup hook (`artifactstore/startup`) that activates the store (`child`)
 when, and only when, a process imports JAX. `warm MODULE:FUNCTION` (`specs`)
 lowers and compiles the listed specializations in worker processes (`worker`)
 without running them. Both check first (`preflight`) and end with a `report`.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import ArtstoreError
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from artifactstore.warm.specs import ProgressDisplay, run_specs
 
 __all__ = [
-    "ACTIVATE_DIR",
     "ENV_VAR",
     "SUMMARY_FIELDS",
     "TARGET_RE",
@@ -45,8 +43,6 @@ __all__ = [
 # The report directory, set only by `artstore warm`: activated processes write their
 # records there. The startup hook keeps its own copy (it cannot import us).
 ENV_VAR = "ARTSTORE_WARM"
-# The startup hook's directory, which `warm -- CMD` puts first on PYTHONPATH.
-ACTIVATE_DIR = Path(__file__).resolve().parent / "_activate"
 # MODULE:FUNCTION, checked by the parent before it starts workers, and by each worker.
 TARGET_RE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 # What the report shows of a fingerprint after its digest, as children record it.

@@ -1,6 +1,6 @@
 """Inside a process that warms the store: write mode, and a record of what it stored.
 
-Used by the startup hook (`_activate/sitecustomize.py`) in every Python process
+Used by the startup hook (`artifactstore/startup`) in every Python process
 under `artstore warm -- CMD`, and by the `MODULE:FUNCTION` worker processes.
 The record exists so that the report is exact: which entries this process added
 (with their compile time), which it found present, and for which fingerprint.

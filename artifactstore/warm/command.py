@@ -7,18 +7,15 @@ hook first on PYTHONPATH; each process that imports JAX activates the store
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from artifactstore.errors import one_line
-from artifactstore.warm import ACTIVATE_DIR, ENV_VAR, WarmError
+from artifactstore.run import RunError, check_command, run_forwarding_signals
+from artifactstore.warm import ENV_VAR, WarmError
 from artifactstore.warm.preflight import check_expected, child_env, host_fingerprint_via_subprocess
 from artifactstore.warm.report import Report, aggregate, check_warmed_target
 
@@ -29,16 +26,18 @@ def run_command(
     env = child_env(overrides)
     if expected is not None:
         check_expected(host_fingerprint_via_subprocess(env), expected)
-    if shutil.which(argv[0], path=env.get("PATH")) is None and not os.path.exists(argv[0]):
-        raise WarmError(f"command not found: {argv[0]!r}")
+    try:
+        check_command(argv, env)
+    except RunError as exc:
+        raise WarmError(str(exc)) from None
     report_dir = Path(tempfile.mkdtemp(prefix="artstore-warm-"))
     env[ENV_VAR] = str(report_dir)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(ACTIVATE_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-    )
     started = time.monotonic()
     try:
-        code = _run_forwarding_signals(argv, env)
+        try:
+            code = run_forwarding_signals(argv, env)
+        except RunError as exc:
+            raise WarmError(str(exc)) from None
         report = aggregate(report_dir, what=shlex.join(argv)[:200])
     finally:
         shutil.rmtree(report_dir, ignore_errors=True)
@@ -51,23 +50,3 @@ def run_command(
         )
     check_warmed_target(report, expected)
     return report
-
-
-def _run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
-    """Run CMD; pass SIGTERM on (CI cancels), let Ctrl-C reach it, and wait for its exit."""
-    try:
-        proc = subprocess.Popen(argv, env=env)
-    except OSError as exc:
-        raise WarmError(f"cannot run {argv[0]!r}: {exc.strerror or one_line(exc)}") from None
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
-    try:
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except KeyboardInterrupt:
-                continue  # the child got the same SIGINT; report once it has exited
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return code if code >= 0 else 128 - code

@@ -7,26 +7,25 @@ line, instead of after a CI job that warmed nothing usable.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from artifactstore import config as _config
+from artifactstore import summary
 from artifactstore.errors import one_line
 from artifactstore.fingerprint import FIELDS, Fingerprint
+from artifactstore.run import store_env
 from artifactstore.warm import ENV_VAR, WarmError
 
 
 def child_env(overrides: dict[str, Any]) -> dict[str, str]:
-    """Our environment with the store settings of the command line, in write mode."""
-    env = dict(os.environ)
+    """Our environment with the store settings of the command line and the startup hook
+    (`run.store_env`), in write mode."""
+    env = store_env({**overrides, "read_only": False})
     env.pop(ENV_VAR, None)
-    for option, var in (("url", "URL"), ("index", "INDEX"), ("namespace", "NAMESPACE")):
-        if overrides.get(option) is not None:
-            env[_config.ENV_PREFIX + var] = str(overrides[option])
-    env["ARTSTORE_READ_ONLY"] = "0"
+    env.pop(summary.ENV_VAR, None)
     env["ARTSTORE_MIN_COMPILE_SECS"] = "0"  # warming stores everything it compiles
     # Ask the shared store itself, not this host's local copies: an entry gone
     # from the store (gc) must be uploaded again.

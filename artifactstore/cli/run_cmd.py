@@ -1,0 +1,63 @@
+"""`artstore run -- CMD`: CMD with the store active in every Python process it starts."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from artifactstore.cli.context import Ctx
+from artifactstore.errors import ArtstoreError
+
+
+class _RunCommand(click.Command):
+    """Everything after the first `--` is CMD, verbatim: its options are not ours."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["run_cmd"] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return ["[OPTIONS]", "-- CMD [ARGS]..."]
+
+
+@click.command("run", cls=_RunCommand)
+@click.option("--read-only", is_flag=True, help="Load from the store, never write to it.")
+@click.option("--namespace", "-n", help="Use this namespace [env ARTSTORE_NAMESPACE].")
+@click.option("--quiet", "-q", is_flag=True, help="No summary line at the end.")
+@click.pass_context
+def run_cmd(ctx: click.Context, read_only: bool, namespace: str | None, quiet: bool) -> None:
+    """Run CMD with the store active in it and in every Python process it starts.
+
+    No change to CMD: each Python process that imports JAX uses the store as if it had
+    called artifactstore.configure() with these settings (ARTSTORE_* variables for the
+    rest: local tier, thresholds, timeouts). A store that is down or misconfigured never
+    stops CMD; its processes compile as usual and say so once. Prints one summary line
+    on stderr at the end (hits, compiles, compile seconds saved) and exits with CMD's
+    exit code.
+    """
+    from artifactstore import run
+
+    obj: Ctx = ctx.obj
+    command: list[str] | None = ctx.meta.get("run_cmd")
+    if command is None:
+        raise click.UsageError("give the command after --: artstore run -- CMD [ARGS]...", ctx)
+    if not command:
+        raise click.UsageError("no command after --", ctx)
+    overrides = {**obj.overrides, "read_only": True if read_only else None}
+    if namespace is not None:
+        overrides["namespace"] = namespace
+    try:
+        obj.settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ArtstoreError as exc:
+        # CMD is the user's program: it runs all the same, compiling as usual.
+        click.echo(f"artstore run: {exc}; running the command without the store", err=True)
+        overrides["off"] = True
+    code, summary = run.run_command(command, overrides)
+    if not quiet and not overrides.get("off"):
+        click.echo(summary.render("artstore run"), err=True)
+    if code:
+        sys.exit(code)

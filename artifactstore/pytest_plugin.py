@@ -1,0 +1,101 @@
+"""pytest plugin: the test session's JAX compiles come from the store (opt-in).
+
+Registered through the `pytest11` entry point, so pytest loads it in every session of
+an environment that has artifactstore; it does nothing unless asked, with
+`pytest -p artifactstore` or `pytest --artstore`. Then the session activates the store
+as `artstore run` does: in the pytest process, in every pytest-xdist worker and in
+every Python process a test starts, with the `ARTSTORE_*` settings of the environment.
+Each process leaves a record (`artifactstore.summary`), and the terminal report ends
+with one line: hits, compiles, compile seconds saved.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_SAVED_ENV = pytest.StashKey[dict[str, str | None]]()
+_RECORDS = pytest.StashKey[Path]()
+_VARS = ("ARTSTORE_ACTIVATE", "ARTSTORE_RUN", "PYTHONPATH")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("artifactstore", "compiled JAX executables from artifactstore")
+    group.addoption(
+        "--artstore",
+        action="store_true",
+        default=False,
+        help="Load JAX compiles from the store (ARTSTORE_* settings) and store new ones, in "
+        "this session, its xdist workers and the processes tests start (as -p artifactstore).",
+    )
+
+
+def _enabled(config: pytest.Config) -> bool:
+    plugins = config.getoption("plugins", default=None) or []
+    return bool(config.getoption("artstore", default=False)) or "artifactstore" in plugins
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return not _is_worker(config) and bool(getattr(config.option, "numprocesses", None))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not _enabled(config):
+        return
+    from artifactstore import run, summary
+
+    if not _is_worker(config):  # workers inherit all of this from the controller
+        records = Path(tempfile.mkdtemp(prefix="artstore-pytest-"))
+        config.stash[_RECORDS] = records
+        config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in _VARS}
+        env = run.store_env({})
+        env.pop("ARTSTORE_WARM", None)
+        env[summary.ENV_VAR] = str(records)
+        os.environ.update({name: env[name] for name in _VARS if name in env})
+    if not _is_xdist_controller(config):  # the controller runs no tests
+        run.startup_module().arm("environment")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Leave this process's record now (uploads flushed): an xdist worker's atexit may
+    come after the controller has printed its summary."""
+    config = session.config
+    if not _enabled(config) or _is_xdist_controller(config):
+        return
+    from artifactstore.jaxhook import environment
+
+    environment.record_now()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    records = config.stash.get(_RECORDS, None)
+    if records is None:
+        return
+    from artifactstore import summary
+
+    line = summary.Summary.of(summary.read_records(records)).render("artifactstore")
+    terminalreporter.write_sep("-", "artifactstore")
+    terminalreporter.write_line(line)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    saved = config.stash.get(_SAVED_ENV, None)
+    if saved is not None:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    records = config.stash.get(_RECORDS, None)
+    if records is not None:
+        shutil.rmtree(records, ignore_errors=True)

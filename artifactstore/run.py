@@ -1,0 +1,100 @@
+"""`artstore run -- CMD`: CMD unchanged, with the store active in it and every Python child.
+
+The reader-side sibling of `artstore warm -- CMD`, and what both share: the children's
+environment puts the startup hook (`artifactstore/startup`) first on PYTHONPATH, so
+each Python process activates the store when it imports JAX, as `configure()` would
+with the environment's settings; each leaves a record (`summary`) for the one line
+printed at the end. The parent never imports JAX.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from artifactstore import config as _config
+from artifactstore import summary
+from artifactstore.errors import ArtstoreError, one_line
+
+# The startup hook's directory: `sitecustomize.py` and `artifactstore_startup.py`.
+STARTUP_DIR = Path(__file__).resolve().parent / "startup"
+
+
+class RunError(ArtstoreError):
+    """CMD cannot be started; one line for the user."""
+
+
+def store_env(overrides: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (ours by default) with the command line's store settings and the startup hook."""
+    env = dict(os.environ if env is None else env)
+    for option, var in (("url", "URL"), ("index", "INDEX"), ("namespace", "NAMESPACE")):
+        if overrides.get(option) is not None:
+            env[_config.ENV_PREFIX + var] = str(overrides[option])
+    if overrides.get("read_only") is not None:
+        env[_config.ENV_PREFIX + "READ_ONLY"] = "1" if overrides["read_only"] else "0"
+    # An inherited ARTSTORE_ACTIVATE=0 would keep it off; "off": a configuration that
+    # cannot work, so CMD runs as it would without us.
+    env["ARTSTORE_ACTIVATE"] = "0" if overrides.get("off") else "1"
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(STARTUP_DIR), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
+    return env
+
+
+def check_command(argv: list[str], env: dict[str, str]) -> None:
+    if shutil.which(argv[0], path=env.get("PATH")) is None and not os.path.exists(argv[0]):
+        raise RunError(f"command not found: {argv[0]!r}")
+
+
+def run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
+    """Run CMD; pass SIGTERM on (CI cancels), let Ctrl-C reach it, and wait for its exit."""
+    try:
+        proc = subprocess.Popen(argv, env=env)
+    except OSError as exc:
+        raise RunError(f"cannot run {argv[0]!r}: {exc.strerror or one_line(exc)}") from None
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:
+                continue  # the child got the same SIGINT; report once it has exited
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return code if code >= 0 else 128 - code
+
+
+def run_command(argv: list[str], overrides: dict[str, Any]) -> tuple[int, summary.Summary]:
+    """CMD's exit code, and what the store did in its processes."""
+    env = store_env(overrides)
+    env.pop("ARTSTORE_WARM", None)
+    check_command(argv, env)
+    with tempfile.TemporaryDirectory(prefix="artstore-run-") as records:
+        env[summary.ENV_VAR] = records
+        code = run_forwarding_signals(argv, env)
+        return code, summary.Summary.of(summary.read_records(Path(records)))
+
+
+def startup_module() -> ModuleType:
+    """`artifactstore_startup`, as the .pth file imports it, or from STARTUP_DIR."""
+    module = sys.modules.get("artifactstore_startup")
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location(
+        "artifactstore_startup", STARTUP_DIR / "artifactstore_startup.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["artifactstore_startup"] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,152 @@
+"""Activates artifactstore from the environment in any Python process, before its program runs.
+
+Imported at interpreter start, by `artifactstore_startup.pth` in site-packages (only when
+ARTSTORE_URL or ARTSTORE_ACTIVATE is set: a process without them pays one environment
+lookup) and by the `sitecustomize` beside this file, which `artstore warm` and `artstore run`
+put first on PYTHONPATH. It then waits for `jax` to be imported (a meta path finder, so a
+process that never imports JAX, such as pip, loads nothing of artifactstore or JAX) and
+activates the store once:
+
+- ARTSTORE_WARM set (`artstore warm -- CMD`): write mode, recorded for warm's report;
+- otherwise ARTSTORE_URL set or ARTSTORE_ACTIVATE=1: the store as `configure()` with the
+  environment's settings would (`artifactstore.jaxhook.environment`); an explicit
+  `configure()` in the program wins;
+- ARTSTORE_ACTIVATE=0: none of this, for this process.
+
+A top-level module, standard library only, because it runs in every such process and may
+run where artifactstore is not importable at all; it never raises into the program.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+# Copies of the names in artifactstore.warm and artifactstore.summary (a unit test keeps
+# them equal): this module cannot import the package before JAX is imported.
+WARM_VAR = "ARTSTORE_WARM"
+ACTIVATE_VAR = "ARTSTORE_ACTIVATE"
+URL_VAR = "ARTSTORE_URL"
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"0", "false", "no", "off"})
+
+
+def mode(environ: Any = os.environ) -> str | None:
+    """'warm', 'environment' or None (not activated), from the environment alone."""
+    activate = environ.get(ACTIVATE_VAR, "").strip().lower()
+    if activate in _OFF:
+        return None
+    if activate and activate not in _ON:
+        print(
+            f"artifactstore: {ACTIVATE_VAR}={environ.get(ACTIVATE_VAR)!r} is neither 1 nor 0; "
+            "not activating the store (set it to 1 or 0)",
+            file=sys.stderr,
+        )
+        return None
+    if environ.get(WARM_VAR):
+        return "warm"
+    if activate or environ.get(URL_VAR):
+        return "environment"
+    return None
+
+
+def _activate(how: str) -> None:
+    try:
+        if how == "warm":
+            from artifactstore.warm import child
+
+            child.activate()
+        else:
+            from artifactstore.jaxhook import environment
+
+            environment.activate()
+    except Exception as exc:
+        print(
+            f"artifactstore: could not activate the store in {sys.executable} ({exc!r}); "
+            "compiling as usual",
+            file=sys.stderr,
+        )
+
+
+class _Loader(importlib.abc.Loader):
+    """Delegates to JAX's own loader and activates the store once `jax` is imported."""
+
+    def __init__(self, inner: importlib.abc.Loader, how: str) -> None:
+        self._inner = inner
+        self._how = how
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        _activate(self._how)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _JaxImportHook(importlib.abc.MetaPathFinder):
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "jax":
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec: importlib.machinery.ModuleSpec | None = (
+                find(fullname, path, target) if find is not None else None
+            )
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, self.how)  # type: ignore[arg-type]
+                return spec
+        return None
+
+
+_installed = False
+_disabled = False
+
+
+def install() -> None:
+    """Wait for `jax` if the environment activates the store; once per process, however
+    many ways in (the .pth file and the sitecustomize, a venv's lib64 link to lib)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    try:
+        how = mode()
+        if how is not None:
+            arm(how)
+    except Exception as exc:  # never into the program
+        print(f"artifactstore: startup hook failed ({exc!r})", file=sys.stderr)
+
+
+def arm(how: str) -> None:
+    """Activate `how` once `jax` is imported, or now if it already is (an earlier startup
+    hook imported it, or the pytest plugin arms this late)."""
+    if _disabled:
+        return
+    if "jax" in sys.modules:
+        _activate(how)
+    elif not any(isinstance(f, _JaxImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _JaxImportHook(how))
+
+
+def disable() -> None:
+    """Not in this process (the `artstore` command line: its JAX is not a program's)."""
+    global _disabled
+    _disabled = True
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _JaxImportHook)]
+
+
+install()
