@@ -11,8 +11,10 @@ with one line: hits, compiles, compile seconds saved.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,11 @@ def _is_worker(config: pytest.Config) -> bool:
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
-    return not _is_worker(config) and bool(getattr(config.option, "numprocesses", None))
+    """Tests run in workers: xdist's own test (`-n N`, or `--tx`/`--dist`; not `-n 0`,
+    not `--collect-only`), set by its pytest_cmdline_main before any pytest_configure."""
+    if _is_worker(config) or config.getoption("dist", "no") == "no":
+        return False
+    return not config.getoption("collectonly", False)
 
 
 @pytest.hookimpl(trylast=True)
@@ -57,6 +63,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _is_worker(config):  # workers inherit all of this from the controller
         records = Path(tempfile.mkdtemp(prefix="artstore-pytest-"))
         config.stash[_RECORDS] = records
+        # Removed at exit, not at unconfigure: this process writes its record once more
+        # at exit (artifactstore.jaxhook.environment registers that on activation, after
+        # this, and atexit runs last in, first out), and xdist has waited for its workers.
+        atexit.register(shutil.rmtree, records, ignore_errors=True)
         config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in _VARS}
         env = run.store_env({})
         env.pop("ARTSTORE_WARM", None)
@@ -70,8 +80,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Leave this process's record now (uploads flushed): an xdist worker's atexit may
     come after the controller has printed its summary."""
     config = session.config
-    if not _enabled(config) or _is_xdist_controller(config):
-        return
+    if not _enabled(config) or _is_xdist_controller(config) or "jax" not in sys.modules:
+        return  # no JAX imported: not activated, nothing to record
     from artifactstore.jaxhook import environment
 
     environment.record_now()
@@ -96,6 +106,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    records = config.stash.get(_RECORDS, None)
-    if records is not None:
-        shutil.rmtree(records, ignore_errors=True)

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from conftest import PROGRAMS, clean_env, run_program
 
+from artifactstore.run import STARTUP_DIR
+
 pytestmark = pytest.mark.slow
 
 SUMMARY = re.compile(
@@ -52,7 +54,9 @@ def test_the_install_ships_the_pth_file_at_the_top_of_site_packages() -> None:
     pth = [Path(d) / "artifactstore_startup.pth" for d in site.getsitepackages()]
     [found] = [p for p in pth if p.is_file()]
     assert found.read_text().count("\n") == 1  # one line: site.py executes it
-    assert (found.parent / "artifactstore_startup.py").is_file()
+    installed = (found.parent / "artifactstore_startup.py").read_text()
+    source = (STARTUP_DIR / "artifactstore_startup.py").read_text()
+    assert installed == source, "a stale copy: reinstall (pip install -e .)"
 
 
 def test_a_program_that_never_heard_of_us_hits_on_its_second_run(

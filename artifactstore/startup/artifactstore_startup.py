@@ -15,6 +15,7 @@ activates the store once:
 
 A top-level module, standard library only, because it runs in every such process and may
 run where artifactstore is not importable at all; it never raises into the program.
+PYTEST_DONT_REWRITE: the .pth file imports it before pytest could rewrite it.
 """
 
 from __future__ import annotations
