@@ -1,10 +1,13 @@
 """Activation without code: what the .pth hook costs, and what the pytest plugin saves.
 
-1. Interpreter start-up, `python -c pass` N times (interleaved): a bare venv without
-   artifactstore; this venv with it installed and ARTSTORE_* unset (the .pth file costs
-   one environment lookup); and with ARTSTORE_URL set (a process that never imports JAX
-   loads only the stdlib-only hook). Median and p90, ratios to the bare venv, and the
-   modules of ours `-X importtime` shows in each.
+1. Interpreter start-up, `python -c pass` N times (interleaved, after warm-up runs, with
+   bytecode written as pip writes it): a bare venv without artifactstore; the same with
+   only our two top-level files added (`artifactstore_startup.pth` and its module), with
+   ARTSTORE_* unset (one environment lookup) and with ARTSTORE_URL set (a process that
+   never imports JAX loads only the stdlib-only hook); and this venv (artifactstore and
+   its dependencies installed, an editable install's own finder included). Median and
+   p90, ratios to the bare venv, and the modules of ours `-X importtime` shows; a second
+   bare venv shows what noise alone makes of two identical configurations.
 2. A pytest suite of compile-heavy tests (unrolled transformer steps, one per file), run
    twice (cold, then warm) in fresh directories: without any cache, with JAX's own cache
    (JAX_COMPILATION_CACHE_DIR) and with `pytest --artstore` (embedded store). Rounds are
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,6 +31,7 @@ from typing import Any
 
 import _results
 
+STARTUP = Path(__file__).resolve().parent.parent / "artifactstore" / "startup"
 STRIP = ("ARTSTORE_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "PYTEST_")
 TEST_FILE = """
 import jax, jax.numpy as jnp, numpy as np
@@ -59,6 +64,11 @@ def base_env() -> dict[str, str]:
     return env
 
 
+def bytecode_env() -> dict[str, str]:
+    """Bytecode written, as `pip install` leaves it (some machines set the opposite)."""
+    return {k: v for k, v in base_env().items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10)[-1]
 
@@ -71,30 +81,47 @@ def ours_at_startup(python: str, env: dict[str, str]) -> list[str]:
 
 
 def startup(runs: int, tmp: Path) -> tuple[list[str], dict[str, Any]]:
-    bare = tmp / "bare"
-    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    def venv(name: str, ours: bool) -> str:
+        where = tmp / name
+        subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(where)],
+                       check=True)  # fmt: skip
+        python = str(where / "bin" / "python")
+        if ours:
+            code = "import site; print(site.getsitepackages()[0])"
+            site = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                                  check=True).stdout.strip()  # fmt: skip
+            for name in ("artifactstore_startup.pth", "artifactstore_startup.py"):
+                shutil.copy(STARTUP / name, Path(site) / name)
+            subprocess.run([python, "-m", "compileall", "-q", site], env=bytecode_env(),
+                           check=True)  # fmt: skip
+        return python
+
+    bare, control, ours = venv("bare", False), venv("bare2", False), venv("ours", True)
+    url = {"ARTSTORE_URL": str(tmp / "store")}
     configs = {
-        "bare venv (no artifactstore)": (str(bare / "bin" / "python"), base_env()),
-        "installed, ARTSTORE_* unset": (sys.executable, base_env()),
-        "installed, ARTSTORE_URL set (no JAX import)": (
-            sys.executable, {**base_env(), "ARTSTORE_URL": str(tmp / "store")}),
-    }  # fmt: skip
+        "bare venv (no artifactstore)": (bare, base_env()),
+        "another bare venv (the noise)": (control, base_env()),
+        "bare + our .pth, ARTSTORE_* unset": (ours, base_env()),
+        "bare + our .pth, ARTSTORE_URL set (no JAX import)": (ours, {**base_env(), **url}),
+        "this venv (installed), ARTSTORE_* unset": (sys.executable, base_env()),
+    }
     times: dict[str, list[float]] = {name: [] for name in configs}
-    for _ in range(runs):
+    for round_ in range(runs + 3):  # 3 warm-up rounds, not counted
         for name, (python, env) in configs.items():
             started = time.perf_counter()
             subprocess.run([python, "-c", "pass"], env=env, check=True)
-            times[name].append(time.perf_counter() - started)
+            if round_ >= 3:
+                times[name].append(time.perf_counter() - started)
     base = statistics.median(times["bare venv (no artifactstore)"])
     rows, res = [], {}
     for name, values in times.items():
         python, env = configs[name]
-        ours = ours_at_startup(python, env)
+        found = ours_at_startup(python, env)
         med = statistics.median(values)
         res[name] = {"median_secs": med, "p90_secs": p90(values), "runs": len(values),
-                     "modules_of_ours": ours, "ratio_to_bare": med / base}  # fmt: skip
-        rows.append([name, f"{med * 1000:.1f}", f"{p90(values) * 1000:.1f}",
-                     f"{med / base:.3f}x", ", ".join(ours) or "none"])  # fmt: skip
+                     "modules_of_ours": found, "ratio_to_bare": med / base}  # fmt: skip
+        rows.append([name, f"{med * 1000:.2f}", f"{p90(values) * 1000:.2f}",
+                     f"{med / base:.3f}x", ", ".join(found) or "none"])  # fmt: skip
     header = ["python -c pass", "median ms", "p90 ms", "median/bare", "ours imported"]
     return _results.grid(header, rows), res
 

@@ -20,12 +20,13 @@ PYTEST_DONT_REWRITE: the .pth file imports it before pytest could rewrite it.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import sys
+from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import Any
+
+# Not importlib.abc nor typing: they would cost every such process ~15 ms at start-up,
+# more than the rest of it together (bench/activation.py).
 
 # Copies of the names in artifactstore.warm and artifactstore.summary (a unit test keeps
 # them equal): this module cannot import the package before JAX is imported.
@@ -36,7 +37,7 @@ _ON = frozenset({"1", "true", "yes", "on"})
 _OFF = frozenset({"0", "false", "no", "off"})
 
 
-def mode(environ: Any = os.environ) -> str | None:
+def mode(environ: os._Environ[str] | dict[str, str] = os.environ) -> str | None:
     """'warm', 'environment' or None (not activated), from the environment alone."""
     activate = environ.get(ACTIVATE_VAR, "").strip().lower()
     if activate in _OFF:
@@ -73,42 +74,44 @@ def _activate(how: str) -> None:
         )
 
 
-class _Loader(importlib.abc.Loader):
-    """Delegates to JAX's own loader and activates the store once `jax` is imported."""
+class _Loader:
+    """Delegates to JAX's own loader and activates the store once `jax` is imported
+    (a loader by protocol: create_module and exec_module)."""
 
-    def __init__(self, inner: importlib.abc.Loader, how: str) -> None:
+    def __init__(self, inner: object, how: str) -> None:
         self._inner = inner
         self._how = how
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        module: ModuleType | None = getattr(self._inner, "create_module")(spec)  # noqa: B009
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
+        getattr(self._inner, "exec_module")(module)  # noqa: B009
         _activate(self._how)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
 
-class _JaxImportHook(importlib.abc.MetaPathFinder):
+class _JaxImportHook:
+    """A meta path finder (by protocol) that sees `jax` being imported, then leaves."""
+
     def __init__(self, how: str) -> None:
         self.how = how
 
     def find_spec(
-        self, fullname: str, path: Any = None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+        self, fullname: str, path: object = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != "jax":
             return None
-        sys.meta_path.remove(self)
+        sys.meta_path.remove(self)  # type: ignore[arg-type]
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
-            spec: importlib.machinery.ModuleSpec | None = (
-                find(fullname, path, target) if find is not None else None
-            )
+            spec: ModuleSpec | None = find(fullname, path, target) if find is not None else None
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader, self.how)  # type: ignore[arg-type]
+                    spec.loader = _Loader(spec.loader, self.how)  # type: ignore[assignment]
                 return spec
         return None
 
@@ -140,7 +143,7 @@ def arm(how: str) -> None:
     if "jax" in sys.modules:
         _activate(how)
     elif not any(isinstance(f, _JaxImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _JaxImportHook(how))
+        sys.meta_path.insert(0, _JaxImportHook(how))  # type: ignore[arg-type]
 
 
 def disable() -> None:
