@@ -37,7 +37,15 @@ def _doctor(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
 
 def test_embedded_store_is_used_and_nothing_is_created(store_env: dict[str, str]) -> None:
     store = Path(store_env["ARTSTORE_URL"])
-    code, report, verdict = _doctor(store_env)
+    # ARTSTORE_URL alone activates the store in programs, never in `artstore` itself.
+    activated = {k: v for k, v in store_env.items() if k != "ARTSTORE_ACTIVATE"}
+    code, report, _ = _doctor(activated)
+    assert code == 0 and report["checks"]["activation"]["active"] is True
+    assert report["checks"]["activation"]["hook"].endswith("artifactstore_startup.pth")
+    assert not store.exists()
+    code, report, verdict = _doctor(store_env)  # ARTSTORE_ACTIVATE=0
+    assert report["checks"]["activation"]["active"] is False
+    assert report["checks"]["activation"]["detail"].startswith("off: ")
     assert code == 0 and report["ok"] is True, report["verdict"]
     assert verdict == f"verdict: {report['verdict']}"
     assert "the store would be used" in verdict

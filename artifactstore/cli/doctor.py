@@ -110,6 +110,7 @@ def gather(overrides: dict[str, Any]) -> Report:
         checks["signing"] = _check_signing(settings)
         checks["single_flight"] = _check_single_flight(settings)
     checks["fingerprint"] = _check_fingerprint()
+    checks["activation"] = _check_activation()
 
     failed = [
         c.verdict or f"{c.label}: {c.detail}"
@@ -306,6 +307,37 @@ def _check_single_flight(settings: _config.Settings) -> Check:
             )
         )
     return Check("single-flight", "ok", why, blocking=False, data={"enabled": on})
+
+
+def _check_activation() -> Check:
+    """Whether programs that never call configure() use the store here (ARTSTORE_URL,
+    ARTSTORE_ACTIVATE), and whether this Python has the .pth hook that makes them."""
+    import site
+
+    from artifactstore.run import startup_module
+
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    found = [Path(d) / "artifactstore_startup.pth" for d in dirs]
+    hook = next((str(p) for p in found if p.is_file()), None)
+    how = startup_module().mode(os.environ)
+    data = {"hook": hook, "active": how is not None}
+    if hook is None:
+        detail = (
+            "no startup hook in this Python's site-packages (reinstall artifactstore): "
+            "only `artstore run` and `artstore warm` activate the store without code"
+        )
+        return Check("activation", "warn", detail, blocking=False, data=data)
+    if how is None:
+        detail = (
+            "off: programs use the store only if they call artifactstore.configure() "
+            "(ARTSTORE_URL or ARTSTORE_ACTIVATE=1 turns it on for every program)"
+        )
+    else:
+        detail = (
+            "on: every Python program here that imports JAX uses this store, "
+            "without code (ARTSTORE_ACTIVATE=0 turns it off)"
+        )
+    return Check("activation", "ok", detail, blocking=False, data=data)
 
 
 def _check_fingerprint() -> Check:

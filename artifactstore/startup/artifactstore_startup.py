@@ -1,9 +1,10 @@
 """Activates artifactstore from the environment in any Python process, before its program runs.
 
-Imported at interpreter start, by `artifactstore_startup.pth` in site-packages (only when
-ARTSTORE_URL or ARTSTORE_ACTIVATE is set: a process without them pays one environment
-lookup) and by the `sitecustomize` beside this file, which `artstore warm` and `artstore run`
-put first on PYTHONPATH. It then waits for `jax` to be imported (a meta path finder, so a
+`install()` runs at interpreter start, from `artifactstore_startup.pth` in site-packages
+(only when ARTSTORE_URL or ARTSTORE_ACTIVATE is set: a process without them pays one
+environment lookup) and from the `sitecustomize` beside this file, which `artstore warm`
+and `artstore run` put first on PYTHONPATH; importing the module does nothing (`artstore
+doctor` reads `mode()`). It then waits for `jax` to be imported (a meta path finder, so a
 process that never imports JAX, such as pip, loads nothing of artifactstore or JAX) and
 activates the store once:
 
@@ -151,6 +152,3 @@ def disable() -> None:
     global _disabled
     _disabled = True
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _JaxImportHook)]
-
-
-install()

@@ -34,7 +34,9 @@ def _chain() -> None:
 
 
 try:
-    import artifactstore_startup  # noqa: F401  (installs itself on import)
+    import artifactstore_startup
+
+    artifactstore_startup.install()
 except Exception as exc:
     print(f"artifactstore: startup hook failed ({exc!r})", file=sys.stderr)
 _chain()
