@@ -343,10 +343,33 @@ def _build(
 
     args = tuple(specs)
     jitted = jax.jit(fn, keep_unused=True, static_argnums=tuple(sorted(static)))
-    with _compile.fresh_compiles() as fresh:
+
+    def lower() -> Any:
         lowered = jitted.lower(*args)
         _refuse_implicit(lowered, name)
-        compiled = lowered.compile()
+        return lowered
+
+    return _compile_fresh(
+        lower, backend, name=name, version=version, args=args, static=static, source="compiled"
+    )
+
+
+def _compile_fresh(
+    lower: Callable[[], Any],
+    backend: Any,
+    *,
+    name: str,
+    version: str,
+    args: tuple[Any, ...],
+    static: frozenset[int],
+    source: str,
+) -> _Built:
+    """Compile what `lower` returns with JAX's caches bypassed (`compile.fresh_compiles`):
+    the bytes we store must come from this compile, not from an executable JAX kept."""
+    import jax
+
+    with _compile.fresh_compiles() as fresh:
+        compiled = lower().compile()
     if not fresh:
         raise NamedBuildError(f"{name}@{version}: JAX reused a compile; cannot store fresh bytes")
     request, executable, secs = fresh[-1]
@@ -354,7 +377,7 @@ def _build(
         executable, request.executable_devices, backend, secs,
         name=name, version=version, args=args, static=static,
         in_shardings=jax.tree.leaves(compiled.input_shardings[0]),
-        out_info=compiled.out_info, source="compiled",
+        out_info=compiled.out_info, source=source,
     )  # fmt: skip
 
 
@@ -489,16 +512,10 @@ def _rebuild(header: container.Header, body: bytes, backend: Any) -> _Built:
     def call(*values: Any) -> Any:
         return exported.call(*values)  # type: ignore[no-untyped-call]
 
-    with _compile.fresh_compiles() as fresh:
-        compiled = jax.jit(call, keep_unused=True).lower(*dynamic).compile()
-    if not fresh:
-        raise NamedBuildError(f"{name}: JAX reused a compile; cannot store fresh bytes")
-    request, executable, secs = fresh[-1]
-    return _finish(
-        executable, request.executable_devices, backend, secs,
+    return _compile_fresh(
+        lambda: jax.jit(call, keep_unused=True).lower(*dynamic), backend,
         name=header.name, version=header.version, args=tuple(args), static=static,
-        in_shardings=jax.tree.leaves(compiled.input_shardings[0]),
-        out_info=compiled.out_info, source="portable",
+        source="portable",
     )  # fmt: skip
 
 
