@@ -32,8 +32,8 @@ class Summary:
     """Counters added up over processes; `render` is the line users see."""
 
     processes: int = 0  # processes that imported JAX with the store active
-    hits: int = 0
-    compiles: int = 0
+    hits: int = 0  # executables loaded (from the store or this host's tier)
+    compiles: int = 0  # misses: compiled here
     stored: int = 0
     compile_secs: float = 0.0
     compile_secs_saved: float = 0.0
@@ -66,10 +66,9 @@ class Summary:
             )
         procs = f"{self.processes} process" + ("es" if self.processes != 1 else "")
         line = (
-            f"{prefix}: {self.hits} loaded from the store, {self.compiles} compiled "
-            f"({self.compile_secs:.1f} s, {self.stored} stored), "
-            f"~{self.compile_secs_saved:.1f} s of compiling saved"
-            f" ({procs})"
+            f"{prefix}: hits {self.hits}, misses {self.compiles} (compiled in "
+            f"{self.compile_secs:.1f} s, {self.stored} stored), "
+            f"~{self.compile_secs_saved:.1f} s of compiling saved, {procs}"
         )
         if self.degraded:
             line += f"; the store failed in {self.degraded} (they compiled as usual)"

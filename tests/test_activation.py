@@ -22,8 +22,8 @@ from artifactstore.run import STARTUP_DIR
 pytestmark = pytest.mark.slow
 
 SUMMARY = re.compile(
-    r"artstore run: (\d+) loaded from the store, (\d+) compiled \([\d.]+ s, (\d+) stored\), "
-    r"~[\d.]+ s of compiling saved \((\d+) process(?:es)?\)"
+    r"artstore run: hits (\d+), misses (\d+) \(compiled in [\d.]+ s, (\d+) stored\), "
+    r"~[\d.]+ s of compiling saved, (\d+) process(?:es)?$"
 )
 
 
@@ -44,7 +44,7 @@ def python(code: str, env: dict[str, str], cwd: Path | None = None) -> Any:
 
 
 def summary_of(stderr: str) -> tuple[int, int, int, int]:
-    found = SUMMARY.search(stderr)
+    found = SUMMARY.search(stderr.rstrip())
     assert found, stderr
     loaded, compiled, stored, processes = map(int, found.groups())
     return loaded, compiled, stored, processes

@@ -71,9 +71,9 @@ import jax  # noqa: F401
 """
 
 SUMMARY = re.compile(
-    r"^artifactstore: (?P<loaded>\d+) loaded from the store, (?P<compiled>\d+) compiled "
-    r"\([\d.]+ s, (?P<stored>\d+) stored\), ~[\d.]+ s of compiling saved "
-    r"\((?P<processes>\d+) process(?:es)?\)$",
+    r"^artifactstore: hits (?P<loaded>\d+), misses (?P<compiled>\d+) \(compiled in [\d.]+ s, "
+    r"(?P<stored>\d+) stored\), ~[\d.]+ s of compiling saved, "
+    r"(?P<processes>\d+) process(?:es)?$",
     re.MULTILINE,
 )
 
