@@ -1,7 +1,7 @@
 """Warm start, side by side: fresh processes with no cache, JAX's own cache, and artifactstore.
 
 Each configuration runs the bundled compile-heavy example in fresh subprocesses
-(JAX_PLATFORMS=cpu, no inherited ARTSTORE_* or JAX cache variables). Warm
+(JAX_PLATFORMS=cpu unless --platform, no inherited ARTSTORE_* or JAX cache variables). Warm
 configurations are pre-filled by one untimed run; timed runs are interleaved
 round-robin so machine noise hits every configuration alike. All checksums
 must agree. To add a configuration, append a `Config` to `CONFIGS`.
@@ -47,6 +47,7 @@ S3_RATIO_COLS = [("wall/jax-s3", "wall_secs", JAX_S3)]
 summary, ratio = _results.summary, _results.ratio
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 S3PG_BUCKET, S3PG_DATABASE = "artstore-bench-warm", "artstore_bench_warm"
+PLATFORM = ["cpu"]  # JAX_PLATFORMS of the runs (--platform)
 
 
 def no_env(_: Path) -> dict[str, str]:
@@ -194,7 +195,7 @@ def run_child(cfg: Config, tmp: Path, command: list[str]) -> dict[str, Any]:
     """Run `command` for `cfg` in a fresh process (no inherited store or JAX cache
     settings); its last stdout line as JSON, plus `wall_secs`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(STRIP_PREFIXES)}
-    env.update({"JAX_PLATFORMS": "cpu", **cfg.env(tmp)})
+    env.update({"JAX_PLATFORMS": PLATFORM[0], **cfg.env(tmp)})
     cmd = [*command, *cfg.args(tmp), *(["--store"] if cfg.store else [])]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
@@ -254,9 +255,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the example first runs N trivial jits, as ordinary programs do",
     )  # fmt: skip
     p.add_argument("--out", type=Path, default=_results.default_out("warm_start"))
+    p.add_argument("--platform", default="cpu", help="JAX_PLATFORMS of the runs (cuda on a GPU)")
     p.add_argument("--configs", help="comma-separated substrings of config names to run "
                    f"(default all: {'; '.join(c.name for c in CONFIGS)})")  # fmt: skip
     a = p.parse_args(argv)
+    PLATFORM[0] = a.platform
     wanted = [w.strip().lower() for w in a.configs.split(",")] if a.configs else None
     configs = [c for c in CONFIGS if not wanted or any(w in c.name.lower() for w in wanted)]
     if not configs:
@@ -300,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     n_runs = sum(map(len, raw.values())) + sum(c.prefill for c in configs)
     lines += [
         "",
-        f"median (min-max) over {a.runs} interleaved runs; layers={a.layers}; "
+        f"median (min-max) over {a.runs} interleaved runs; platform={a.platform}; "
+        f"layers={a.layers}; "
         f"small jits={a.small_jits}; "
         f"identical checksum in all {n_runs} runs (prefills too): {next(iter(checksums))}",
         *_results.target_lines(targets, JAX_WARM),
@@ -311,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = {
         **_results.run_info(),
-        "runs": a.runs, "layers": a.layers, "small_jits": a.small_jits,
+        "runs": a.runs, "layers": a.layers, "small_jits": a.small_jits, "platform": a.platform,
         "target": {k: v for k, v in targets[0].items() if k != "config"},  # embedded
         "targets": targets,
         "checksum": next(iter(checksums)),
