@@ -27,6 +27,9 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 TEST_CACHE = Path(tempfile.mkdtemp(prefix="artstore-tests-cache-"))
 atexit.register(shutil.rmtree, TEST_CACHE, ignore_errors=True)
 os.environ["XDG_CACHE_HOME"] = str(TEST_CACHE)  # and this process's, for open_tier()
+# A developer's ARTSTORE_URL must not activate a store in the test process when it imports
+# JAX (artifactstore_startup reads this again then): tests configure stores themselves.
+os.environ["ARTSTORE_ACTIVATE"] = "0"
 
 
 def clean_env(**extra: str) -> dict[str, str]:

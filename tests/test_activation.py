@@ -79,6 +79,11 @@ def test_activate_zero_turns_it_off_for_one_process(tmp_path: Path) -> None:
     env = activated_env(clean_env(XDG_CACHE_HOME=str(tmp_path / "xdg")), ARTSTORE_ACTIVATE="1")
     assert run_program("plain_jax.py", env)["activated"]
     assert list((tmp_path / "xdg" / "artifactstore").iterdir())
+    # Read again when JAX is imported: a program (a conftest.py) can turn it off first.
+    code = "import os; os.environ['ARTSTORE_ACTIVATE'] = '0'; import jax, sys; "
+    code += "print('artifactstore.jaxhook.api' in sys.modules)"
+    assert python(code, env).stdout.strip() == "False"
+    assert python(code.replace("'0'", "'1'"), env).stdout.strip() == "True"
     bad = run_program("plain_jax.py", {**env, "ARTSTORE_ACTIVATE": "maybe"})
     assert not bad["activated"]
     assert "ARTSTORE_ACTIVATE='maybe' is neither 1 nor 0" in bad["_stderr"]

@@ -12,7 +12,8 @@ activates the store once:
 - otherwise ARTSTORE_URL set or ARTSTORE_ACTIVATE=1: the store as `configure()` with the
   environment's settings would (`artifactstore.jaxhook.environment`); an explicit
   `configure()` in the program wins;
-- ARTSTORE_ACTIVATE=0: none of this, for this process.
+- ARTSTORE_ACTIVATE=0: none of this, for this process (read again when JAX is imported,
+  so a program or a conftest.py can set it before importing JAX).
 
 A top-level module, standard library only, because it runs in every such process and may
 run where artifactstore is not importable at all; it never raises into the program.
@@ -58,6 +59,8 @@ def mode(environ: os._Environ[str] | dict[str, str] = os.environ) -> str | None:
 
 
 def _activate(how: str) -> None:
+    if mode() is None:  # ARTSTORE_ACTIVATE=0 set by the program itself before importing JAX
+        return
     try:
         if how == "warm":
             from artifactstore.warm import child
