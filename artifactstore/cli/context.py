@@ -51,3 +51,20 @@ class Ctx:
             yield store
         finally:
             store.close()
+
+
+class PassThroughCommand(click.Command):
+    """A command whose arguments after the first `--` are CMD, verbatim (its options are
+    not ours), left in `ctx.meta["cmd"]`; `usage` is what help shows after the name."""
+
+    usage: tuple[str, ...] = ("[OPTIONS]", "-- CMD [ARGS]...")
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta["cmd"] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return list(self.usage)

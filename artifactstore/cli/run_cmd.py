@@ -6,25 +6,11 @@ import sys
 
 import click
 
-from artifactstore.cli.context import Ctx
+from artifactstore.cli.context import Ctx, PassThroughCommand
 from artifactstore.errors import ArtstoreError
 
 
-class _RunCommand(click.Command):
-    """Everything after the first `--` is CMD, verbatim: its options are not ours."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if "--" in args:
-            cut = args.index("--")
-            ctx.meta["run_cmd"] = args[cut + 1 :]
-            args = args[:cut]
-        return super().parse_args(ctx, args)
-
-    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        return ["[OPTIONS]", "-- CMD [ARGS]..."]
-
-
-@click.command("run", cls=_RunCommand)
+@click.command("run", cls=PassThroughCommand)
 @click.option("--read-only", is_flag=True, help="Load from the store, never write to it.")
 @click.option("--namespace", "-n", help="Use this namespace [env ARTSTORE_NAMESPACE].")
 @click.option("--quiet", "-q", is_flag=True, help="No summary line at the end.")
@@ -42,7 +28,7 @@ def run_cmd(ctx: click.Context, read_only: bool, namespace: str | None, quiet: b
     from artifactstore import run
 
     obj: Ctx = ctx.obj
-    command: list[str] | None = ctx.meta.get("run_cmd")
+    command: list[str] | None = ctx.meta.get("cmd")
     if command is None:
         raise click.UsageError("give the command after --: artstore run -- CMD [ARGS]...", ctx)
     if not command:

@@ -7,21 +7,11 @@ import sys
 
 import click
 
-from artifactstore.cli.context import EXIT_FAIL, Ctx
+from artifactstore.cli.context import EXIT_FAIL, Ctx, PassThroughCommand
 
 
-class _WarmCommand(click.Command):
-    """Everything after the first `--` is CMD, verbatim: its options are not ours."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if "--" in args:
-            cut = args.index("--")
-            ctx.meta["warm_cmd"] = args[cut + 1 :]
-            args = args[:cut]
-        return super().parse_args(ctx, args)
-
-    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        return ["[OPTIONS]", "(MODULE:FUNCTION | -- CMD [ARGS]...)"]
+class _WarmCommand(PassThroughCommand):
+    usage = ("[OPTIONS]", "(MODULE:FUNCTION | -- CMD [ARGS]...)")
 
 
 @click.command("warm", cls=_WarmCommand)
@@ -66,7 +56,7 @@ def warm_cmd(
     from artifactstore import warm
 
     obj: Ctx = ctx.obj
-    command: list[str] | None = ctx.meta.get("warm_cmd")
+    command: list[str] | None = ctx.meta.get("cmd")
     if (target is None) == (command is None):
         raise click.UsageError("give MODULE:FUNCTION or -- CMD [ARGS]... (one of them)", ctx)
     if command is not None and not command:
