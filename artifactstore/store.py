@@ -474,6 +474,29 @@ class Store:
             )
             return False
 
+    def _publish_checked(
+        self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None
+    ) -> bool:
+        """`publish`, then withdraw the manifest if a gc evicted the row meanwhile.
+
+        A gc that deletes the row between the writer reading (or inserting) it and its
+        manifest finds no manifest to withdraw, and may delete the object at once
+        (`--grace 0`): the manifest would lead readers to nothing. Checked after
+        publishing, either this finds the row gone or gc's own withdrawal comes after the
+        manifest. A row for other bytes (another writer's, after the eviction) is left as
+        it is: a reader that follows this manifest to a deleted object drops only the
+        manifest, and the next writer of the key republishes the row's."""
+        if not self.publish(entry, callbacks=callbacks):
+            return False
+        try:
+            if self.index.lookup(entry.key) is None:
+                self.blobs.delete_manifests([entry.key])
+                self.counters.add("manifest_withdrawn")
+                return False
+        except Exception as exc:  # a manifest without entry costs misses; verify repairs it
+            log.debug("artifactstore: re-check of %s's row failed: %s", entry.key[:12], exc)
+        return True
+
     def _published(self, entry: EntryInfo) -> bool:
         """Whether `entry`'s manifest is published and leads to its object."""
         data = self.blobs.get_manifest(entry.key)
@@ -715,7 +738,7 @@ class Store:
             if self.settings.index_is_server and not self._published(existing):
                 # Stored by a 0.2 client, its publication failed, or its manifest was
                 # damaged: readers miss it until it is published (this process did too).
-                if self.publish(existing):
+                if self._publish_checked(existing):
                     self.counters.add("manifest_republished")
             return False, None
         return True, existing
@@ -785,7 +808,7 @@ class Store:
             self.blobs.delete(encoded.digest)
             self.index.forget_objects([encoded.digest])
         if created:
-            self.publish(entry, callbacks=callbacks)
+            self._publish_checked(entry, callbacks=callbacks)
             for listener in self.on_stored:
                 listener()
         return created

@@ -17,6 +17,7 @@ from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.errors import CorruptObject, ReadOnlyError
 from artifactstore.fingerprint import Fingerprint, compute
 from artifactstore.index.models import Entry
+from artifactstore.index.repo import NewEntry
 from artifactstore.manifest import MAX_MANIFEST_BYTES, Manifest
 from artifactstore.store import Store
 
@@ -139,6 +140,31 @@ def test_put_publishes_and_removals_withdraw(
     _put(store, 4)
     assert artstore("rm", "--all", "--yes", env=any_env).returncode == 0
     assert list(store.blobs.iter_manifest_keys()) == [] and c
+
+
+def test_a_gc_between_row_and_manifest_leaves_no_manifest_behind(
+    any_env: dict[str, str], open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gc evicts the row just inserted, finds no manifest to withdraw and deletes the
+    object (`--grace 0`); the writer then publishes. Its re-check withdraws the manifest,
+    which would otherwise lead every reader to a deleted object."""
+    store = open_store(any_env, local_tier="off")
+    publish, digests = store.publish, []
+
+    def gc_first(entry: NewEntry, **kw: int | None) -> bool:
+        digests.append(entry.digest)
+        gc = artstore("gc", "--max-size", "0", "--grace", "0", env=any_env)
+        assert gc.returncode == 0, gc.stderr
+        return publish(entry, **kw)
+
+    monkeypatch.setattr(store, "publish", gc_first)
+    key = _put(store, 8)
+    assert store.index.lookup(key) is None and not store.blobs.exists(digests[0])
+    assert _manifest(store, key) is None
+    assert store.counters.snapshot()["manifest_withdrawn"] == 1
+    reader = open_store(any_env, local_tier="off")
+    assert reader.get(key, _fp().digest) is None
+    assert reader.counters.snapshot().get("missing_object", 0) == 0
 
 
 def test_lookup_follows_the_manifest_without_the_index_row(
