@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 from artifactstore.background import Breaker, call_with_timeout
 from artifactstore.config import Settings
 from artifactstore.errors import ArtstoreError, one_line
-from artifactstore.tier import LocalTier, open_tier
+from artifactstore.tier import LocalTier, TierHit, open_tier
 
 if TYPE_CHECKING:
     from artifactstore.fingerprint import Fingerprint
     from artifactstore.gc.quota_pass import QuotaPass
     from artifactstore.metrics import Recorder
-    from artifactstore.store import Store
+    from artifactstore.store import Hit, Store
 
 log = logging.getLogger("artifactstore")
 
@@ -152,6 +152,35 @@ class Session:
                 breaker.failure(self._describe(exc))
             else:
                 breaker.release_probe()
+
+    # -- lookups (the JAX adapter's compile path and named executables share them) --
+    def tier_get(
+        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+    ) -> TierHit | None:
+        """This host's copy of `key`, or None: a tier that cannot be read is a miss."""
+        if self.tier is None:
+            return None
+        try:
+            return self.tier.get(key, fingerprint_digest, callbacks=callbacks)
+        except Exception as exc:
+            log.debug("artifactstore: local tier read failed: %s", one_line(exc))
+            return None
+
+    def lookup(
+        self, store: Store, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+    ) -> Hit | None:
+        """`store.get` within the timeout bound, its outcome fed to the breakers; a
+        failure or hang is counted against the backend it was using, then raised."""
+        try:
+            hit = call_with_timeout(
+                lambda: store.get(key, fingerprint_digest, callbacks=callbacks),
+                self.settings.timeout_secs,
+            )
+        except Exception as exc:
+            self.fail(exc)
+            raise
+        self.ok()
+        return hit
 
     def _stored(self) -> None:
         """A put went through (on the writer thread): both backends answer."""

@@ -271,13 +271,17 @@ def database_url(name: str) -> str:
     return f"postgresql+psycopg://postgres@{HOST}:{PG_PORT}/{_check_db_name(name)}"
 
 
-def create_database(name: str) -> str:
-    """A fresh, empty database (an existing one is dropped first); returns its URL."""
+def create_database(name: str, *, template: str | None = None) -> str:
+    """A fresh database (an existing one is dropped first), empty or a copy of
+    `template` (which nobody may be connected to); returns its URL."""
     from psycopg import sql
 
     drop_database(name)
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(_check_db_name(template)))
     with _admin_connection() as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        conn.execute(statement)
     return database_url(name)
 
 

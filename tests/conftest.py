@@ -150,20 +150,40 @@ def pg_url(postgres: None, request: pytest.FixtureRequest) -> Iterator[str]:
         devstack.drop_database(name)
 
 
-@pytest.fixture
-def team_env(moto_endpoint: str, pg_url: str) -> dict[str, str]:
-    """A fresh bucket and database, schema applied with `artstore db upgrade`."""
+def _team(moto_endpoint: str, index_url: str) -> dict[str, str]:
     bucket = "artstore-" + uuid.uuid4().hex[:12]
     devstack.create_bucket(moto_endpoint, bucket)
-    env = clean_env(
+    return clean_env(
         ARTSTORE_URL=f"s3://{bucket}/cache",
-        ARTSTORE_INDEX=pg_url,
+        ARTSTORE_INDEX=index_url,
         AWS_ENDPOINT_URL_S3=moto_endpoint,
         **FAKE_AWS,
     )
-    up = artstore("db", "upgrade", env=env)
+
+
+@pytest.fixture(scope="session")
+def migrated_template(moto_endpoint: str, postgres: None) -> Iterator[str]:
+    """A database with the schema applied once by `artstore db upgrade`, as an operator
+    would; each team store copies it (CREATE DATABASE ... TEMPLATE) instead of
+    migrating again (a second per test; test_rollout and the migration tests migrate)."""
+    name = "artstore_tmpl_" + uuid.uuid4().hex[:12]
+    up = artstore("db", "upgrade", env=_team(moto_endpoint, devstack.create_database(name)))
     assert up.returncode == 0, up.stderr
-    return env
+    try:
+        yield name
+    finally:
+        devstack.drop_database(name)
+
+
+@pytest.fixture
+def team_env(moto_endpoint: str, migrated_template: str) -> Iterator[dict[str, str]]:
+    """A fresh bucket and a fresh database at the newest schema."""
+    name = "artstore_t_" + uuid.uuid4().hex[:12]
+    url = devstack.create_database(name, template=migrated_template)
+    try:
+        yield _team(moto_endpoint, url)
+    finally:
+        devstack.drop_database(name)
 
 
 @pytest.fixture(params=["embedded", "team"])

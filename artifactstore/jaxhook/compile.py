@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from artifactstore import fingerprint as _fp
-from artifactstore.background import call_with_timeout
 from artifactstore.errors import one_line
 from artifactstore.jaxhook import compat
 from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
@@ -216,18 +215,11 @@ def _known_quick(session: Session, request: _Compile) -> bool:
 
 def _from_tier(session: Session, request: _Compile) -> Any:
     """The executable from this host's tier, or None (then the store is asked)."""
-    if session.tier is None:
-        return None
     assert request.fingerprint is not None
     started = time.monotonic()
-    try:
-        hit = session.tier.get(
-            request.key, request.fingerprint.digest, callbacks=request.callback_count
-        )
-    except Exception as exc:
-        log.debug("artifactstore: local tier read failed: %s", one_line(exc))
-        return None
-    if hit is None:
+    digest, callbacks = request.fingerprint.digest, request.callback_count
+    hit = session.tier_get(request.key, digest, callbacks=callbacks)
+    if hit is None or session.tier is None:
         return None
     try:
         executable = request.load(hit.payload)
@@ -247,14 +239,9 @@ def _from_store(session: Session, store: Store, request: _Compile) -> Any:
     _record_event("/jax/compilation_cache/compile_requests_use_cache")
     started = time.monotonic()
     try:
-        hit = call_with_timeout(
-            lambda: store.get(request.key, digest, callbacks=request.callback_count),
-            session.settings.timeout_secs,
-        )
-    except Exception as exc:
-        session.fail(exc)
+        hit = session.lookup(store, request.key, digest, callbacks=request.callback_count)
+    except Exception:  # counted by the session's breakers, logged once per outage
         return None
-    session.ok()
     if hit is None:
         return None
     try:

@@ -222,28 +222,19 @@ class _Context:
         session = self.session
         if session is None:
             return None
-        if session.tier is not None:
-            try:
-                hit = session.tier.get(key, fingerprint_digest)
-            except Exception as exc:
-                log.debug("artifactstore: local tier read failed: %s", one_line(exc))
-                hit = None
-            if hit is not None:
-                session.tier_hit()
-                return bytes(hit.payload)
+        hit = session.tier_get(key, fingerprint_digest)
+        if hit is not None:
+            session.tier_hit()
+            return bytes(hit.payload)
         store = self._store()
         if store is None:
             self.problems.append("the store is unavailable (see the log)")
             return None
         try:
-            got = call_with_timeout(
-                lambda: store.get(key, fingerprint_digest), session.settings.timeout_secs
-            )
+            got = session.lookup(store, key, fingerprint_digest)
         except Exception as exc:
-            session.fail(exc)
             self.problems.append(f"the store did not answer ({one_line(exc)})")
             return None
-        session.ok()
         if got is None:
             reason = store.refused(key)
             if reason:
