@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import types
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +280,45 @@ def test_reader_journal_carries_usage(team_env: dict[str, str], open_store: Open
     assert after["total"]["eligible_misses"] == before["eligible_misses"]
     totals = _stats(team_env)
     assert totals["hits"] == 5 and totals["eligible_misses"] == 1
+
+
+def test_concurrent_counter_flushes_never_deadlock(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """A gc's journal fold and writers' exit flushes add to the same counter and usage
+    rows at once, each from its own dict order; on PostgreSQL rows locked in opposite
+    orders deadlock (a gc failed so in CI). Upserts lock in sorted order."""
+    names = [f"counter_{i:02d}" for i in range(12)]
+    days = [today() - timedelta(days=i) for i in range(6)]
+    keys = [f"{i:02x}" * 32 for i in range(16, 28)]
+    writer = open_store(team_env)
+    for key in keys:
+        assert writer.put(key, key.encode(), fingerprint=FP1, module_name="m", compile_secs=2.0)
+    failures: list[BaseException] = []
+
+    def flush(order: int) -> None:
+        store = open_store(team_env)
+        counts = dict.fromkeys(names[::order], 1)
+        usage = {(day, FP1.digest): {"hits": 1.0} for day in days[::order]}
+        touches = {key: (1, datetime.now(UTC)) for key in keys[::order]}
+        try:
+            for _ in range(60):
+                store.index.add_counters(counts, usage)
+                store.index.record_access(touches)
+        except BaseException as exc:  # reported below, in the test thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=flush, args=(o,)) for o in (1, -1, 1, -1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    total = _stats(team_env, "--by", "day")
+    assert total["total"]["hits"] == 4 * 60 * len(days)
+    for key in keys:
+        entry = writer.index.lookup(key)
+        assert entry is not None and entry.hits == 4 * 60
 
 
 # -- the CLI without the object store ---------------------------------------------

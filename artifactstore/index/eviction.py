@@ -376,7 +376,7 @@ class EvictionIndex:
             return
         rows = [
             {"namespace": self.namespace, "digest": d, "size": s, "created_at": t}
-            for d, s, t in blobs
+            for d, s, t in sorted(blobs)  # digest order: concurrent adopters lock alike
         ]
         with write_transaction(self.engine) as conn:
             conn.execute(upsert(self.engine, StoredObject).on_conflict_do_nothing(), rows)

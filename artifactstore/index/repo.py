@@ -288,7 +288,8 @@ class EntryIndex:
             return bool(result.rowcount)
 
     def record_access(self, touches: dict[str, tuple[int, datetime]]) -> None:
-        """Apply batched hits: key -> (count, latest access time)."""
+        """Apply batched hits: key -> (count, latest access time), in key order (as
+        fold_accesses does) so concurrent flushes lock rows alike and never deadlock."""
         if not touches:
             return
         stmt = (
@@ -299,7 +300,7 @@ class EntryIndex:
                 last_access=bindparam("t", type_=Entry.last_access.type),
             )
         )
-        params = [{"k": k, "n": max(n, 0), "t": t} for k, (n, t) in touches.items()]
+        params = [{"k": k, "n": max(n, 0), "t": t} for k, (n, t) in sorted(touches.items())]
         with self.engine.begin() as conn:
             conn.execute(stmt.execution_options(synchronize_session=False), params)
 
@@ -309,8 +310,9 @@ class EntryIndex:
 
     def add_counters(self, counts: dict[str, int], usage: Usage | None = None) -> None:
         """Add to the namespace's counters and, in the same transaction, its usage rows
-        (per day and fingerprint: index/usage.py)."""
-        counts = {k: v for k, v in counts.items() if v}
+        (per day and fingerprint: index/usage.py). Rows are locked in sorted order,
+        as write_usage does, so concurrent callers never deadlock."""
+        counts = {k: v for k, v in sorted(counts.items()) if v}
         if not counts and not usage:
             return
         with self.engine.begin() as conn:

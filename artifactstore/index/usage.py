@@ -23,8 +23,11 @@ INT_FIELDS = tuple(f for f in _usage.FIELDS if f != "compile_secs_saved")
 
 
 def write_usage(conn: Connection, engine: Engine, namespace: str, usage: _usage.Usage) -> None:
-    """Add `usage` into the namespace's rows (one upsert per day and fingerprint)."""
-    for (day, fingerprint), values in usage.items():
+    """Add `usage` into the namespace's rows (one upsert per day and fingerprint).
+
+    In sorted order: two transactions upserting the same rows lock them in the same
+    order, so a gc's fold and a writer's exit flush never deadlock on PostgreSQL."""
+    for (day, fingerprint), values in sorted(usage.items()):
         if not any(values.values()):
             continue
         row: dict[str, Any] = {name: int(values.get(name, 0)) for name in INT_FIELDS}
