@@ -2,7 +2,8 @@
 
 Registered through the `pytest11` entry point, so pytest loads it in every session of
 an environment that has artifactstore; it does nothing unless asked, with
-`pytest -p artifactstore` or `pytest --artstore`. Then the session activates the store
+`pytest -p artifactstore` or `pytest --artstore` (`--artstore-read-only`: load only;
+`--artstore-namespace NS`). Then the session activates the store
 as `artstore run` does: in the pytest process, in every pytest-xdist worker and in
 every Python process a test starts, with the `ARTSTORE_*` settings of the environment.
 Each process leaves a record (`artifactstore.summary`), and the terminal report ends
@@ -23,7 +24,13 @@ import pytest
 
 _SAVED_ENV = pytest.StashKey[dict[str, str | None]]()
 _RECORDS = pytest.StashKey[Path]()
-_VARS = ("ARTSTORE_ACTIVATE", "ARTSTORE_RUN", "PYTHONPATH")
+_VARS = (
+    "ARTSTORE_ACTIVATE",
+    "ARTSTORE_RUN",
+    "PYTHONPATH",
+    "ARTSTORE_READ_ONLY",
+    "ARTSTORE_NAMESPACE",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,11 +42,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Load JAX compiles from the store (ARTSTORE_* settings) and store new ones, in "
         "this session, its xdist workers and the processes tests start (as -p artifactstore).",
     )
+    group.addoption(
+        "--artstore-read-only",
+        action="store_true",
+        default=False,
+        help="As --artstore, but only load: store nothing (ARTSTORE_READ_ONLY=1), e.g. for "
+        "CI jobs of untrusted branches.",
+    )
+    group.addoption(
+        "--artstore-namespace",
+        default=None,
+        metavar="NS",
+        help="As --artstore, in namespace NS of the store (ARTSTORE_NAMESPACE).",
+    )
 
 
 def _enabled(config: pytest.Config) -> bool:
     plugins = config.getoption("plugins", default=None) or []
-    return bool(config.getoption("artstore", default=False)) or "artifactstore" in plugins
+    asked = ("artstore", "artstore_read_only", "artstore_namespace")
+    return any(config.getoption(name, default=None) for name in asked) or "artifactstore" in plugins
+
+
+def _overrides(config: pytest.Config) -> dict[str, Any]:
+    """The command line's store settings, as `artstore run --read-only --namespace` takes them."""
+    return {
+        "read_only": True if config.getoption("artstore_read_only", default=False) else None,
+        "namespace": config.getoption("artstore_namespace", default=None),
+    }
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -68,7 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # this, and atexit runs last in, first out), and xdist has waited for its workers.
         atexit.register(shutil.rmtree, records, ignore_errors=True)
         config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in _VARS}
-        env = run.store_env({})
+        env = run.store_env(_overrides(config))
         env.pop("ARTSTORE_WARM", None)
         env[summary.ENV_VAR] = str(records)
         os.environ.update({name: env[name] for name in _VARS if name in env})

@@ -185,3 +185,17 @@ def test_no_assert_rewrite_warning(tmp_path: Path) -> None:
     (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
     proc = run_suite(tmp_path, "--artstore", active=True)
     assert "PytestAssertRewriteWarning" not in proc.stdout, proc.stdout
+
+
+def test_read_only_and_namespace_options(tmp_path: Path) -> None:
+    """`--artstore-read-only` loads and stores nothing; `--artstore-namespace NS` reads and
+    writes NS only (each option alone also turns the plugin on)."""
+    write_suite(tmp_path, jit_tests=2)
+    stored = counts(run_suite(tmp_path, "--artstore-namespace", "ci"))
+    assert stored == Counts(loaded=0, compiled=2, stored=2, processes=1)
+    other = counts(run_suite(tmp_path, "--artstore-read-only"))  # the default namespace
+    assert other == Counts(loaded=0, compiled=2, stored=0, processes=1)
+    again = counts(run_suite(tmp_path, "--artstore-read-only"))
+    assert again == Counts(loaded=0, compiled=2, stored=0, processes=1)  # it stored nothing
+    hits = counts(run_suite(tmp_path, "--artstore-read-only", "--artstore-namespace", "ci"))
+    assert hits == Counts(loaded=2, compiled=0, stored=0, processes=1)
