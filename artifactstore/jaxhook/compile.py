@@ -219,7 +219,7 @@ def _from_tier(session: Session, request: _Compile) -> Any:
     started = time.monotonic()
     digest, callbacks = request.fingerprint.digest, request.callback_count
     hit = session.tier_get(request.key, digest, callbacks=callbacks)
-    if hit is None or session.tier is None:
+    if hit is None or session.tier is None:  # a hit implies a tier (said for mypy)
         return None
     try:
         executable = request.load(hit.payload)
