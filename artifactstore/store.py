@@ -73,6 +73,15 @@ log = logging.getLogger("artifactstore")
 # Keys of recent misses remembered for `Store.compiled_below_threshold` (a compile
 # follows its miss at once; the bound only keeps a long-lived process small).
 MISSED_KEYS = 4096
+NO_TRUSTED_KEYS = (
+    "this store requires signatures and no key is trusted: loading nothing, compiling. "
+    "Set ARTSTORE_TRUSTED_KEYS to your writers' .pub files (`artstore keygen`), or "
+    "ARTSTORE_REQUIRE_SIGNATURES=0 to let every writer of the bucket decide what runs"
+)
+UNSIGNED_WRITE = (
+    "storing unsigned entries in a store that requires signatures: readers will not load "
+    "them; set ARTSTORE_SIGNING_KEY to a key from `artstore keygen` (readers list its .pub)"
+)
 
 
 @dataclass(frozen=True)
@@ -353,6 +362,11 @@ class Store:
         miss = functools.partial(self._miss, key=key, fingerprint=fingerprint_digest)
         if entry is None:
             return miss("misses")
+        if self.settings.trusted_keys is not None and not self.settings.trusted_keys.keys:
+            # Signatures required, no key trusted: nothing here may run, so fetch nothing.
+            _warn_once("untrusted_key", NO_TRUSTED_KEYS)
+            self._refused[key] = "untrusted_key"
+            return miss("untrusted_key")
         if entry.fingerprint != fingerprint_digest:
             # Keys include the fingerprint, so this means a damaged or forged row.
             self._warn_once(
@@ -668,6 +682,8 @@ class Store:
         admitted, existing = self._admit(key)
         if not admitted:
             return False
+        if self.settings.require_signatures and self.settings.signing_key is None:
+            self._warn_once("unsigned-write", UNSIGNED_WRITE)
         encoded = encode_entry(
             key,
             payload,
