@@ -283,7 +283,7 @@ def _check_signing(settings: _config.Settings) -> Check:
     trusts = trusted.names if trusted is not None else None
     required = settings.require_signatures
     parts = [f"signs as {signs}" if signs else "writes unsigned entries"]
-    status = "ok"
+    status: Status = "ok"
     if trusted is None:
         who = ("write access to the bucket decides what runs" if settings.blobs.scheme == "s3"
                else "the directory's permissions decide what runs")  # fmt: skip
