@@ -682,8 +682,6 @@ class Store:
         admitted, existing = self._admit(key)
         if not admitted:
             return False
-        if self.settings.require_signatures and self.settings.signing_key is None:
-            self._warn_once("unsigned-write", UNSIGNED_WRITE)
         encoded = encode_entry(
             key,
             payload,
@@ -824,6 +822,8 @@ class Store:
             self.blobs.delete(encoded.digest)
             self.index.forget_objects([encoded.digest])
         if created:
+            if encoded.signer is None and self.settings.require_signatures:
+                self._warn_once("unsigned-write", UNSIGNED_WRITE)
             self._publish_checked(entry, callbacks=callbacks)
             for listener in self.on_stored:
                 listener()
