@@ -44,6 +44,9 @@ def test_fresh_process_loads_without_tracing_with_identical_results(
     assert loaded["source"] == "store" and not loaded["model_imported"]
     assert loaded["events"] == [] and loaded["digest"] == built["digest"]
     assert loaded["aux_is_none"]
+    # Calls go through JAX's C++ path (a stub's trace wraps the executable; no compile).
+    assert again["fast"] and loaded["fast"] and built["fast"]
+    assert loaded["checked_calls"] == [0, 5]  # the five wrong calls: named by the checked path
 
 
 def test_wrong_arguments_are_clear_errors(store_env: dict[str, str]) -> None:
