@@ -184,7 +184,8 @@ def test_trusted_keys_parse_files_and_inline_keys(keys: dict[str, tuple[Path, Pa
         {"ARTSTORE_SIGNING_KEY": str(keys["ci-1"][0]), "ARTSTORE_TRUSTED_KEYS": inline},
     )
     assert settings.signing_key is not None and settings.signing_key.name == "ci-1"
-    assert settings.trusted_keys is not None and settings.trusted_keys.names == ["ci-2"]
+    # The listed key, and its own (a process trusts what it signs).
+    assert settings.trusted_keys is not None and settings.trusted_keys.names == ["ci-1", "ci-2"]
     assert _secret(keys["ci-1"][0]) not in repr(settings)
 
 
