@@ -70,13 +70,15 @@ def sign_cmd(
     """
     from artifactstore.gc.sign import Candidate, check_signed_by, sign_entries
 
+    settings = obj.settings()
+    # Listed by the operator: a process with a signing key may trust its own key too,
+    # and that alone must not make this command run.
     if not os.environ.get("ARTSTORE_TRUSTED_KEYS", "").strip():
         fail(
             "set ARTSTORE_TRUSTED_KEYS to the .pub files of the keys whose entries to "
             "re-sign (the old and the new key while rotating): `artstore sign` re-signs "
             "only what a trusted key signed"
         )
-    settings = obj.settings()
     signing_key = settings.signing_key
     if signing_key is None:
         fail("set ARTSTORE_SIGNING_KEY to the .key file to sign with (`artstore keygen NAME`)")
