@@ -169,6 +169,33 @@ def test_forged_signer_column_does_not_select_an_unsigned_object(
     assert _load(open_store, team_env, keys["new"][1], key) == "unsigned"
 
 
+def test_object_signed_for_another_namespace_is_not_resigned(
+    team_env: dict[str, str], open_store: OpenStore, keys: dict[str, tuple[Path, Path]]
+) -> None:
+    """The trusted key signed this object for namespace "other"; a bucket and index
+    writer stores those very bytes under the same key in "default". Its signature does
+    not verify there, so it is skipped, not re-signed for "default"."""
+    other = open_store(_env(team_env, ARTSTORE_SIGNING_KEY=str(keys["old"][0]),
+                            ARTSTORE_NAMESPACE="other"))  # fmt: skip
+    key = secrets.token_hex(32)
+    assert other.put(key, b"x" * 500, fingerprint=FP, module_name="jit_f", compile_secs=2.0)
+    entry = other.index.lookup(key)
+    assert entry is not None
+    data = other.blobs.get(entry.digest)
+    assert data is not None
+    moved = codec.Encoded(data, entry.digest, 500, signer="old", signature=entry.signature)
+    default = open_store(_env(team_env))
+    assert default.put_encoded(key, moved, fingerprint=FP, module_name="jit_f",
+                               compile_secs=2.0, producer_host="elsewhere")  # fmt: skip
+
+    out = _sign(team_env, keys["new"][0], str(keys["old"][1]), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["signed"] == 0 and report["skipped"]["bad_signature"] == [key]
+    assert _row(open_store, team_env, key) == (entry.digest, "old")
+    assert _load(open_store, team_env, keys["new"][1], key) == "untrusted_key"
+
+
 def test_signed_by_names_only_trusted_keys(
     team_env: dict[str, str], open_store: OpenStore, keys: dict[str, tuple[Path, Path]]
 ) -> None:
