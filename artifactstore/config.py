@@ -103,10 +103,13 @@ class Settings:
     max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES  # a stored object, compressed
     max_executable_bytes: int = DEFAULT_MAX_EXECUTABLE_BYTES  # the executable it inflates to
     # Signed entries (artifactstore.signing): the key this writer signs with (read from
-    # the .key file ARTSTORE_SIGNING_KEY names), and the keys this reader accepts; None:
-    # unsigned, and every intact object is loaded (the digest proves integrity only).
+    # the .key file ARTSTORE_SIGNING_KEY names), and the keys this reader accepts: those
+    # listed plus its own (see `_trust`); None only where signatures are not required and
+    # none are listed: every intact object is loaded (the digest proves integrity only).
+    # Empty: this process loads nothing. Required by default on a team (S3) store.
     signing_key: SigningKey | None = field(default=None, repr=False)
     trusted_keys: TrustedKeys | None = field(default=None, repr=False)
+    require_signatures: bool = False
     embedded: bool = field(default=False)
     # A local store's new directories and files readable by their group (0750/0640)
     # rather than private (0700/0600), to share it read-only; never group-writable.
@@ -296,6 +299,7 @@ _OPTIONS: dict[str, str] = {
     "max_executable_size": "MAX_EXECUTABLE_SIZE",
     "signing_key": "SIGNING_KEY",
     "trusted_keys": "TRUSTED_KEYS",
+    "require_signatures": "REQUIRE_SIGNATURES",
     "group_readable": "GROUP_READABLE",
     "single_flight": "SINGLE_FLIGHT",
     "lease_wait_secs": "LEASE_WAIT",
@@ -352,6 +356,13 @@ def resolve(
         raise ConfigError(
             f"invalid S3 endpoint {endpoint!r}: use http(s)://host:port, e.g. http://127.0.0.1:9000"
         )
+    signing_key = _parse_signing_key(values.get("signing_key"))
+    # Nix's require-sigs: on a team store, write access to the bucket alone must not
+    # decide what every reader runs; a local directory is its owner's (modes guard it).
+    required = parse_bool(
+        ENV_PREFIX + "REQUIRE_SIGNATURES",
+        values.get("require_signatures", blobs.scheme != "file"),
+    )
     return Settings(
         blobs=blobs,
         index_url=index_url,
@@ -396,8 +407,9 @@ def resolve(
         max_executable_bytes=_parse_limit(
             "MAX_EXECUTABLE_SIZE", values.get("max_executable_size"), DEFAULT_MAX_EXECUTABLE_BYTES
         ),
-        signing_key=_parse_signing_key(values.get("signing_key")),
-        trusted_keys=_parse_trusted_keys(values.get("trusted_keys")),
+        signing_key=signing_key,
+        trusted_keys=_trust(_parse_trusted_keys(values.get("trusted_keys")), signing_key, required),
+        require_signatures=required,
         embedded=embedded,
         group_readable=parse_bool(
             ENV_PREFIX + "GROUP_READABLE", values.get("group_readable", False)
@@ -480,6 +492,20 @@ def _parse_trusted_keys(value: Any) -> TrustedKeys | None:
     if isinstance(value, (list, tuple)):
         value = ",".join(str(v) for v in value)
     return TrustedKeys.parse(str(value))
+
+
+def _trust(
+    listed: TrustedKeys | None, signing_key: SigningKey | None, required: bool
+) -> TrustedKeys | None:
+    """The keys whose signatures this process accepts: the listed ones and its own (it
+    runs what it signed); None, every intact object, only when none are listed and
+    signatures are not required; empty when required and there are none (loads nothing)."""
+    if listed is None and not required:
+        return None
+    from artifactstore.signing import TrustedKeys
+
+    keys = listed if listed is not None else TrustedKeys(())
+    return keys if signing_key is None else keys.including(signing_key.public_key())
 
 
 def _parse_tier(value: Any) -> str | None:
