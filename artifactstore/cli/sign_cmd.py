@@ -94,9 +94,12 @@ def sign_cmd(
             "to confirm the list, or add --yes; nothing was signed"
         )
     listing = sys.stderr if as_json else sys.stdout
+    show = sys.stderr.isatty() and not as_json  # the progress bar
 
     def adopt(found: list[Candidate]) -> bool:
         """List what will be signed; on a terminal, ask (unless --yes)."""
+        if show:
+            click.echo(err=True)  # below the progress bar's line
         click.echo(
             f"unsigned entries to adopt (sign with key {signing_key.name!r}): {len(found)}",
             file=listing,
@@ -112,7 +115,6 @@ def sign_cmd(
         return click.confirm(f"sign these {len(found)} unsigned entries?", err=True)
 
     with obj.store() as store:
-        show = sys.stderr.isatty() and not as_json
         with click.progressbar(
             length=store.index.stats().entries or 1,
             label="signing",

@@ -181,8 +181,9 @@ def check_signed_by(signed_by: Collection[str], trusted: TrustedKeys) -> None:
             )
         if not trusted.knows(name):
             raise ConfigError(
-                f"--signed-by {name[:64]!r}: that key is not in ARTSTORE_TRUSTED_KEYS "
-                f"({', '.join(trusted.names)}); add its .pub to re-sign what it signed"
+                f"--signed-by {name[:64]!r}: that key is not trusted here (trusted: "
+                f"{', '.join(trusted.names)}); list its .pub in ARTSTORE_TRUSTED_KEYS to "
+                "re-sign what it signed"
             )
 
 

@@ -200,7 +200,7 @@ def test_signed_by_names_only_trusted_keys(
     team_env: dict[str, str], open_store: OpenStore, keys: dict[str, tuple[Path, Path]]
 ) -> None:
     key = _write(open_store, team_env, None)
-    for name, says in (("unsigned", "--adopt-unsigned"), ("evil", "not in ARTSTORE_TRUSTED_KEYS")):
+    for name, says in (("unsigned", "--adopt-unsigned"), ("evil", "is not trusted here")):
         out = _sign(team_env, keys["new"][0], str(keys["old"][1]), "--signed-by", name)
         assert out.returncode != 0 and says in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
