@@ -468,8 +468,10 @@ def test_key_rotation_and_artstore_sign(
     assert verify.returncode == 1
     assert len(json.loads(verify.stdout)["untrusted_key"]) == 2
 
-    sign = artstore("sign", env={**team_env, "ARTSTORE_SIGNING_KEY": str(new_key),
-                                 "ARTSTORE_TRUSTED_KEYS": str(new_pub)})  # fmt: skip
+    # Re-signs only what a trusted key signed: the old key is listed while rotating.
+    rotating = {**team_env, "ARTSTORE_SIGNING_KEY": str(new_key),
+                "ARTSTORE_TRUSTED_KEYS": f"{old_pub},{new_pub}"}  # fmt: skip
+    sign = artstore("sign", env=rotating)
     assert sign.returncode == 0, sign.stderr
     assert "signed 2 of 2 entries with key 'ci-2'" in sign.stdout
     assert "2 old objects removed" in sign.stdout
@@ -482,7 +484,7 @@ def test_key_rotation_and_artstore_sign(
     out = run_program("job.py", {**team_env, "ARTSTORE_TRUSTED_KEYS": str(old_pub),
                                  "ARTSTORE_READ_ONLY": "1"})  # fmt: skip
     assert out["store"]["untrusted_key"] == 2  # the retired key no longer vouches
-    again = artstore("sign", "--json", env={**team_env, "ARTSTORE_SIGNING_KEY": str(new_key)})
+    again = artstore("sign", "--json", env={**rotating, "ARTSTORE_TRUSTED_KEYS": str(new_pub)})
     assert json.loads(again.stdout)["already_signed"] == 2
     verify = artstore("verify", env=only_new)
     assert verify.returncode == 0, verify.stdout
