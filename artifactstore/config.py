@@ -55,6 +55,11 @@ DEFAULT_MAX_EXECUTABLE_BYTES = 8 * 1024**3
 # Compile leases (artifactstore.singleflight): a holder renews its lease every TTL/3, so a
 # holder that died is taken over after one TTL (at once when it ran on the same host).
 DEFAULT_LEASE_TTL_SECS = 30.0
+# No lease (compile or gc) stands longer than this ahead of now: a row expiring later
+# (a writer's forgery, a clock far ahead) is taken over as expired, a holder renews no
+# further, and no waiter waits longer unless ARTSTORE_LEASE_WAIT says so. Twice gc's
+# lease TTL (index.leases.DEFAULT_TTL_SECS).
+DEFAULT_LEASE_MAX_HOLD_SECS = 600.0
 SINGLE_FLIGHT_MODES = ("auto", "on", "off")
 # Where a process serves its metrics (ARTSTORE_METRICS_PORT): this host only, unless asked.
 DEFAULT_METRICS_ADDR = "127.0.0.1"
@@ -119,6 +124,7 @@ class Settings:
     single_flight: str = "auto"
     lease_wait_secs: float | None = None
     lease_ttl_secs: float = DEFAULT_LEASE_TTL_SECS
+    lease_max_hold_secs: float = DEFAULT_LEASE_MAX_HOLD_SECS
     # Prometheus metrics (artifactstore.metrics): serve this process's counters on this
     # port (None: not served), bound to `metrics_addr`.
     metrics_port: int | None = None
@@ -304,6 +310,7 @@ _OPTIONS: dict[str, str] = {
     "single_flight": "SINGLE_FLIGHT",
     "lease_wait_secs": "LEASE_WAIT",
     "lease_ttl_secs": "LEASE_TTL",
+    "lease_max_hold_secs": "LEASE_MAX_HOLD",
     "metrics_port": "METRICS_PORT",
     "metrics_addr": "METRICS_ADDR",
 }
@@ -425,6 +432,11 @@ def resolve(
             values.get("lease_ttl_secs", DEFAULT_LEASE_TTL_SECS),
             minimum=0.5,
             maximum=3600,
+        ),
+        lease_max_hold_secs=parse_float(
+            ENV_PREFIX + "LEASE_MAX_HOLD",
+            values.get("lease_max_hold_secs", DEFAULT_LEASE_MAX_HOLD_SECS),
+            minimum=1,
         ),
         metrics_port=_parse_port(values.get("metrics_port")),
         metrics_addr=_parse_addr(values.get("metrics_addr")),

@@ -16,11 +16,14 @@ dead holder's row decides exactly one holder); the others wait for its result.
   manifest in the object store (backing off to one poll a second). A manifest
   ends the wait with a load; an abandoned or vanished lease with a compile; a
   holder that stopped beating for a TTL (or died, on this host) is taken over
-  through the index by exactly one waiting writer, the others wait on. Every
-  wait is bounded (`ARTSTORE_LEASE_WAIT`, default a few times the key's last
-  known compile time, else 5 minutes): past it a waiter compiles itself.
+  through the index by exactly one waiting writer, the others wait on. Every wait
+  is bounded (`ARTSTORE_LEASE_WAIT`, default a few times the key's last known compile
+  time, else 5 minutes, at most ARTSTORE_LEASE_MAX_HOLD): then a waiter compiles.
 - Read-only readers never hold a lease and never open the index: a reader that
   misses waits only when it finds a writer's record, and compiles otherwise.
+- A record is untrusted (anyone who may write the bucket can write one): a malformed
+  one is no lease, and how long a waiter waits and trusts a silent holder comes from
+  its own settings (and a writer's own index), never from the record's fields.
 
 Any failure here (index or object store unreachable) degrades to compiling.
 """
@@ -45,6 +48,7 @@ from artifactstore.blobstores.base import LEASES, MANIFESTS
 from artifactstore.errors import CorruptObject, LeaseHeld, StoreUnavailable, one_line
 from artifactstore.index.leases import Lease, dead_here
 from artifactstore.index.models import Entry
+from artifactstore.manifest import load_record
 
 if TYPE_CHECKING:
     from artifactstore.config import Settings
@@ -97,19 +101,21 @@ class LeaseRecord:
 
     @classmethod
     def decode(cls, data: bytes) -> LeaseRecord:
-        try:
-            raw = json.loads(data[: MAX_RECORD_BYTES + 1])
+        try:  # CorruptObject whatever the bytes (a bucket writer's) make fail
+            raw = load_record(data[: MAX_RECORD_BYTES + 1])
             if len(data) > MAX_RECORD_BYTES or raw.get("v") != FORMAT_VERSION:
                 raise ValueError("not a version 1 lease record")
-            hint = raw.get("hint")
+            hint, beat = raw.get("hint"), raw["beat"]
+            if isinstance(beat, bool) or not isinstance(beat, int) or not 0 <= beat < 2**63:
+                raise ValueError("beat is not a count")
             record = cls(
                 holder=str(raw["holder"])[:255],
-                beat=int(raw["beat"]),
+                beat=beat,
                 ttl=float(raw["ttl"]),
                 state=str(raw["state"]),
                 hint=None if hint is None else float(hint),
             )
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        except Exception as exc:  # ValueError, OverflowError, RecursionError, ...
             raise CorruptObject(f"bad lease record ({one_line(exc)})") from None
         if record.state not in ("compiling", "abandoned") or not (
             math.isfinite(record.ttl) and record.ttl > 0
@@ -119,12 +125,13 @@ class LeaseRecord:
 
 
 def wait_bound(settings: Settings, hint: float | None) -> float:
-    """How long a waiter waits at most: the setting, else a multiple of the hint."""
+    """How long a waiter waits at most: the setting, else a multiple of the hint (its own
+    index's, never a record's), and never past ARTSTORE_LEASE_MAX_HOLD."""
     if settings.lease_wait_secs is not None:
         return settings.lease_wait_secs
-    if hint is None or not math.isfinite(hint) or hint <= 0:
-        return DEFAULT_WAIT_SECS
-    return max(MIN_WAIT_SECS, WAIT_MULTIPLE * hint)
+    known = hint is not None and math.isfinite(hint) and hint > 0
+    wait = max(MIN_WAIT_SECS, WAIT_MULTIPLE * hint) if hint and known else DEFAULT_WAIT_SECS
+    return min(wait, settings.lease_max_hold_secs)
 
 
 def enabled(settings: Settings) -> tuple[bool, str]:
@@ -196,7 +203,7 @@ class SingleFlight:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.settings = store.settings
-        self.ttl = self.settings.lease_ttl_secs
+        self.ttl = min(self.settings.lease_ttl_secs, self.settings.lease_max_hold_secs)
         self._held: dict[str, Held] = {}
         self._lock = threading.Lock()
         self._jobs: list[Callable[[], None]] = []  # record writes, in order, off the hot path
@@ -213,7 +220,8 @@ class SingleFlight:
         name = lease_name(self.store.namespace, key)
 
         def acquire() -> Lease | None:  # opening the index, if not yet open, is bounded too
-            lease = Lease(self.store.engine, name, self.ttl)
+            lease = Lease(self.store.engine, name, self.ttl,
+                          max_hold_secs=self.settings.lease_max_hold_secs)  # fmt: skip
             return lease if lease.try_acquire() is None else None
 
         try:
@@ -231,17 +239,25 @@ class SingleFlight:
         return held
 
     def _announce(self, held: Held) -> None:
-        """Publish the lease record, with the key's last known compile time."""
-        try:
-            with self.store.engine.connect() as conn:
-                hint = conn.execute(
-                    select(func.max(Entry.compile_secs)).where(Entry.key == held.key)
-                ).scalar()
-        except Exception as exc:
-            log.debug("artifactstore: no compile-time hint for %s: %s", held.key[:12], exc)
-            hint = None
-        held.record = replace(held.record, hint=None if hint is None else float(hint))
+        """Publish the lease record, with the key's last known compile time (for older
+        clients: waiters here ask their own index)."""
+        held.record = replace(held.record, hint=self._known_compile_secs(held.key))
         self._put_record(held)
+
+    def _known_compile_secs(self, key: str) -> float | None:
+        """The key's last known compile time in the index (a writer's), or None."""
+
+        def ask() -> float | None:
+            with self.store.engine.connect() as conn:
+                query = select(func.max(Entry.compile_secs)).where(Entry.key == key)
+                return conn.execute(query).scalar()
+
+        try:
+            hint = call_with_timeout(ask, self.settings.timeout_secs)
+        except Exception as exc:
+            log.debug("artifactstore: no compile-time hint for %s: %s", key[:12], exc)
+            return None
+        return None if hint is None else float(hint)
 
     def _put_record(self, held: Held) -> None:
         try:
@@ -379,7 +395,7 @@ class SingleFlight:
         counters.add("lease_waits")
         blobs = self.store.blobs
         started = time.monotonic()
-        bound = wait_bound(self.settings, None)
+        bound = wait_bound(self.settings, self._known_compile_secs(key) if writer else None)
         poll = _FIRST_POLL
         beat: int | None = None
         quiet_since = started  # when the holder last showed life (a new beat)
@@ -398,14 +414,13 @@ class SingleFlight:
             if record is None and blobs.get_record(MANIFESTS, key) is not None:
                 continue  # published between the two reads: the next poll loads it
             if record is not None:
-                bound = wait_bound(self.settings, record.hint)
                 if record.beat != beat:
                     beat, quiet_since = record.beat, now
             elif not writer:
                 return None, None  # the holder is gone without a manifest
             dead = record is not None and dead_here(record.holder)
-            # No record yet: its holder writes it just after taking the lease.
-            quiet = now - quiet_since > (record.ttl if record is not None else 1.0)
+            # Silent for our own TTL (not the record's); no record yet: written just after.
+            quiet = now - quiet_since > (self.ttl if record is not None else 1.0)
             if dead or quiet:
                 if not writer:
                     if now - quiet_since > 2 * self.ttl:
@@ -431,5 +446,5 @@ class SingleFlight:
             return None
         try:
             return LeaseRecord.decode(data)
-        except CorruptObject:
+        except Exception:  # malformed (CorruptObject, or anything it made fail): no lease
             return None

@@ -462,7 +462,7 @@ class Store:
         if data is not None:
             try:
                 return Manifest.decode(data, key)
-            except CorruptObject as exc:  # only says where to look: a miss
+            except Exception as exc:  # untrusted bytes: a miss for this key, never the breaker
                 self.counters.add("bad_manifest")
                 self._warn_once("manifest", "ignoring a damaged manifest: %s", exc)
         if self.settings.index_is_server:

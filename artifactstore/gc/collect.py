@@ -49,7 +49,8 @@ def collect(
 
 
 def _run(run: GcRun, *, wait: bool) -> GcReport:
-    run.lease = Lease(run.store.engine, f"gc:{run.store.namespace}")
+    max_hold = run.store.settings.lease_max_hold_secs
+    run.lease = Lease(run.store.engine, f"gc:{run.store.namespace}", max_hold_secs=max_hold)
     run.lease.acquire(wait=wait)
     try:
         # Also in dry runs: folding loses nothing, and without it the dry
@@ -58,6 +59,7 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         if why is not None and not run.policy.dry_run:
             raise StoreUnavailable(f"hit journals not folded: {why}")
         run.report.journals_folded, run.report.journals_refused = fold.journals, fold.refused
+        run.report.journals_set_aside = fold.set_aside
         run.report.accesses_folded = fold_accesses(run.store.engine, run.store.namespace)
         limit = effective_limit(run.store, run.policy.max_bytes)
         run.report.limit_bytes = limit
