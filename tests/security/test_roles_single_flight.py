@@ -10,6 +10,7 @@ security, single-flight was silently off (`lease_errors`) and every writer compi
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -147,7 +148,10 @@ def test_a_read_only_reader_waits_for_a_writers_compile(
 
 
 def test_writer_holds_compile_leases_only_in_its_namespaces(
-    roles_db: RolesDb, open_as: Callable[..., Store], superuser: Engine
+    roles_db: RolesDb,
+    open_as: Callable[..., Store],
+    superuser: Engine,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     key = _key(7003)
     theirs = lease_name(roles_db.ns_b, key)
@@ -174,8 +178,12 @@ def test_writer_holds_compile_leases_only_in_its_namespaces(
     assert _lease_row(superuser, theirs).token == held.lease.token
     # A writer opened on a namespace it was not granted degrades to compiling, counted.
     intruder = open_as("writer", roles_db.ns_b)
-    assert _turn(intruder, _key(7005)) == (None, None)
-    assert intruder.counters.snapshot().get("lease_errors") == 1
+    with caplog.at_level(logging.WARNING, logger="artifactstore"):
+        assert _turn(intruder, _key(7005)) == (None, None)
+        assert _turn(intruder, _key(7006)) == (None, None)
+    assert intruder.counters.snapshot().get("lease_errors") == 2
+    said = [r.getMessage() for r in caplog.records if "compile leases refused" in r.getMessage()]
+    assert len(said) == 1 and "grant-namespace.sql" in said[0]  # once, naming the fix
     held.release(stored=False)
     flight.drain(10)
     assert _lease_row(superuser, theirs) is None
