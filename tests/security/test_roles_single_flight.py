@@ -11,7 +11,6 @@ security, single-flight was silently off (`lease_errors`) and every writer compi
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,12 +18,13 @@ from typing import Any
 import pytest
 from conftest import OpenStore
 from sqlalchemy import Engine, create_engine, text
-from test_roles import REFUSED, RolesDb, _fp, _key, roles_db
+from test_roles import REFUSED, RolesDb, roles_db
 
 from artifactstore import gc
 from artifactstore.blobstores.base import LEASES
 from artifactstore.singleflight import lease_name
-from artifactstore.store import Hit, Store
+from artifactstore.store import Store
+from security.flights import key, loaded, publish, turn, waiting
 
 __all__ = ["roles_db"]  # the module's role database (a fixture of tests/test_roles.py)
 
@@ -58,48 +58,15 @@ def _lease_row(engine: Engine, name: str) -> Any:
         ).first()
 
 
-def _load(store: Store, key: str) -> Callable[[], Hit | None]:
-    return lambda: store.get(key, _fp().digest)
-
-
-def _turn(store: Store, key: str) -> tuple[Hit | None, Any]:
-    """As the compile hook: a lookup that misses, then the key's lease or a wait for it."""
-    assert store.get(key, _fp().digest) is None
-    flight = store.flight
-    assert flight is not None
-    return flight.turn(key, _load(store, key))
-
-
-def _waiting(store: Store, key: str) -> tuple[threading.Thread, list[Any]]:
-    """`store` misses `key` in a thread (as a second process would): it should wait."""
-    out: list[Any] = []
-    thread = threading.Thread(target=lambda: out.append(_turn(store, key)))
-    thread.start()
-    deadline = time.monotonic() + 30
-    while store.counters.snapshot().get("lease_waits", 0) < 1 and thread.is_alive():
-        assert time.monotonic() < deadline, "the second process never waited"
-        time.sleep(0.05)
-    return thread, out
-
-
-def _publish(store: Store, key: str, held: Any) -> None:
-    """What the compile hook does once it compiled: store the entry, release the lease."""
-    assert store.put(key, b"x" * 3000, fingerprint=_fp(), module_name="jit_f", compile_secs=2.0)
-    held.release(stored=True)
-    flight = store.flight
-    assert flight is not None
-    flight.drain(10)
-
-
 def test_writer_takes_renews_and_releases_a_compile_lease_and_another_waits(
     roles_db: RolesDb, open_as: Callable[..., Store], superuser: Engine
 ) -> None:
-    ns, key = roles_db.ns_a, _key(7001)
+    ns, k = roles_db.ns_a, key(7001)
     first, second = open_as("writer", ns), open_as("writer", ns)
-    loaded, held = _turn(first, key)
+    got, held = turn(first, k)
     assert first.counters.snapshot().get("lease_errors", 0) == 0  # 1 before the fix
-    assert loaded is None and held is not None  # this writer compiles
-    name = lease_name(ns, key)
+    assert got is None and held is not None  # this writer compiles
+    name = lease_name(ns, k)
     row = _lease_row(superuser, name)
     assert row is not None and row.token == held.lease.token
     time.sleep(0.01)
@@ -107,18 +74,14 @@ def test_writer_takes_renews_and_releases_a_compile_lease_and_another_waits(
     renewed = _lease_row(superuser, name)
     assert renewed.token == row.token and renewed.expires_at > row.expires_at
 
-    thread, out = _waiting(second, key)  # a second writer waits instead of compiling
+    thread, out = waiting(second, k)  # a second writer waits instead of compiling
     assert thread.is_alive()
-    _publish(first, key, held)
-    thread.join(30)
-    assert not thread.is_alive()
-    (result,) = out
-    hit, second_held = result
-    assert second_held is None and isinstance(hit, Hit)  # loaded, not compiled
+    publish(first, k, held)
+    loaded(thread, out)  # not compiled
     counts = second.counters.snapshot()
     assert counts.get("lease_loaded") == 1 and counts.get("lease_errors", 0) == 0
     assert _lease_row(superuser, name) is None  # released through the writer's login
-    assert first.blobs.get_record(LEASES, key) is None
+    assert first.blobs.get_record(LEASES, k) is None
 
     # The gc role still does gc's work beside the writers' compile leases.
     out_gc = gc.collect(open_as("gc", ns), gc.Policy(grace_secs=0))
@@ -128,20 +91,18 @@ def test_writer_takes_renews_and_releases_a_compile_lease_and_another_waits(
 def test_a_read_only_reader_waits_for_a_writers_compile(
     roles_db: RolesDb, open_as: Callable[..., Store]
 ) -> None:
-    ns, key = roles_db.ns_a, _key(7002)
+    ns, k = roles_db.ns_a, key(7002)
     writer = open_as("writer", ns)
     reader = open_as("reader", ns, read_only=True, lazy_index=True)
-    _, held = _turn(writer, key)
+    _, held = turn(writer, k)
     assert held is not None
     flight = writer.flight
     assert flight is not None
     flight.drain(10)  # the lease record is in the bucket
-    assert reader.blobs.get_record(LEASES, key) is not None  # readers read lease records
-    thread, out = _waiting(reader, key)
-    _publish(writer, key, held)
-    thread.join(30)
-    (result,) = out
-    assert isinstance(result[0], Hit) and result[1] is None
+    assert reader.blobs.get_record(LEASES, k) is not None  # readers read lease records
+    thread, out = waiting(reader, k)
+    publish(writer, k, held)
+    loaded(thread, out)
     counts = reader.counters.snapshot()
     assert counts.get("lease_loaded") == 1 and counts.get("lease_errors", 0) == 0
     assert not reader.index_opened  # a reader never connects to the index
@@ -153,10 +114,10 @@ def test_writer_holds_compile_leases_only_in_its_namespaces(
     superuser: Engine,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    key = _key(7003)
-    theirs = lease_name(roles_db.ns_b, key)
+    k = key(7003)
+    theirs = lease_name(roles_db.ns_b, k)
     team_b = open_as("writer_b", roles_db.ns_b)  # team B's own writer takes its lease
-    _, held = _turn(team_b, key)
+    _, held = turn(team_b, k)
     assert held is not None
     flight = team_b.flight
     assert flight is not None
@@ -164,13 +125,13 @@ def test_writer_holds_compile_leases_only_in_its_namespaces(
     try:
         with pytest.raises(REFUSED, match="row-level security"), writer.begin() as conn:
             conn.execute(text("INSERT INTO leases VALUES (:n, 'x', 'x', now())"),
-                         {"n": lease_name(roles_db.ns_b, _key(7004))})  # fmt: skip
+                         {"n": lease_name(roles_db.ns_b, key(7004))})  # fmt: skip
         with writer.begin() as conn:  # team B's lease is invisible: neither stolen nor freed
             steal = "UPDATE leases SET token = 'mine', expires_at = now() - interval '1 day'"
             assert conn.execute(text(steal)).rowcount == 0
             assert conn.execute(text("DELETE FROM leases WHERE name = :n"), {"n": theirs}
                                 ).rowcount == 0  # fmt: skip
-        for bad in ("compile:x", f"compile:{key}:zz", f"other:{key}"):  # not a lease of ours
+        for bad in ("compile:x", f"compile:{k}:zz", f"other:{k}"):  # not a lease of ours
             with pytest.raises(REFUSED, match="row-level security"), writer.begin() as conn:
                 conn.execute(text("INSERT INTO leases VALUES (:n, 'x', 'x', now())"), {"n": bad})
     finally:
@@ -179,8 +140,8 @@ def test_writer_holds_compile_leases_only_in_its_namespaces(
     # A writer opened on a namespace it was not granted degrades to compiling, counted.
     intruder = open_as("writer", roles_db.ns_b)
     with caplog.at_level(logging.WARNING, logger="artifactstore"):
-        assert _turn(intruder, _key(7005)) == (None, None)
-        assert _turn(intruder, _key(7006)) == (None, None)
+        assert turn(intruder, key(7005)) == (None, None)
+        assert turn(intruder, key(7006)) == (None, None)
     assert intruder.counters.snapshot().get("lease_errors") == 2
     said = [r.getMessage() for r in caplog.records if "compile leases refused" in r.getMessage()]
     assert len(said) == 1 and "grant-namespace.sql" in said[0]  # once, naming the fix

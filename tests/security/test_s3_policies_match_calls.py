@@ -17,10 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
-import time
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from conftest import OpenStore
 
-from artifactstore import codec, config, fingerprint, gc
+from artifactstore import codec, config, gc
 from artifactstore.blobstores.base import JOURNALS, LEASES, MANIFESTS
 from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.gc.rebuild import rebuild
@@ -39,7 +36,8 @@ from artifactstore.gc.sign import sign_entries
 from artifactstore.gc.verify import verify
 from artifactstore.pull import open_puller, pull
 from artifactstore.signing import generate, load_signing_key
-from artifactstore.store import Hit, Store
+from artifactstore.store import Store
+from security.flights import fp, key, loaded, publish, put, turn, waiting
 
 POLICIES = Path(__file__).resolve().parents[2] / "infra" / "policies"
 NS = "team-a"
@@ -86,8 +84,8 @@ class Recorder:
         need.update((ACTIONS[op], key) for key in keys)
         if op in ("CopyObject", "UploadPartCopy"):
             source = params["CopySource"]  # {"Bucket", "Key"}, or "bucket/key"
-            key = source["Key"] if isinstance(source, dict) else source.split("/", 1)[1]
-            need.add(("s3:GetObject", key))
+            src = source["Key"] if isinstance(source, dict) else source.split("/", 1)[1]
+            need.add(("s3:GetObject", src))
         if op in ("GetObject", "HeadObject"):
             # A missing key may answer 403 under these policies: one listing of exactly
             # that key tells a miss from a denial (S3BlobStore._denied_but_absent).
@@ -175,49 +173,6 @@ def _mismatches(kind: str, needs: set[Need], bucket: str, prefix: str) -> list[s
 
 
 # -- the roles' code paths -----------------------------------------------------------
-def _fp() -> fingerprint.Fingerprint:
-    return fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                               device_count=1, jax_version="1", jaxlib_version="0.4")  # fmt: skip
-
-
-def _key(i: int) -> str:
-    return f"{i:064x}"
-
-
-def _turn(store: Store, key: str) -> tuple[Hit | None, Any]:
-    """As the compile hook: a lookup that misses, then the lease or a wait for it."""
-    assert store.get(key, _fp().digest) is None
-    flight = store.flight
-    assert flight is not None
-    return flight.turn(key, lambda: store.get(key, _fp().digest))
-
-
-def _in_thread(store: Store, key: str) -> Iterator[list[Any]]:
-    out: list[Any] = []
-    thread = threading.Thread(target=lambda: out.append(_turn(store, key)))
-    thread.start()
-    deadline = time.monotonic() + 30
-    while store.counters.snapshot().get("lease_waits", 0) < 1:
-        assert time.monotonic() < deadline and thread.is_alive(), "it never waited"
-        time.sleep(0.05)
-    yield out  # now the holder publishes
-    thread.join(30)
-    assert len(out) == 1 and isinstance(out[0][0], Hit), out
-
-
-def _put(store: Store, key: str, size: int = 3000) -> None:
-    assert store.put(key, os.urandom(size), fingerprint=_fp(), module_name="jit_f",
-                     compile_secs=2.0)  # fmt: skip
-
-
-def _publish(store: Store, key: str, held: Any) -> None:
-    _put(store, key)
-    held.release(stored=True)
-    flight = store.flight
-    assert flight is not None
-    flight.drain(10)
-
-
 def _s3(store: Store) -> S3BlobStore:
     blobs: Any = store.blobs
     while not isinstance(blobs, S3BlobStore):
@@ -227,33 +182,32 @@ def _s3(store: Store) -> S3BlobStore:
 
 def _writer_path(writer: Store, second: Store, reader: Store, raw: Any, bucket: str) -> None:
     # Single-flight: take a lease, publish; a second writer and a reader wait on leases.
-    _, held = _turn(writer, _key(1))
+    _, held = turn(writer, key(1))
     assert held is not None
-    _publish(writer, _key(1), held)
-    _, held = _turn(writer, _key(2))
+    publish(writer, key(1), held)
+    _, held = turn(writer, key(2))
     assert held is not None
     writer_flight = writer.flight
     assert writer_flight is not None
     writer_flight.drain(10)  # its lease record is in the bucket
-    waiting_writer, waiting_reader = _in_thread(second, _key(2)), _in_thread(reader, _key(2))
-    next(waiting_writer), next(waiting_reader)
-    _publish(writer, _key(2), held)
-    for done in (waiting_writer, waiting_reader):
-        next(done, None)
-    _, held = _turn(writer, _key(3))  # a compile it will not store: abandoned
+    waiters = [waiting(second, key(2)), waiting(reader, key(2))]
+    publish(writer, key(2), held)
+    for thread, out in waiters:
+        loaded(thread, out)
+    _, held = turn(writer, key(3))  # a compile it will not store: abandoned
     assert held is not None
     held.release(stored=False)
     writer_flight.drain(10)
     for store in (writer, second, reader):
         assert store.counters.snapshot().get("lease_errors", 0) == 0
     # A hit; a corrupt object quarantined on read; `artstore rm`.
-    _put(writer, _key(4))
-    assert writer.get(_key(4), _fp().digest) is not None
-    entry = writer.index.lookup(_key(4))
+    put(writer, key(4))
+    assert writer.get(key(4), fp().digest) is not None
+    entry = writer.index.lookup(key(4))
     assert entry is not None
     raw.put_object(Bucket=bucket, Key=_s3(writer).key(entry.digest), Body=b"not an executable")
-    assert writer.get(_key(4), _fp().digest) is None
-    assert remove(writer, [_key(1)]).objects == 1
+    assert writer.get(key(4), fp().digest) is None
+    assert remove(writer, [key(1)]).objects == 1
     _failed_multipart(writer)
 
 
@@ -290,28 +244,28 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     _writer_path(writer, second, reader, raw, bucket)
 
     # The reader: a hit, its hit journal, `artstore pull` into its tier.
-    assert reader.get(_key(2), _fp().digest) is not None
+    assert reader.get(key(2), fp().digest) is not None
     reader.flush_access()
     settings = config.resolve(
         {"read_only": True}, environ={**env, "ARTSTORE_LOCAL_TIER": str(tmp_path / "tier")}
     )
-    assert pull(open_puller(settings), _fp().digest).fetched >= 1
+    assert pull(open_puller(settings), fp().digest).fetched >= 1
 
     # The operator: gc (folds the journal, evicts), verify --repair, db rebuild, sign.
     recorder.current = "gc"
     operator = open_store(env)
-    _put(writer, _key(5))
+    put(writer, key(5))
     out = gc.collect(operator, gc.Policy(max_bytes=1, grace_secs=0))
     assert out.journals_folded == 1 and out.entries_removed >= 1
-    _put(writer, _key(6))
-    _put(writer, _key(7))
-    entry = writer.index.lookup(_key(6))
+    put(writer, key(6))
+    put(writer, key(7))
+    entry = writer.index.lookup(key(6))
     assert entry is not None
     raw.put_object(Bucket=bucket, Key=_s3(writer).key(entry.digest), Body=b"corrupt")
     assert verify(operator, repair=True, grace_secs=0).corrupt
     with writer.engine.begin() as conn:  # a lost index row, recovered from its manifest
-        conn.exec_driver_sql("DELETE FROM entries WHERE key = %s", (_key(7),))
-    assert rebuild(operator).restored == [_key(7)]
+        conn.exec_driver_sql("DELETE FROM entries WHERE key = %s", (key(7),))
+    assert rebuild(operator).restored == [key(7)]
     secret, _ = generate("operator", tmp_path)
     assert sign_entries(operator, load_signing_key(secret)).signed >= 1
     _failed_multipart(operator)  # `sign` re-uploads objects through the same put
