@@ -208,6 +208,8 @@ def _writer_path(writer: Store, second: Store, reader: Store, raw: Any, bucket: 
     raw.put_object(Bucket=bucket, Key=_s3(writer).key(entry.digest), Body=b"not an executable")
     assert writer.get(key(4), fp().digest) is None
     assert remove(writer, [key(1)]).objects == 1
+    # `artstore verify --repair`, which writers run once after an upgrade (README).
+    verify(writer, repair=True)
     _failed_multipart(writer)
 
 
