@@ -45,7 +45,13 @@ from sqlalchemy import func, select
 
 from artifactstore.background import call_with_timeout
 from artifactstore.blobstores.base import LEASES, MANIFESTS
-from artifactstore.errors import CorruptObject, LeaseHeld, StoreUnavailable, one_line
+from artifactstore.errors import (
+    CorruptObject,
+    LeaseHeld,
+    PrivilegeRefused,
+    StoreUnavailable,
+    one_line,
+)
 from artifactstore.index.leases import Lease, dead_here
 from artifactstore.index.models import Entry
 from artifactstore.manifest import load_record
@@ -211,6 +217,7 @@ class SingleFlight:
         self._thread: threading.Thread | None = None
         self._down_until = 0.0  # monotonic: the index failed a lease, see try_hold
         self._abandoned: list[str] = []  # records marked abandoned: deleted at exit
+        self._refusal_said = False  # the index refused this login's compile leases
 
     # -- holding --------------------------------------------------------------
     def try_hold(self, key: str) -> Held | None:
@@ -383,7 +390,12 @@ class SingleFlight:
                     return None, None  # no writer compiles it: a reader compiles itself
             return self._wait(key, load, writer)
         except Exception as exc:
-            # Said once by the upload that follows (the index is the writer's to report).
+            if isinstance(exc, PrivilegeRefused) and not self._refusal_said:
+                # The login's grants: single-flight must not be off unnoticed (said once).
+                self._refusal_said = True
+                fix = "(or re-run infra/policies/postgres-roles.sql)"
+                log.warning("artifactstore: compile leases refused, all compile: %s %s", exc, fix)
+            # Else said once by the upload that follows (the index is the writer's to report).
             log.debug("artifactstore: compile leases unavailable (%s); compiling", one_line(exc))
             counters.add("lease_errors")
             return None, None
