@@ -129,6 +129,9 @@ class Settings:
     # port (None: not served), bound to `metrics_addr`.
     metrics_port: int | None = None
     metrics_addr: str = DEFAULT_METRICS_ADDR
+    # Why the metrics settings were refused: metrics are optional, so a typo there turns
+    # off metrics alone (one log line), never the store.
+    metrics_error: str | None = None
 
     @property
     def index_is_server(self) -> bool:
@@ -438,9 +441,19 @@ def resolve(
             values.get("lease_max_hold_secs", DEFAULT_LEASE_MAX_HOLD_SECS),
             minimum=1,
         ),
-        metrics_port=_parse_port(values.get("metrics_port")),
-        metrics_addr=_parse_addr(values.get("metrics_addr")),
+        **_parse_metrics(values),
     )
+
+
+def _parse_metrics(values: dict[str, Any]) -> dict[str, Any]:
+    """metrics_port and metrics_addr, or none of them and why (`metrics_error`)."""
+    try:
+        return {
+            "metrics_port": _parse_port(values.get("metrics_port")),
+            "metrics_addr": _parse_addr(values.get("metrics_addr")),
+        }
+    except ConfigError as exc:
+        return {"metrics_port": None, "metrics_error": f"{exc}; the store works without them"}
 
 
 def _parse_single_flight(value: Any) -> str:
