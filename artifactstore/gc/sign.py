@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from artifactstore import codec
+from artifactstore import codec, interrupts
 from artifactstore.errors import ConfigError, CorruptObject, ReadOnlyError
 from artifactstore.signing import SigningKey
 from artifactstore.store import Store
@@ -100,26 +100,27 @@ def sign_entries(
         if encoded.digest == entry.digest:  # Ed25519 is deterministic: signed by this key
             report.already_signed += 1
             continue
-        store.blobs.put(encoded.digest, encoded.data)
-        moved = store.index.repoint(
-            entry.key,
-            old_digest=entry.digest,
-            new_digest=encoded.digest,
-            size=len(encoded.data),
-            signer=encoded.signer,
-            signature=encoded.signature,
-        )
-        if not moved:  # replaced or removed meanwhile: leave both to their owners and gc
-            report.refuse("changed_meanwhile", entry.key)
-            continue
-        report.signed += 1
-        moved_entry = store.index.lookup(entry.key)
-        if moved_entry is not None:
-            store.publish(moved_entry)  # readers follow the manifest to the signed object
-        if not store.index.keys_for_digest(entry.digest):
-            store.blobs.delete(entry.digest)
-            store.index.forget_objects([entry.digest])
-            report.objects_removed += 1
+        with interrupts.held():  # object, row and manifest move together
+            store.blobs.put(encoded.digest, encoded.data)
+            moved = store.index.repoint(
+                entry.key,
+                old_digest=entry.digest,
+                new_digest=encoded.digest,
+                size=len(encoded.data),
+                signer=encoded.signer,
+                signature=encoded.signature,
+            )
+            if not moved:  # replaced or removed meanwhile: leave both to their owners and gc
+                report.refuse("changed_meanwhile", entry.key)
+                continue
+            report.signed += 1
+            moved_entry = store.index.lookup(entry.key)
+            if moved_entry is not None:
+                store.publish(moved_entry)  # readers follow the manifest to the signed object
+            if not store.index.keys_for_digest(entry.digest):
+                store.blobs.delete(entry.digest)
+                store.index.forget_objects([entry.digest])
+                report.objects_removed += 1
     if report.signed:
         store.entries_removed()  # this host's tier maps keys to the old objects
     return report
