@@ -30,6 +30,7 @@ from conftest import PROGRAMS, OpenStore, _team, artstore, clean_env, devstack
 from faultproxy import FaultProxy
 from sqlalchemy import text
 
+from artifactstore import codec
 from artifactstore.fingerprint import compute
 from artifactstore.signing import generate
 from artifactstore.store import Store
@@ -42,7 +43,8 @@ ENTRIES = 30
 PAYLOAD = 20_000
 FP = compute(platform_name="cpu", platform_version="v", device_kind="cpu-int",
              device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
-OBJECT_GET = re.compile(r"GET /[^ ]*/objects/")
+OBJECT_GET = re.compile(r"^GET /[^ ]*/objects/")
+MANIFEST_PUT = re.compile(r"^PUT /[^ ]*/keys/")
 
 
 class Running:
@@ -124,7 +126,7 @@ def lease_rows(store: Store) -> list[tuple[str, str]]:
 def fill(store: Store, n: int = ENTRIES, tag: str = "a") -> list[str]:
     keys = []
     for i in range(n):
-        key = f"{tag}{i:063x}"
+        key = f"{i:04x}{tag}".ljust(64, "0")
         assert store.put(key, os.urandom(PAYLOAD), fingerprint=FP, module_name=f"jit_{tag}{i}",
                          compile_secs=1.0)  # fmt: skip
         keys.append(key)
@@ -166,13 +168,15 @@ def team(team_env: dict[str, str], tmp_path: Path, open_store: OpenStore) -> Ite
 
 
 def signal_when(team: Team, running: Running, pattern: re.Pattern[str], which: str) -> None:
-    """Once the command sends a request matching `pattern`: freeze S3, signal, thaw."""
+    """Once the command sends a request matching `pattern`, freeze S3 (unless its uploads
+    are held already: `freeze-writes`, set before it started), signal, then thaw."""
     running.wait_for(
         lambda: any(pattern.search(line) for line in list(team.proxy.requests)),
         f"a request matching {pattern.pattern!r}",
     )
-    team.proxy.set_mode("freeze")
-    time.sleep(0.2)  # its next request waits on the frozen store
+    if team.proxy.mode != "freeze-writes":
+        team.proxy.set_mode("freeze")
+        time.sleep(0.2)  # its next request waits on the frozen store
     running.proc.send_signal(SIGNALS[which][0])
     time.sleep(0.3)
     team.proxy.set_mode("pass")
@@ -211,12 +215,19 @@ def test_import_leaves_whole_entries_and_no_spool(
     url = devstack.create_database(name, template=migrated_template)
     try:
         other = _team(team_env["AWS_ENDPOINT_URL_S3"], url)
-        target = {**team.env, "ARTSTORE_URL": other["ARTSTORE_URL"], "ARTSTORE_INDEX": url}
-        running = Running(command("import", str(bundle)), target)
-        signal_when(team, running, re.compile(r"^PUT "), which)
+        where = {"ARTSTORE_URL": other["ARTSTORE_URL"], "ARTSTORE_INDEX": url}
+        # Its objects are there already (uploaded before, say), so an entry's first
+        # upload is its manifest, after its row: held there, an interrupt that landed
+        # at once would leave a row without its manifest.
+        source, store = open_store(team.direct), open_store({**team.direct, **where})
+        for entry in source.index.iter_entries():
+            data = source.blobs.get(entry.digest)
+            assert data is not None
+            store.blobs.put(entry.digest, data)
+        team.proxy.set_mode("freeze-writes")
+        running = Running(command("import", str(bundle)), {**team.env, **where})
+        signal_when(team, running, MANIFEST_PUT, which)
         assert_stopped(*running.finish(), which, team.tmpdir)
-        store = open_store({**team.direct, "ARTSTORE_URL": other["ARTSTORE_URL"],
-                            "ARTSTORE_INDEX": url})  # fmt: skip
         assert_whole(store)
         assert store.index.stats().entries < ENTRIES, "the import was not interrupted"
         store.close()
@@ -241,8 +252,20 @@ def test_sign_moves_whole_entries(
     secret, public = generate("int-b", tmp_path)
     env = {**team.env, "ARTSTORE_SIGNING_KEY": str(secret),
            "ARTSTORE_TRUSTED_KEYS": f"{team.env['ARTSTORE_TRUSTED_KEYS']},{public}"}  # fmt: skip
+    # The signed copies are there already (a sign that stopped before, say), so an
+    # entry's first upload is its manifest, after its row was repointed: held there, an
+    # interrupt that landed at once would leave the manifest naming the old object.
+    store = open_store({**team.direct, "ARTSTORE_SIGNING_KEY": str(secret)})
+    signing_key = store.settings.signing_key
+    assert signing_key is not None
+    for entry in store.index.iter_entries():
+        data = store.blobs.get(entry.digest)
+        assert data is not None
+        signed = codec.sign(data, signing_key, store.namespace)
+        store.blobs.put(signed.digest, signed.data)
+    team.proxy.set_mode("freeze-writes")
     running = Running(command("sign"), env)
-    signal_when(team, running, re.compile(r"^PUT [^ ]*/objects/"), which)
+    signal_when(team, running, MANIFEST_PUT, which)
     assert_stopped(*running.finish(), which, team.tmpdir)
     store = open_store(team.direct)
     assert_whole(store)
@@ -253,8 +276,10 @@ def test_sign_moves_whole_entries(
 def test_gc_releases_its_lease_and_withdraws_what_it_removed(
     team: Team, which: str, open_store: OpenStore
 ) -> None:
+    # Its first upload is the withdrawal of the manifests of the rows it deleted: held.
+    team.proxy.set_mode("freeze-writes")
     running = Running(command("gc", "--max-size", "0", "--grace", "0s"), team.env)
-    signal_when(team, running, re.compile(r"^(DELETE |POST [^ ]*\?delete)"), which)
+    signal_when(team, running, re.compile(r"^(DELETE [^ ]*/keys/|POST [^ ]*\?delete)"), which)
     assert_stopped(*running.finish(), which, team.tmpdir)
     store = open_store(team.direct)
     assert lease_rows(store) == []
