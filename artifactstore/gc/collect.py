@@ -54,7 +54,11 @@ def collect(
 
 def _run(run: GcRun, *, wait: bool) -> GcReport:
     run.lease = Lease(run.store.engine, f"gc:{run.store.namespace}")
-    run.lease.acquire(wait=wait)
+    try:
+        run.lease.acquire(wait=wait)
+    except (KeyboardInterrupt, interrupts.Terminated):
+        run.lease.release()  # the signal may have landed just after the row was taken
+        raise
     try:
         # Also in dry runs: folding loses nothing, and without it the dry
         # run would choose by other access times than the real run.

@@ -31,7 +31,7 @@ from artifactstore.warm.report import Report, check_warmed_target
 # Called with each result, how many are done and how many there are.
 SpecProgress = Callable[[dict[str, Any], int, int], None]
 # How long stopped workers have to end their compile and let go of their leases.
-STOP_SECS = 5.0
+STOP_SECS = 10.0
 
 
 class _Stopped(Exception):

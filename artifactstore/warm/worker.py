@@ -359,12 +359,18 @@ def main(argv: list[str]) -> int:
             "fingerprint": {**fingerprint.to_dict(), "digest": fingerprint.digest},
         },
     )
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        index = int(line)
-        out = warm_one(items[index], recorder, warnings)
-        _send(proto, {"index": index, **out})
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            index = int(line)
+            out = warm_one(items[index], recorder, warnings)
+            _send(proto, {"index": index, **out})
+    except BaseException:  # stopped (SIGTERM, Ctrl-C) mid-compile: leases go at exit
+        store = _ji.active_store()
+        if store is not None and store.flight is not None:
+            store.flight.release_all()
+        raise
     return 0
 
 

@@ -39,7 +39,7 @@ SIGNALS = {
     "SIGINT": (signal.SIGINT, 130, "artstore: interrupted"),
     "SIGTERM": (signal.SIGTERM, 143, "artstore: terminated"),
 }
-ENTRIES = 30
+ENTRIES = 12
 PAYLOAD = 20_000
 FP = compute(platform_name="cpu", platform_version="v", device_kind="cpu-int",
              device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
