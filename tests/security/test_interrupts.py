@@ -31,6 +31,7 @@ from faultproxy import FaultProxy
 from sqlalchemy import text
 
 from artifactstore import codec
+from artifactstore.blobstores.base import LEASES
 from artifactstore.fingerprint import compute
 from artifactstore.signing import generate
 from artifactstore.store import Store
@@ -323,6 +324,7 @@ def test_warm_specs_stops_its_workers_and_their_leases(
     assert_stopped(code, stderr, which, tmpdir)
     store = open_store(env)
     assert lease_rows(store) == []
+    assert list(store.blobs.iter_records(LEASES)) == [], "compile lease records left"
     assert_whole(store)
 
 
