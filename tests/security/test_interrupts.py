@@ -2,10 +2,12 @@
 
 Each command runs as a user runs it (`python -m artifactstore ...`, TMPDIR a fresh
 empty directory) and is signalled mid-work. Team-store commands go through a proxy in
-front of moto that logs each request: when the command's first request of the kind
-that shows it is at work arrives (an object read, an upload, a deletion), the proxy
-freezes, so the signal finds the command waiting on S3; the proxy then lets traffic
-through again for the cleanup. `warm MODULE:FUNCTION` is signalled once its first
+front of moto that logs each request: readers (verify, export, pull, db rebuild) are
+signalled once their first object read arrives, with the proxy frozen so the signal
+finds them waiting on S3; writers (import, sign, gc) have their uploads held from the
+start, and are signalled while the first one, an entry's manifest (its row already
+written or deleted), waits: cut there, the entry would be half-written. The proxy then
+lets traffic through again for the cleanup. `warm MODULE:FUNCTION` is signalled once its first
 compile is reported, `run`/`warm -- CMD` once CMD says it runs. Then: exit 130 / 143,
 stderr exactly one line and no traceback, TMPDIR empty, no partial file, no lease row,
 and every entry whole (its row, object and manifest agree; no manifest without a row).
