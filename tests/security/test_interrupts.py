@@ -223,6 +223,7 @@ def test_import_leaves_whole_entries_and_no_spool(
         # upload is its manifest, after its row: held there, an interrupt that landed
         # at once would leave a row without its manifest.
         source, store = open_store(team.direct), open_store({**team.direct, **where})
+        fill(store, 1, tag="b")  # a writer used it before: whatever a first writer sets up
         for entry in source.index.iter_entries():
             data = source.blobs.get(entry.digest)
             assert data is not None
@@ -232,7 +233,7 @@ def test_import_leaves_whole_entries_and_no_spool(
         signal_when(team, running, MANIFEST_PUT, which)
         assert_stopped(*running.finish(), which, team.tmpdir)
         assert_whole(store)
-        assert store.index.stats().entries < ENTRIES, "the import was not interrupted"
+        assert store.index.stats().entries < ENTRIES + 1, "the import was not interrupted"
         store.close()
     finally:
         devstack.drop_database(name)
