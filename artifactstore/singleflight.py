@@ -226,16 +226,24 @@ class SingleFlight:
             raise StoreUnavailable("compile leases unavailable (cooling down)")
         name = lease_name(self.store.namespace, key)
 
+        left = threading.Event()  # the caller timed out or was interrupted meanwhile
+
         def acquire() -> Lease | None:  # opening the index, if not yet open, is bounded too
             lease = Lease(self.store.engine, name, self.ttl,
                           max_hold_secs=self.settings.lease_max_hold_secs)  # fmt: skip
-            return lease if lease.try_acquire() is None else None
+            if lease.try_acquire() is not None:
+                return None
+            if left.is_set():  # nobody will compile under it: let it go at once
+                lease.release()
+                return None
+            return lease
 
         try:
             lease = call_with_timeout(acquire, self.settings.timeout_secs)
-        except Exception:
-            # Like the breakers: do not pay the timeout again on every miss for a while.
-            self._down_until = time.monotonic() + self.settings.breaker_cooldown_secs
+        except BaseException as exc:
+            left.set()
+            if isinstance(exc, Exception):  # like the breakers: not paid again for a while
+                self._down_until = time.monotonic() + self.settings.breaker_cooldown_secs
             raise
         if lease is None:
             return None
@@ -244,6 +252,13 @@ class SingleFlight:
             self._held[key] = held
         self._submit(lambda: self._announce(held))
         return held
+
+    def release_all(self) -> None:
+        """Let go of every lease held (a process stopped mid-compile): waiters go on now."""
+        with self._lock:
+            held = list(self._held.values())
+        for one in held:
+            one.release(stored=False)
 
     def _announce(self, held: Held) -> None:
         """Publish the lease record, with the key's last known compile time (for older

@@ -30,7 +30,7 @@ from typing import IO, Any, cast
 
 import zstandard
 
-from artifactstore import codec
+from artifactstore import codec, interrupts
 from artifactstore.bundles.layout import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
@@ -90,7 +90,8 @@ def import_bundle(store: Store, path: Path, *, progress: Progress | None = None)
             if progress is not None:
                 progress("verifying", 1, len(manifest.records))
         for record in manifest.records:
-            _store(store, record, spool, report)
+            with interrupts.held():  # an interrupt lands between entries, never inside one
+                _store(store, record, spool, report)
             if progress is not None:
                 progress("importing", 1, len(manifest.records))
     finally:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from artifactstore import codec
+from artifactstore import codec, interrupts
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit, ReadOnlyError
 from artifactstore.index.repo import EntryInfo
 from artifactstore.signing import SigningKey, TrustedKeys
@@ -271,26 +271,27 @@ def _resign(store: Store, key: SigningKey, entry: EntryInfo, data: bytes, rep: S
     if encoded.digest == entry.digest:  # Ed25519 is deterministic: signed by this key
         rep.already_signed += 1
         return False
-    store.blobs.put(encoded.digest, encoded.data)
-    moved = store.index.repoint(
-        entry.key,
-        old_digest=entry.digest,
-        new_digest=encoded.digest,
-        size=len(encoded.data),
-        signer=encoded.signer,
-        signature=encoded.signature,
-    )
-    if not moved:  # replaced or removed meanwhile: leave both to their owners and gc
-        rep.refuse("changed_meanwhile", entry.key)
-        return False
-    rep.signed += 1
-    moved_entry = store.index.lookup(entry.key)
-    if moved_entry is not None:
-        store.publish(moved_entry)  # readers follow the manifest to the signed object
-    if not store.index.keys_for_digest(entry.digest):
-        store.blobs.delete(entry.digest)
-        store.index.forget_objects([entry.digest])
-        rep.objects_removed += 1
+    with interrupts.held():  # object, row and manifest move together
+        store.blobs.put(encoded.digest, encoded.data)
+        moved = store.index.repoint(
+            entry.key,
+            old_digest=entry.digest,
+            new_digest=encoded.digest,
+            size=len(encoded.data),
+            signer=encoded.signer,
+            signature=encoded.signature,
+        )
+        if not moved:  # replaced or removed meanwhile: leave both to their owners and gc
+            rep.refuse("changed_meanwhile", entry.key)
+            return False
+        rep.signed += 1
+        moved_entry = store.index.lookup(entry.key)
+        if moved_entry is not None:
+            store.publish(moved_entry)  # readers follow the manifest to the signed object
+        if not store.index.keys_for_digest(entry.digest):
+            store.blobs.delete(entry.digest)
+            store.index.forget_objects([entry.digest])
+            rep.objects_removed += 1
     return True
 
 
