@@ -149,11 +149,15 @@ def import_cmd(
     """
     from artifactstore.bundles.importer import import_bundle
     from artifactstore.bundles.layout import BundleError
+    from artifactstore.errors import ConfigError
     from artifactstore.sizes import parse_size
 
     max_bytes = None
     if max_size is not None:
-        max_bytes = parse_size(max_size)
+        try:
+            max_bytes = parse_size(max_size)
+        except ConfigError as exc:
+            raise click.UsageError(f"--max-size: {exc}") from None
         if max_bytes < 1:
             raise click.UsageError("--max-size must be at least 1 byte, e.g. 500G")
     if not file.is_file():
