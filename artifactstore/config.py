@@ -52,6 +52,9 @@ DEFAULT_LOCAL_TIER_BYTES = 10 * 1000**3
 # decompression bomb (a 64 KiB object declaring 1 TB) is refused before any allocation.
 DEFAULT_MAX_OBJECT_BYTES = 4 * 1024**3
 DEFAULT_MAX_EXECUTABLE_BYTES = 8 * 1024**3
+# `artstore import` (artifactstore.bundles.bounds): at most this many entries a bundle;
+# what it may unpack to in all is ARTSTORE_BUNDLE_MAX_SIZE, by default a multiple of its size.
+DEFAULT_BUNDLE_MAX_ENTRIES = 10_000
 # Compile leases (artifactstore.singleflight): a holder renews its lease every TTL/3, so a
 # holder that died is taken over after one TTL (at once when it ran on the same host).
 DEFAULT_LEASE_TTL_SECS = 30.0
@@ -107,6 +110,8 @@ class Settings:
     breaker_cooldown_secs: float = DEFAULT_BREAKER_COOLDOWN_SECS
     max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES  # a stored object, compressed
     max_executable_bytes: int = DEFAULT_MAX_EXECUTABLE_BYTES  # the executable it inflates to
+    bundle_max_entries: int = DEFAULT_BUNDLE_MAX_ENTRIES  # entries of one imported bundle
+    bundle_max_bytes: int | None = None  # what a bundle unpacks to; None: from its size
     # Signed entries (artifactstore.signing): the key this writer signs with (read from
     # the .key file ARTSTORE_SIGNING_KEY names), and the keys this reader accepts: those
     # listed plus its own (see `_trust`); None only where signatures are not required and
@@ -306,6 +311,8 @@ _OPTIONS: dict[str, str] = {
     "breaker_cooldown_secs": "BREAKER_COOLDOWN",
     "max_object_size": "MAX_OBJECT_SIZE",
     "max_executable_size": "MAX_EXECUTABLE_SIZE",
+    "bundle_max_entries": "BUNDLE_MAX_ENTRIES",
+    "bundle_max_size": "BUNDLE_MAX_SIZE",
     "signing_key": "SIGNING_KEY",
     "trusted_keys": "TRUSTED_KEYS",
     "require_signatures": "REQUIRE_SIGNATURES",
@@ -416,6 +423,16 @@ def resolve(
         ),
         max_executable_bytes=_parse_limit(
             "MAX_EXECUTABLE_SIZE", values.get("max_executable_size"), DEFAULT_MAX_EXECUTABLE_BYTES
+        ),
+        bundle_max_entries=_parse_count(
+            "BUNDLE_MAX_ENTRIES",
+            values.get("bundle_max_entries", DEFAULT_BUNDLE_MAX_ENTRIES),
+            maximum=10**9,
+        ),
+        bundle_max_bytes=(
+            None
+            if values.get("bundle_max_size") in (None, "")
+            else _parse_limit("BUNDLE_MAX_SIZE", values["bundle_max_size"], 1)
         ),
         signing_key=signing_key,
         trusted_keys=_trust(_parse_trusted_keys(values.get("trusted_keys")), signing_key, required),
