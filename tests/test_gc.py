@@ -328,7 +328,8 @@ def test_writer_restores_an_object_gc_deleted_under_it(
     # The same bytes the writer below produces: an orphan from a crashed writer of this key.
     meta = codec.ObjectMeta(_key(1), "m", 1.0, len(payload), socket.gethostname(),
                             _fp().to_dict())  # fmt: skip
-    encoded = codec.encode(payload, _fp().digest, meta)
+    encoded = codec.encode(payload, _fp().digest, meta, signer=store.settings.signing_key,
+                           namespace=store.namespace)  # fmt: skip
     store.blobs.put(encoded.digest, encoded.data)
     ix = EvictionIndex(store.engine, store.namespace)
     ix.adopt_objects([(encoded.digest, len(encoded.data), T0)])

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import zstandard
-from conftest import OpenStore, clean_env
+from conftest import TEAM_SIGNING, OpenStore, clean_env
 from test_bundles import FP, _empty, _refused
 
 from artifactstore.named import keys as named_keys
@@ -285,7 +285,8 @@ def test_a_bomb_into_a_team_store(
 # -- genuine bundles: imported, and the limits are settings ------------------------------
 def _genuine(tmp_path: Path, open_store: OpenStore, entries: int = 3) -> Path:
     """A bundle of `entries` entries (fake payloads of 300 KiB: no JAX compile)."""
-    env = clean_env(ARTSTORE_URL=str(tmp_path / "source"))
+    # Signed by the team tests' key: a team store loads (and imports) only signed entries.
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "source"), **TEAM_SIGNING)
     store = open_store(env)
     for i in range(entries):
         key = named_keys.key(f"foo{i}", "1", FP.digest)
