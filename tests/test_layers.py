@@ -32,7 +32,7 @@ LAYERS: list[set[str]] = [
         "usage",
     },
     {"blobstores", "index"},
-    {"tier", "store", "singleflight"},
+    {"tier", "store", "singleflight", "identity"},
     {"gc", "pull", "named", "bundles"},
     {"session", "summary"},
     {"jaxhook"},

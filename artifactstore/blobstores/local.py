@@ -14,7 +14,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from artifactstore import safedir
-from artifactstore.blobstores.base import BlobInfo, BlobStore, RecordKind, check_digest
+from artifactstore.blobstores.base import (
+    IDENTITY,
+    MAX_IDENTITY_BYTES,
+    BlobInfo,
+    BlobStore,
+    RecordKind,
+    check_digest,
+)
 from artifactstore.config import check_namespace
 from artifactstore.errors import CorruptObject, OverLimit
 
@@ -134,6 +141,34 @@ class LocalBlobStore(BlobStore):
     def iter_records(self, kind: RecordKind) -> Iterator[str]:
         found = _scan(self._records_dir(kind), nested=kind.sharded, length=0)
         return (info.digest for info in found)
+
+    def get_identity(self) -> bytes | None:
+        try:
+            with safedir.open_regular(self.base / IDENTITY) as handle:
+                return handle.read(MAX_IDENTITY_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except safedir.NotRegularFile:
+            return b""  # not an identity: its decode refuses it
+
+    def put_identity(self, data: bytes) -> bool:
+        self.make_dir(self.base)
+        path = self.base / IDENTITY
+        fd, tmp = tempfile.mkstemp(dir=self.base, prefix=".tmp-", suffix=".part")
+        try:
+            os.fchmod(fd, self.modes.file)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(tmp, path)  # fails where one exists: never replaced
+        except FileExistsError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        _fsync_dir(self.base)
+        return True
 
     def describe(self) -> str:
         return str(self.base)

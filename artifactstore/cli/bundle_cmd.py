@@ -131,7 +131,7 @@ def import_cmd(obj: Ctx, file: Path, as_json: bool, progress: bool | None) -> No
 
     if not file.is_file():
         raise BundleError(f"no bundle at {file}: not a file")
-    with obj.store() as store:
+    with obj.store(changes=True) as store:
         bar = _Bar(progress, as_json, "importing", size=file.stat().st_size)
         try:
             report = import_bundle(store, file, progress=bar.phase)

@@ -143,7 +143,7 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
     from artifactstore.cli.gc_output import Bars
 
     bars = Bars(sys.stderr.isatty() if progress is None and not as_json else bool(progress))
-    with obj.store() as store:
+    with obj.store(changes=True) as store:
         try:
             report = rebuild.rebuild(store, progress=lambda n: bars.update("rebuild", n, None))
         finally:

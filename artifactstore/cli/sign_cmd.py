@@ -58,7 +58,7 @@ def sign_cmd(obj: Ctx, as_json: bool, signed_by: tuple[str, ...]) -> None:
     settings = obj.settings()
     if settings.signing_key is None:
         fail("set ARTSTORE_SIGNING_KEY to the .key file to sign with (`artstore keygen NAME`)")
-    with obj.store() as store:
+    with obj.store(changes=True) as store:
         show = sys.stderr.isatty() and not as_json
         with click.progressbar(
             length=store.index.stats().entries or 1,

@@ -52,6 +52,11 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
     run.lease = Lease(run.store.engine, f"gc:{run.store.namespace}")
     run.lease.acquire(wait=wait)
     try:
+        try:
+            reconcile.check_missing(run)
+        except StoreUnavailable:
+            if not run.policy.dry_run:
+                raise
         # Also in dry runs: folding loses nothing, and without it the dry
         # run would choose by other access times than the real run.
         fold, why = fold_or_say_why(run.store)
