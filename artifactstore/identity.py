@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 
 from artifactstore.blobstores.base import MAX_IDENTITY_BYTES, BlobStore
+from artifactstore.config import Settings
 from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.index import identity as ix
 from artifactstore.redact import redact
@@ -184,3 +185,20 @@ def bind_after_write(store: Store) -> None:
         return
     if not found.ok:
         log.warning("artifactstore: %s", found.refusal())
+
+
+def describe(settings: Settings) -> tuple[str, str]:
+    """(state, one line) for `artstore doctor`: opens both, changes nothing."""
+    from artifactstore.blobstores import open_blobstore
+    from artifactstore.index import db
+
+    engine = db.open_engine(settings.index_url, timeout_secs=settings.timeout_secs, read_only=True)
+    try:
+        found = check(open_blobstore(settings), engine, settings.namespace, settings.index_url)
+    finally:
+        engine.dispose()
+    if found.state == BOUND:
+        return BOUND, f"bound: object store and index are store {found.store_id}"
+    if found.state == UNBOUND:
+        return UNBOUND, "not yet bound: the first writer or `artstore db bind` binds them"
+    return MISMATCH, f"MISMATCH: {found.why}: {FIX}"

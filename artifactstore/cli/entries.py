@@ -362,12 +362,7 @@ def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
 @click.command("rm")
 @click.argument("keys", nargs=-1)
 @click.option("--all", "remove_all", is_flag=True, help="Remove every entry of the namespace.")
-@click.option(
-    "--yes",
-    "-y",
-    is_flag=True,
-    help="Remove more than one entry without asking (required without a terminal).",
-)
+@click.option("--yes", "-y", is_flag=True, help="Remove several entries without asking.")
 @click.option(
     "--name",
     "ref",
@@ -396,7 +391,7 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: st
                 EXIT_USAGE,
             )
     if remove_all or len(keys) > 1:
-        _need_yes(yes, "every entry of the namespace" if remove_all else f"{len(keys)} entries")
+        _confirm(yes, "", "every entry of the namespace" if remove_all else f"{len(keys)} entries")
     with obj.store(changes=True) as store:
         if remove_all:
             _confirm(yes, f"remove every entry in namespace {store.namespace!r}?")
@@ -411,17 +406,13 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: st
     _removed(report)
 
 
-def _need_yes(yes: bool, what: str) -> None:
+def _confirm(yes: bool, question: str, what: str = "more than one entry") -> None:
     """Removing more than one entry takes a person's yes: without a terminal to ask
     (a script, `echo n |`), only --yes gives it."""
     if not yes and not sys.stdin.isatty():
         fail(f"not removing {what} without confirmation: no terminal to ask; "
              "pass --yes to remove them", EXIT_USAGE)  # fmt: skip
-
-
-def _confirm(yes: bool, question: str) -> None:
-    _need_yes(yes, "more than one entry")
-    if not yes:
+    if not yes and question:
         click.confirm(question, abort=True)
 
 
