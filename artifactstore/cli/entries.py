@@ -401,7 +401,8 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: st
             if unknown:
                 fail(f"no entry matches {unknown[0]!r}: check `artstore ls`")
             if len(full) > 1:
-                _confirm(yes, f"remove {len(full)} entries from namespace {store.namespace!r}?")
+                _confirm(yes, f"remove {len(full)} entries from namespace {store.namespace!r}?",
+                         f"{len(full)} entries")  # fmt: skip
             report = remove(store, full)
     _removed(report)
 
@@ -435,7 +436,7 @@ def _rm_named(obj: Ctx, ref: str, yes: bool) -> None:
             fail(f"no named executable matches {ref!r} in namespace {store.namespace!r}: "
                  "check `artstore ls --named`")  # fmt: skip
         if len(found) > 1:
-            _confirm(yes, f"remove {len(found)} entries of {ref!r}?")
+            _confirm(yes, f"remove {len(found)} entries of {ref!r}?", f"{len(found)} entries")
         report = remove(store, sorted(found))
     _removed(report)
 

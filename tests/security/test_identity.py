@@ -261,6 +261,14 @@ def test_rm_without_a_terminal_removes_nothing_without_yes(
     for args in (["--all"], [KEYS[0][:12], KEYS[1][:12]]):
         _one_line_refusal(_rm(any_env, *args), "--yes", "no terminal")
         assert _entries(store) == 3
+    # A prefix that matches several entries removes several: the same question.
+    for n in (1, 2):
+        assert store.put("ab" * 31 + f"{n:02x}", os.urandom(500), fingerprint=FP,
+                         module_name="jit_p", compile_secs=1.0)  # fmt: skip
+    _one_line_refusal(_rm(any_env, "abababab"), "2 entries", "--yes")
+    assert _entries(store) == 5
+    assert _rm(any_env, "abababab", "--yes").returncode == 0
+    assert _entries(store) == 3
     one = _rm(any_env, KEYS[0][:12])  # one entry: as before, no question
     assert one.returncode == 0, one.stderr
     assert _entries(store) == 2
