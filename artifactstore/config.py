@@ -52,9 +52,17 @@ DEFAULT_LOCAL_TIER_BYTES = 10 * 1000**3
 # decompression bomb (a 64 KiB object declaring 1 TB) is refused before any allocation.
 DEFAULT_MAX_OBJECT_BYTES = 4 * 1024**3
 DEFAULT_MAX_EXECUTABLE_BYTES = 8 * 1024**3
+# `artstore import` (artifactstore.bundles.bounds): at most this many entries a bundle;
+# what it may unpack to in all is ARTSTORE_BUNDLE_MAX_SIZE, by default a multiple of its size.
+DEFAULT_BUNDLE_MAX_ENTRIES = 10_000
 # Compile leases (artifactstore.singleflight): a holder renews its lease every TTL/3, so a
 # holder that died is taken over after one TTL (at once when it ran on the same host).
 DEFAULT_LEASE_TTL_SECS = 30.0
+# No lease (compile or gc) stands longer than this ahead of now: a row expiring later
+# (a writer's forgery, a clock far ahead) is taken over as expired, a holder renews no
+# further, and no waiter waits longer unless ARTSTORE_LEASE_WAIT says so. Twice gc's
+# lease TTL (index.leases.DEFAULT_TTL_SECS).
+DEFAULT_LEASE_MAX_HOLD_SECS = 600.0
 SINGLE_FLIGHT_MODES = ("auto", "on", "off")
 # Where a process serves its metrics (ARTSTORE_METRICS_PORT): this host only, unless asked.
 DEFAULT_METRICS_ADDR = "127.0.0.1"
@@ -102,11 +110,16 @@ class Settings:
     breaker_cooldown_secs: float = DEFAULT_BREAKER_COOLDOWN_SECS
     max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES  # a stored object, compressed
     max_executable_bytes: int = DEFAULT_MAX_EXECUTABLE_BYTES  # the executable it inflates to
+    bundle_max_entries: int = DEFAULT_BUNDLE_MAX_ENTRIES  # entries of one imported bundle
+    bundle_max_bytes: int | None = None  # what a bundle unpacks to; None: from its size
     # Signed entries (artifactstore.signing): the key this writer signs with (read from
-    # the .key file ARTSTORE_SIGNING_KEY names), and the keys this reader accepts; None:
-    # unsigned, and every intact object is loaded (the digest proves integrity only).
+    # the .key file ARTSTORE_SIGNING_KEY names), and the keys this reader accepts: those
+    # listed plus its own (see `_trust`); None only where signatures are not required and
+    # none are listed: every intact object is loaded (the digest proves integrity only).
+    # Empty: this process loads nothing. Required by default on a team (S3) store.
     signing_key: SigningKey | None = field(default=None, repr=False)
     trusted_keys: TrustedKeys | None = field(default=None, repr=False)
+    require_signatures: bool = False
     embedded: bool = field(default=False)
     # A local store's new directories and files readable by their group (0750/0640)
     # rather than private (0700/0600), to share it read-only; never group-writable.
@@ -116,10 +129,14 @@ class Settings:
     single_flight: str = "auto"
     lease_wait_secs: float | None = None
     lease_ttl_secs: float = DEFAULT_LEASE_TTL_SECS
+    lease_max_hold_secs: float = DEFAULT_LEASE_MAX_HOLD_SECS
     # Prometheus metrics (artifactstore.metrics): serve this process's counters on this
     # port (None: not served), bound to `metrics_addr`.
     metrics_port: int | None = None
     metrics_addr: str = DEFAULT_METRICS_ADDR
+    # Why the metrics settings were refused: metrics are optional, so a typo there turns
+    # off metrics alone (one log line), never the store.
+    metrics_error: str | None = None
 
     @property
     def index_is_server(self) -> bool:
@@ -294,12 +311,16 @@ _OPTIONS: dict[str, str] = {
     "breaker_cooldown_secs": "BREAKER_COOLDOWN",
     "max_object_size": "MAX_OBJECT_SIZE",
     "max_executable_size": "MAX_EXECUTABLE_SIZE",
+    "bundle_max_entries": "BUNDLE_MAX_ENTRIES",
+    "bundle_max_size": "BUNDLE_MAX_SIZE",
     "signing_key": "SIGNING_KEY",
     "trusted_keys": "TRUSTED_KEYS",
+    "require_signatures": "REQUIRE_SIGNATURES",
     "group_readable": "GROUP_READABLE",
     "single_flight": "SINGLE_FLIGHT",
     "lease_wait_secs": "LEASE_WAIT",
     "lease_ttl_secs": "LEASE_TTL",
+    "lease_max_hold_secs": "LEASE_MAX_HOLD",
     "metrics_port": "METRICS_PORT",
     "metrics_addr": "METRICS_ADDR",
 }
@@ -352,6 +373,13 @@ def resolve(
         raise ConfigError(
             f"invalid S3 endpoint {endpoint!r}: use http(s)://host:port, e.g. http://127.0.0.1:9000"
         )
+    signing_key = _parse_signing_key(values.get("signing_key"))
+    # Nix's require-sigs: on a team store, write access to the bucket alone must not
+    # decide what every reader runs; a local directory is its owner's (modes guard it).
+    required = parse_bool(
+        ENV_PREFIX + "REQUIRE_SIGNATURES",
+        values.get("require_signatures", blobs.scheme != "file"),
+    )
     return Settings(
         blobs=blobs,
         index_url=index_url,
@@ -396,8 +424,19 @@ def resolve(
         max_executable_bytes=_parse_limit(
             "MAX_EXECUTABLE_SIZE", values.get("max_executable_size"), DEFAULT_MAX_EXECUTABLE_BYTES
         ),
-        signing_key=_parse_signing_key(values.get("signing_key")),
-        trusted_keys=_parse_trusted_keys(values.get("trusted_keys")),
+        bundle_max_entries=_parse_count(
+            "BUNDLE_MAX_ENTRIES",
+            values.get("bundle_max_entries", DEFAULT_BUNDLE_MAX_ENTRIES),
+            maximum=10**9,
+        ),
+        bundle_max_bytes=(
+            None
+            if values.get("bundle_max_size") in (None, "")
+            else _parse_limit("BUNDLE_MAX_SIZE", values["bundle_max_size"], 1)
+        ),
+        signing_key=signing_key,
+        trusted_keys=_trust(_parse_trusted_keys(values.get("trusted_keys")), signing_key, required),
+        require_signatures=required,
         embedded=embedded,
         group_readable=parse_bool(
             ENV_PREFIX + "GROUP_READABLE", values.get("group_readable", False)
@@ -414,9 +453,24 @@ def resolve(
             minimum=0.5,
             maximum=3600,
         ),
-        metrics_port=_parse_port(values.get("metrics_port")),
-        metrics_addr=_parse_addr(values.get("metrics_addr")),
+        lease_max_hold_secs=parse_float(
+            ENV_PREFIX + "LEASE_MAX_HOLD",
+            values.get("lease_max_hold_secs", DEFAULT_LEASE_MAX_HOLD_SECS),
+            minimum=1,
+        ),
+        **_parse_metrics(values),
     )
+
+
+def _parse_metrics(values: dict[str, Any]) -> dict[str, Any]:
+    """metrics_port and metrics_addr, or none of them and why (`metrics_error`)."""
+    try:
+        return {
+            "metrics_port": _parse_port(values.get("metrics_port")),
+            "metrics_addr": _parse_addr(values.get("metrics_addr")),
+        }
+    except ConfigError as exc:
+        return {"metrics_port": None, "metrics_error": f"{exc}; the store works without them"}
 
 
 def _parse_single_flight(value: Any) -> str:
@@ -480,6 +534,20 @@ def _parse_trusted_keys(value: Any) -> TrustedKeys | None:
     if isinstance(value, (list, tuple)):
         value = ",".join(str(v) for v in value)
     return TrustedKeys.parse(str(value))
+
+
+def _trust(
+    listed: TrustedKeys | None, signing_key: SigningKey | None, required: bool
+) -> TrustedKeys | None:
+    """The keys whose signatures this process accepts: the listed ones and its own (it
+    runs what it signed); None, every intact object, only when none are listed and
+    signatures are not required; empty when required and there are none (loads nothing)."""
+    if listed is None and not required:
+        return None
+    from artifactstore.signing import TrustedKeys
+
+    keys = listed if listed is not None else TrustedKeys(())
+    return keys if signing_key is None else keys.including(signing_key.public_key())
 
 
 def _parse_tier(value: Any) -> str | None:

@@ -10,9 +10,11 @@ rows (index/accesses.py), and deletes them. Folding is at least once: a fold
 killed between its commit and the journal's deletion counts that journal again,
 which costs hit statistics, never an entry.
 
-Journals come from readers, who are trusted less than writers: a journal is at
-most MAX_JOURNAL_BYTES (a bigger one is deleted unread), every row is checked
-and clamped, and a malformed journal is deleted and counted, never retried.
+Journals come from readers, who are trusted less than writers, and from anyone
+else who may write the bucket: a journal is at most MAX_JOURNAL_BYTES (only that
+much is read; a bigger one is deleted unread), nested at most a few levels (checked
+before parsing), every row is checked and clamped, and a malformed journal, whatever
+it makes fail, is deleted and counted, never retried (artifactstore.gc.journals).
 
 Format (version 1): one UTF-8 JSON object,
 
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from artifactstore.errors import CorruptObject
+from artifactstore.manifest import load_record
 from artifactstore.usage import Usage
 
 FORMAT_VERSION = 1
@@ -98,13 +101,20 @@ class Journal:
 
     @classmethod
     def decode(cls, data: bytes) -> Journal:
-        """Strict about the shape (CorruptObject otherwise); rows are checked by the fold."""
+        """Strict about the shape (CorruptObject otherwise, whatever the bytes make fail);
+        rows are checked by the fold."""
         if len(data) > MAX_JOURNAL_BYTES:
             raise CorruptObject(f"hit journal over {MAX_JOURNAL_BYTES} bytes")
         try:
-            raw = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise CorruptObject(f"hit journal is not JSON ({exc})") from None
+            return cls._decode(load_record(data))
+        except CorruptObject:
+            raise
+        except Exception as exc:  # ValueError, RecursionError, OverflowError, ...
+            raise CorruptObject(f"hit journal is unreadable ({type(exc).__name__}: "
+                                f"{str(exc)[:100]})") from None  # fmt: skip
+
+    @classmethod
+    def _decode(cls, raw: object) -> Journal:
         if not isinstance(raw, dict) or raw.get("v") != FORMAT_VERSION:
             raise CorruptObject("not a version 1 hit journal")
         rows, counts = raw.get("a"), raw.get("c", {})
@@ -146,6 +156,9 @@ def _decode_usage(rows: object) -> Usage:
 
 
 def _number(value: object) -> bool:
+    """A finite JSON number that fits a float (a 400-digit integer does not)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
     return math.isfinite(value)

@@ -33,6 +33,28 @@ FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 16 * 1024
 _KEY_RE = re.compile(r"[0-9A-Za-z]{8,128}")
 _MAX_SIZE = 2**63 - 1
+# Records read from a bucket (manifests, hit journals, lease records) nest a few levels
+# at most; the JSON parser recurses once per level, so deeper input is refused unparsed.
+MAX_RECORD_DEPTH = 8
+# A string, or an unterminated one to the end (always matching from its quote: linear).
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_EMPTY_PAIR = re.compile(r"\[\]|\{\}")
+
+
+def load_record(data: bytes, max_depth: int = MAX_RECORD_DEPTH) -> Any:
+    """JSON from a bucket, which anyone who may write it chose: UTF-8 only, and nested
+    at most `max_depth` levels, checked before parsing (in a bounded number of linear
+    passes), so that no input makes the parser recurse deeply. ValueError otherwise."""
+    text = data.decode("utf-8")
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    for _ in range(max_depth):
+        brackets, pairs = _EMPTY_PAIR.subn("", brackets)
+        if not pairs:
+            break
+    if brackets:  # JSON within the bound reduces to nothing
+        raise ValueError(f"nested deeper than {max_depth} levels, or unbalanced")
+    return json.loads(text)
 
 
 def check_key(key: str) -> str:
@@ -90,7 +112,7 @@ class Manifest:
         if len(data) > MAX_MANIFEST_BYTES:
             raise CorruptObject(f"manifest of {key[:12]} is {len(data)} bytes: not a manifest")
         try:
-            raw = json.loads(data)
+            raw = load_record(data)
             if not isinstance(raw, dict) or raw.get("v") != FORMAT_VERSION:
                 raise ValueError(f"format {raw.get('v') if isinstance(raw, dict) else '?'}")
             manifest = cls(
@@ -104,7 +126,7 @@ class Manifest:
                 callbacks=None if raw.get("cb") is None else _size(raw["cb"]),
                 signer=None if raw.get("sg") is None else _text(raw["sg"])[:64],
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # anything the bytes can cause: RecursionError, OverflowError
             raise CorruptObject(f"manifest of {key[:12]} is unreadable ({exc})") from None
         if manifest.key != key:
             # A manifest copied under another key: it names another entry's object.

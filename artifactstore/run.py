@@ -16,12 +16,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from artifactstore import config as _config
-from artifactstore import summary
+from artifactstore import interrupts, summary
 from artifactstore.errors import ArtstoreError, one_line
 
 # The startup hook's directory: `sitecustomize.py` and `artifactstore_startup.py`.
@@ -55,23 +56,55 @@ def check_command(argv: list[str], env: dict[str, str]) -> None:
 
 
 def run_forwarding_signals(argv: list[str], env: dict[str, str]) -> int:
-    """Run CMD; pass SIGTERM on (CI cancels), let Ctrl-C reach it, and wait for its exit."""
+    """Run CMD and return its exit code once it has exited.
+
+    SIGINT and SIGTERM are passed on to CMD (a Ctrl-C on the terminal has reached it
+    already, in our process group: not twice) and CMD is waited for, however long it
+    takes to stop; a second signal kills it. Then the signal is raised here
+    (KeyboardInterrupt, `interrupts.Terminated`): the callers' cleanup runs and
+    `artstore` exits 130 / 143 whatever CMD's code was.
+    """
     try:
         proc = subprocess.Popen(argv, env=env)
     except OSError as exc:
         raise RunError(f"cannot run {argv[0]!r}: {exc.strerror or one_line(exc)}") from None
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        again = bool(received)
+        received.append(signum)
+        try:
+            if again:
+                proc.kill()
+            elif signum != signal.SIGINT or not _terminal_delivered():
+                proc.send_signal(signum)
+        except OSError:  # exited meanwhile
+            pass
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.getsignal(s) for s in interrupts.SIGNALS} if main else {}
+    for signum in previous:
+        signal.signal(signum, on_signal)
     try:
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except KeyboardInterrupt:
-                continue  # the child got the same SIGINT; report once it has exited
+        code = proc.wait()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        interrupts.deliver(received[0])
     return code if code >= 0 else 128 - code
+
+
+def _terminal_delivered() -> bool:
+    """Whether a Ctrl-C reached CMD itself: our process group (CMD's) is the foreground
+    group of our terminal."""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
 
 
 def run_command(argv: list[str], overrides: dict[str, Any]) -> tuple[int, summary.Summary]:

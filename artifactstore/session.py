@@ -326,6 +326,9 @@ class Session:
 def _metrics(settings: Settings, session: Session) -> Recorder | None:
     """The process's metrics, when asked for (ARTSTORE_METRICS_PORT, PROMETHEUS_MULTIPROC_DIR),
     wired to `session`'s breakers and tier; imported only then (artifactstore.metrics)."""
+    if settings.metrics_error is not None:
+        log.warning("artifactstore: metrics off: %s", settings.metrics_error)
+        return None
     if settings.metrics_port is None and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return None
     try:

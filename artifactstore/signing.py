@@ -101,11 +101,15 @@ class SigningKey:
     def sign(self, data: bytes) -> bytes:
         return self._private.sign(data)
 
-    def public_line(self) -> str:
+    def public_key(self) -> tuple[str, bytes]:
+        """(name, raw 32-byte public key): what a reader lists to trust this writer."""
         from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-        raw = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        return f"{self.name}:{base64.b64encode(raw).decode()}"
+        return self.name, self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+    def public_line(self) -> str:
+        name, raw = self.public_key()
+        return f"{name}:{base64.b64encode(raw).decode()}"
 
     def __str__(self) -> str:
         return f"signing key {self.name!r} ({self.path})"
@@ -218,6 +222,10 @@ class TrustedKeys:
     @property
     def names(self) -> list[str]:
         return sorted({name for name, _ in self.keys})
+
+    def including(self, key: tuple[str, bytes]) -> TrustedKeys:
+        """These keys and `key` (a process trusts what it signs itself)."""
+        return self if key in self.keys else TrustedKeys((*self.keys, key))
 
     def knows(self, name: str) -> bool:
         return any(n == name for n, _ in self.keys)

@@ -16,11 +16,14 @@ dead holder's row decides exactly one holder); the others wait for its result.
   manifest in the object store (backing off to one poll a second). A manifest
   ends the wait with a load; an abandoned or vanished lease with a compile; a
   holder that stopped beating for a TTL (or died, on this host) is taken over
-  through the index by exactly one waiting writer, the others wait on. Every
-  wait is bounded (`ARTSTORE_LEASE_WAIT`, default a few times the key's last
-  known compile time, else 5 minutes): past it a waiter compiles itself.
+  through the index by exactly one waiting writer, the others wait on. Every wait
+  is bounded (`ARTSTORE_LEASE_WAIT`, default a few times the key's last known compile
+  time, else 5 minutes, at most ARTSTORE_LEASE_MAX_HOLD): then a waiter compiles.
 - Read-only readers never hold a lease and never open the index: a reader that
   misses waits only when it finds a writer's record, and compiles otherwise.
+- A record is untrusted (anyone who may write the bucket can write one): a malformed
+  one is no lease, and how long a waiter waits and trusts a silent holder comes from
+  its own settings (and a writer's own index), never from the record's fields.
 
 Any failure here (index or object store unreachable) degrades to compiling.
 """
@@ -42,9 +45,16 @@ from sqlalchemy import func, select
 
 from artifactstore.background import call_with_timeout
 from artifactstore.blobstores.base import LEASES, MANIFESTS
-from artifactstore.errors import CorruptObject, LeaseHeld, StoreUnavailable, one_line
+from artifactstore.errors import (
+    CorruptObject,
+    LeaseHeld,
+    PrivilegeRefused,
+    StoreUnavailable,
+    one_line,
+)
 from artifactstore.index.leases import Lease, dead_here
 from artifactstore.index.models import Entry
+from artifactstore.manifest import load_record
 
 if TYPE_CHECKING:
     from artifactstore.config import Settings
@@ -97,19 +107,21 @@ class LeaseRecord:
 
     @classmethod
     def decode(cls, data: bytes) -> LeaseRecord:
-        try:
-            raw = json.loads(data[: MAX_RECORD_BYTES + 1])
+        try:  # CorruptObject whatever the bytes (a bucket writer's) make fail
+            raw = load_record(data[: MAX_RECORD_BYTES + 1])
             if len(data) > MAX_RECORD_BYTES or raw.get("v") != FORMAT_VERSION:
                 raise ValueError("not a version 1 lease record")
-            hint = raw.get("hint")
+            hint, beat = raw.get("hint"), raw["beat"]
+            if isinstance(beat, bool) or not isinstance(beat, int) or not 0 <= beat < 2**63:
+                raise ValueError("beat is not a count")
             record = cls(
                 holder=str(raw["holder"])[:255],
-                beat=int(raw["beat"]),
+                beat=beat,
                 ttl=float(raw["ttl"]),
                 state=str(raw["state"]),
                 hint=None if hint is None else float(hint),
             )
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        except Exception as exc:  # ValueError, OverflowError, RecursionError, ...
             raise CorruptObject(f"bad lease record ({one_line(exc)})") from None
         if record.state not in ("compiling", "abandoned") or not (
             math.isfinite(record.ttl) and record.ttl > 0
@@ -119,12 +131,13 @@ class LeaseRecord:
 
 
 def wait_bound(settings: Settings, hint: float | None) -> float:
-    """How long a waiter waits at most: the setting, else a multiple of the hint."""
+    """How long a waiter waits at most: the setting, else a multiple of the hint (its own
+    index's, never a record's), and never past ARTSTORE_LEASE_MAX_HOLD."""
     if settings.lease_wait_secs is not None:
         return settings.lease_wait_secs
-    if hint is None or not math.isfinite(hint) or hint <= 0:
-        return DEFAULT_WAIT_SECS
-    return max(MIN_WAIT_SECS, WAIT_MULTIPLE * hint)
+    known = hint is not None and math.isfinite(hint) and hint > 0
+    wait = max(MIN_WAIT_SECS, WAIT_MULTIPLE * hint) if hint and known else DEFAULT_WAIT_SECS
+    return min(wait, settings.lease_max_hold_secs)
 
 
 def enabled(settings: Settings) -> tuple[bool, str]:
@@ -196,7 +209,7 @@ class SingleFlight:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.settings = store.settings
-        self.ttl = self.settings.lease_ttl_secs
+        self.ttl = min(self.settings.lease_ttl_secs, self.settings.lease_max_hold_secs)
         self._held: dict[str, Held] = {}
         self._lock = threading.Lock()
         self._jobs: list[Callable[[], None]] = []  # record writes, in order, off the hot path
@@ -204,6 +217,7 @@ class SingleFlight:
         self._thread: threading.Thread | None = None
         self._down_until = 0.0  # monotonic: the index failed a lease, see try_hold
         self._abandoned: list[str] = []  # records marked abandoned: deleted at exit
+        self._refusal_said = False  # the index refused this login's compile leases
 
     # -- holding --------------------------------------------------------------
     def try_hold(self, key: str) -> Held | None:
@@ -212,15 +226,24 @@ class SingleFlight:
             raise StoreUnavailable("compile leases unavailable (cooling down)")
         name = lease_name(self.store.namespace, key)
 
+        left = threading.Event()  # the caller timed out or was interrupted meanwhile
+
         def acquire() -> Lease | None:  # opening the index, if not yet open, is bounded too
-            lease = Lease(self.store.engine, name, self.ttl)
-            return lease if lease.try_acquire() is None else None
+            lease = Lease(self.store.engine, name, self.ttl,
+                          max_hold_secs=self.settings.lease_max_hold_secs)  # fmt: skip
+            if lease.try_acquire() is not None:
+                return None
+            if left.is_set():  # nobody will compile under it: let it go at once
+                lease.release()
+                return None
+            return lease
 
         try:
             lease = call_with_timeout(acquire, self.settings.timeout_secs)
-        except Exception:
-            # Like the breakers: do not pay the timeout again on every miss for a while.
-            self._down_until = time.monotonic() + self.settings.breaker_cooldown_secs
+        except BaseException as exc:
+            left.set()
+            if isinstance(exc, Exception):  # like the breakers: not paid again for a while
+                self._down_until = time.monotonic() + self.settings.breaker_cooldown_secs
             raise
         if lease is None:
             return None
@@ -230,18 +253,33 @@ class SingleFlight:
         self._submit(lambda: self._announce(held))
         return held
 
+    def release_all(self) -> None:
+        """Let go of every lease held (a process stopped mid-compile): waiters go on now."""
+        with self._lock:
+            held = list(self._held.values())
+        for one in held:
+            one.release(stored=False)
+
     def _announce(self, held: Held) -> None:
-        """Publish the lease record, with the key's last known compile time."""
-        try:
-            with self.store.engine.connect() as conn:
-                hint = conn.execute(
-                    select(func.max(Entry.compile_secs)).where(Entry.key == held.key)
-                ).scalar()
-        except Exception as exc:
-            log.debug("artifactstore: no compile-time hint for %s: %s", held.key[:12], exc)
-            hint = None
-        held.record = replace(held.record, hint=None if hint is None else float(hint))
+        """Publish the lease record, with the key's last known compile time (for older
+        clients: waiters here ask their own index)."""
+        held.record = replace(held.record, hint=self._known_compile_secs(held.key))
         self._put_record(held)
+
+    def _known_compile_secs(self, key: str) -> float | None:
+        """The key's last known compile time in the index (a writer's), or None."""
+
+        def ask() -> float | None:
+            with self.store.engine.connect() as conn:
+                query = select(func.max(Entry.compile_secs)).where(Entry.key == key)
+                return conn.execute(query).scalar()
+
+        try:
+            hint = call_with_timeout(ask, self.settings.timeout_secs)
+        except Exception as exc:
+            log.debug("artifactstore: no compile-time hint for %s: %s", key[:12], exc)
+            return None
+        return None if hint is None else float(hint)
 
     def _put_record(self, held: Held) -> None:
         try:
@@ -367,7 +405,12 @@ class SingleFlight:
                     return None, None  # no writer compiles it: a reader compiles itself
             return self._wait(key, load, writer)
         except Exception as exc:
-            # Said once by the upload that follows (the index is the writer's to report).
+            if isinstance(exc, PrivilegeRefused) and not self._refusal_said:
+                # The login's grants: single-flight must not be off unnoticed (said once).
+                self._refusal_said = True
+                fix = "(or re-run infra/policies/postgres-roles.sql)"
+                log.warning("artifactstore: compile leases refused, all compile: %s %s", exc, fix)
+            # Else said once by the upload that follows (the index is the writer's to report).
             log.debug("artifactstore: compile leases unavailable (%s); compiling", one_line(exc))
             counters.add("lease_errors")
             return None, None
@@ -379,7 +422,7 @@ class SingleFlight:
         counters.add("lease_waits")
         blobs = self.store.blobs
         started = time.monotonic()
-        bound = wait_bound(self.settings, None)
+        bound = wait_bound(self.settings, self._known_compile_secs(key) if writer else None)
         poll = _FIRST_POLL
         beat: int | None = None
         quiet_since = started  # when the holder last showed life (a new beat)
@@ -398,14 +441,13 @@ class SingleFlight:
             if record is None and blobs.get_record(MANIFESTS, key) is not None:
                 continue  # published between the two reads: the next poll loads it
             if record is not None:
-                bound = wait_bound(self.settings, record.hint)
                 if record.beat != beat:
                     beat, quiet_since = record.beat, now
             elif not writer:
                 return None, None  # the holder is gone without a manifest
             dead = record is not None and dead_here(record.holder)
-            # No record yet: its holder writes it just after taking the lease.
-            quiet = now - quiet_since > (record.ttl if record is not None else 1.0)
+            # Silent for our own TTL (not the record's); no record yet: written just after.
+            quiet = now - quiet_since > (self.ttl if record is not None else 1.0)
             if dead or quiet:
                 if not writer:
                     if now - quiet_since > 2 * self.ttl:
@@ -431,5 +473,5 @@ class SingleFlight:
             return None
         try:
             return LeaseRecord.decode(data)
-        except CorruptObject:
+        except Exception:  # malformed (CorruptObject, or anything it made fail): no lease
             return None

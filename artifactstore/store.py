@@ -73,6 +73,15 @@ log = logging.getLogger("artifactstore")
 # Keys of recent misses remembered for `Store.compiled_below_threshold` (a compile
 # follows its miss at once; the bound only keeps a long-lived process small).
 MISSED_KEYS = 4096
+NO_TRUSTED_KEYS = (
+    "this store requires signatures and no key is trusted: loading nothing, compiling. "
+    "Set ARTSTORE_TRUSTED_KEYS to your writers' .pub files (`artstore keygen`), or "
+    "ARTSTORE_REQUIRE_SIGNATURES=0 to let every writer of the bucket decide what runs"
+)
+UNSIGNED_WRITE = (
+    "storing unsigned entries in a store that requires signatures: readers will not load "
+    "them; set ARTSTORE_SIGNING_KEY to a key from `artstore keygen` (readers list its .pub)"
+)
 
 
 @dataclass(frozen=True)
@@ -354,6 +363,11 @@ class Store:
         miss = functools.partial(self._miss, key=key, fingerprint=fingerprint_digest)
         if entry is None:
             return miss("misses")
+        if self.settings.trusted_keys is not None and not self.settings.trusted_keys.keys:
+            # Signatures required, no key trusted: nothing here may run, so fetch nothing.
+            _warn_once("untrusted_key", NO_TRUSTED_KEYS)
+            self._refused[key] = "untrusted_key"
+            return miss("untrusted_key")
         if entry.fingerprint != fingerprint_digest:
             # Keys include the fingerprint, so this means a damaged or forged row.
             self._warn_once(
@@ -449,7 +463,7 @@ class Store:
         if data is not None:
             try:
                 return Manifest.decode(data, key)
-            except CorruptObject as exc:  # only says where to look: a miss
+            except Exception as exc:  # untrusted bytes: a miss for this key, never the breaker
                 self.counters.add("bad_manifest")
                 self._warn_once("manifest", "ignoring a damaged manifest: %s", exc)
         if self.settings.index_is_server:
@@ -809,6 +823,8 @@ class Store:
             self.blobs.delete(encoded.digest)
             self.index.forget_objects([encoded.digest])
         if created:
+            if encoded.signer is None and self.settings.require_signatures:
+                self._warn_once("unsigned-write", UNSIGNED_WRITE)
             self._publish_checked(entry, callbacks=callbacks)
             if not self._identity_checked:
                 self._identity_checked = True

@@ -14,14 +14,14 @@ A key file only says where to look: the object's digest, envelope and
 fingerprint are verified on every read exactly as on the full path, so a stale
 or damaged tier can cause a miss, never a wrong load. Without trusted keys that
 verification cannot tell a planted object from ours, so the tier is used only
-when its directory is this user's and writable by no one else (artifactstore.safedir,
-checked once per process); a refused tier is not used at all, with one warning,
-and the store works without it. The tier is a cache in
-front of the index, not a second index: deleting an entry in a shared store
-does not reach other hosts' tiers (their copies remain valid executables for
-the key); `invalidate()` drops this host's key map when an operator removes
-entries from a local store. Tiers of remote stores are bounded by
-ARTSTORE_LOCAL_TIER_SIZE, least recently used objects going first.
+while its directories are this user's, writable and swappable by no one else
+(artifactstore.safedir: checked on every open, through directory descriptors); a
+refused tier is not used again by the process (one warning), and the store works
+without it. The tier is a cache in front of the index, not a second index:
+deleting an entry in a shared store does not reach other hosts' tiers (their
+copies remain valid executables); `invalidate()` drops this host's key map when
+an operator removes entries from a local store. Tiers of remote stores are
+bounded by ARTSTORE_LOCAL_TIER_SIZE, least recently used objects going first.
 
 Ordinary programs also compile small jits (`jnp.ones`, reshapes) faster than
 ARTSTORE_MIN_COMPILE_SECS; they are never stored, so looking them up is a
@@ -43,13 +43,13 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from artifactstore import codec, safedir
-from artifactstore.blobstores.local import LocalBlobStore, write_atomic
+from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
 from artifactstore.manifest import Manifest
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from artifactstore.signing import TrustedKeys
 
 log = logging.getLogger("artifactstore")
+T = TypeVar("T")
 
 # key -> (hits, latest access as seconds since the epoch)
 Accesses = dict[str, tuple[int, float]]
@@ -102,13 +103,12 @@ class LocalTier:
         trust: safedir.Trust = "mine",
         setting: str = "ARTSTORE_LOCAL_TIER",
     ) -> None:
-        """`top`, `modes`, `trust`, `setting`: see `safedir.secure_dir` (which directories
+        """`top`, `modes`, `trust`, `setting`: see `safedir.Tree` (which directories
         must be whose, and the option to name when one is refused)."""
-        self.blobs = LocalBlobStore(root, name, modes=modes, top=top, setting=setting)
-        self._top = top if top is not None else Path(root)
-        self._trust: safedir.Trust = trust
-        self._setting = setting
-        self._safe: bool | None = None  # None: not checked yet (or not there yet)
+        self.blobs = LocalBlobStore(root, name, modes=modes, top=top, trust=trust,
+                                    setting=setting)  # fmt: skip
+        self.tree = self.blobs.tree  # every file below is opened through it
+        self._off = False  # a directory was refused: not used again by this process
         # Only objects signed by one of these keys for `namespace` are loaded
         # (ARTSTORE_TRUSTED_KEYS): a tier copy or key file is verified as the store's are.
         self.trusted = trusted
@@ -120,6 +120,7 @@ class LocalTier:
         self.base = self.blobs.base
         self.keys = self.base / "keys"
         self.journal = self.base / "access"
+        self._below_path = self.base / "below-threshold.json"
         self.owns_objects = owns_objects
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -131,35 +132,24 @@ class LocalTier:
     # -- is this directory ours? ------------------------------------------------
     def check(self) -> bool:
         """Whether the tier directory exists and is safe to use; raises UnsafeDirectory."""
-        return safedir.secure_dir(
-            self.base, top=self._top, modes=self.blobs.modes, create=False,
-            trust=self._trust, setting=self._setting,
-        )  # fmt: skip
+        return self.tree.check(self.base)
 
-    def _usable(self, *, create: bool = False) -> bool:
-        """Whether to read (or, with `create`, write) here: checked once per process.
+    def _refused(self, exc: UnsafeDirectory) -> None:
+        """A refused directory turns the tier off for the process (one warning): nothing
+        in it is read, so nothing another user planted or swapped in is loaded."""
+        self._off = True
+        _warn_once("unsafe-tier", "local tier not used: %s", exc)
 
-        A refused directory turns the tier off for the process (one warning): nothing
-        in it is read, so nothing another user planted there is loaded."""
-        if self._safe is not None:
-            return self._safe
+    def _do(self, action: Callable[[], T], default: T) -> T:
+        """`action()` in the tier's directories, or `default` when the tier is (or now
+        gets) refused, or a file or directory is missing; other OSErrors are raised."""
         try:
-            if create:
-                self.blobs.make_dir(self.base)
-                ok = True
-            else:
-                ok = self.check()
+            return default if self._off else action()
         except UnsafeDirectory as exc:
-            self._safe = False
-            _warn_once("unsafe-tier", "local tier not used: %s", exc)
-            return False
-        except OSError:
-            if create:
-                raise  # the caller says "not updated", as for any failed write
-            return False
-        if ok:
-            self._safe = True
-        return ok
+            self._refused(exc)
+        except FileNotFoundError:
+            pass
+        return default
 
     def _key_path(self, key: str) -> Path:
         if len(key) < 8 or not key.isalnum():
@@ -169,21 +159,20 @@ class LocalTier:
     # -- read ---------------------------------------------------------------
     def has_entries(self) -> bool:
         """Cheap check (no scan) whether this host has ever remembered a key."""
-        if not self._usable():
-            return False
-        with contextlib.suppress(OSError), os.scandir(self.keys) as it:
-            return any(True for _ in it)
+        with contextlib.suppress(OSError):
+            return self._do(lambda: bool(self.tree.names(self.keys)), False)
         return False
 
     def key_count(self) -> int:
         """Keys this host remembers (a scan of the key map: for reports, not the hot path)."""
-        if not self._usable():
-            return 0
-        try:
-            shards = [d for d in self.keys.iterdir() if d.is_dir()]
-        except FileNotFoundError:
-            return 0
-        return sum(1 for shard in shards for f in shard.iterdir() if not f.name.startswith("."))
+
+        def names() -> list[str]:
+            shards = [s for s in self.tree.names(self.keys) if len(s) == 2]
+            return [n for s in shards for n in self.tree.names(self.keys / s) if n[0] != "."]
+
+        with contextlib.suppress(OSError):
+            return len(self._do(names, list[str]()))
+        return 0
 
     def lookup(self, key: str) -> TierEntry | None:
         record = self.record(key)
@@ -195,16 +184,19 @@ class LocalTier:
     def record(self, key: str) -> Manifest | TierEntry | None:
         """`key`'s key file as written: a manifest, or a 0.2 key file; None (and an
         unreadable one forgotten) if there is none."""
-        if not self._usable():
+        if self._off:
             return None
         try:
             # Never through a symbolic link: a key file chooses what is loaded.
-            data = safedir.read_regular(self._key_path(key))
+            data = self.tree.read(self._key_path(key))
             raw = json.loads(data)
             if isinstance(raw, dict) and "v" in raw:  # a manifest, checked as the store's
                 return Manifest.decode(data, key)
             return TierEntry(str(raw["d"]), str(raw["f"]), float(raw["c"]))
         except FileNotFoundError:
+            return None
+        except UnsafeDirectory as exc:
+            self._refused(exc)
             return None
         except (OSError, ValueError, KeyError, TypeError, CorruptObject):
             self.forget(key)
@@ -221,12 +213,14 @@ class LocalTier:
         if entry is None or entry.fingerprint != fingerprint_digest:
             return None
         try:
-            data = self.blobs.get(entry.digest, max_bytes=self.max_object_bytes)
+            data = self._do(lambda: self.blobs.get(entry.digest, max_bytes=self.max_object_bytes),
+                            None)  # fmt: skip
         except OverLimit as exc:
             log.debug("artifactstore: tier copy of %s not loaded: %s", key[:12], exc)
             return None
         if data is None:
-            self.forget(key)
+            if not self._off:
+                self.forget(key)
             return None
         try:
             payload = codec.decode(
@@ -274,7 +268,8 @@ class LocalTier:
             return None
         self.record_access(key)
         if self.owns_objects:
-            self.blobs.touch(entry.digest)  # LRU order for pruning
+            with contextlib.suppress(UnsafeDirectory):  # refused at the next open
+                self.blobs.touch(entry.digest)  # LRU order for pruning
         return TierHit(payload, entry)
 
     # -- write --------------------------------------------------------------
@@ -282,19 +277,15 @@ class LocalTier:
         """Note `key` -> `entry` (and keep a copy of `data` when the tier owns its objects).
 
         A manifest is written as the store publishes it; a bare TierEntry as 0.2 did."""
-        if not self._usable(create=True):
-            return
-        if self.owns_objects:
-            self.blobs.put(entry.digest, data)
-        path = self._key_path(key)
-        self.blobs.make_dir(path.parent)
         if isinstance(entry, Manifest):
             body = entry.encode()
         else:
             old = {"d": entry.digest, "f": entry.fingerprint, "c": entry.compile_secs}
             body = json.dumps(old).encode()
-        write_atomic(path, body, durable=False, mode=self.blobs.modes.file)
-        if self.owns_objects and self.max_bytes is not None and not self._pruned:
+        if self.owns_objects:
+            self._do(lambda: self.blobs.put(entry.digest, data), False)
+        self._do(lambda: self.tree.write(self._key_path(key), body, durable=False), None)
+        if not self._off and self.owns_objects and self.max_bytes is not None and not self._pruned:
             self._pruned = True  # one scan per process bounds the cost
             self.prune(self.max_bytes)
 
@@ -303,26 +294,22 @@ class LocalTier:
         OSError), where `remember` would only warn: for `artstore pull`, which must not
         report entries fetched that the tier then declined to keep."""
         self.blobs.make_dir(self.base)
-        self._safe = True
 
     def object_bytes(self) -> int:
         """What this tier's own copies take on disk (a scan: for `artstore pull`, not the
         hot path); 0 for a local store's tier, whose objects are the store's."""
-        if not self.owns_objects or not self._usable():
+        if not self.owns_objects or self._off:
             return 0
         return sum(blob.size for blob in self.blobs.iter_blobs())
 
     def forget(self, key: str) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self._key_path(key).unlink()
+        with contextlib.suppress(OSError, ValueError, UnsafeDirectory):
+            self.tree.unlink(self._key_path(key))
 
     def invalidate(self) -> None:
         """Forget every key at once (entries were removed from the store behind us)."""
-        if not self._usable() or not self.keys.is_dir():
-            return
         old = self.base / f".keys-old-{uuid.uuid4().hex}"
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(self.keys, old)
+        if self._do(lambda: self.tree.rename(self.keys, old), False):
             shutil.rmtree(old, ignore_errors=True)
 
     def prune(self, max_bytes: int) -> int:
@@ -367,23 +354,13 @@ class LocalTier:
         if len(merged) > BELOW_THRESHOLD_MAX:
             newest = sorted(merged.items(), key=lambda kv: kv[1][1])[-BELOW_THRESHOLD_MAX:]
             merged = dict(newest)
-        if not self._usable(create=True):
-            return
         body = json.dumps(merged).encode()
-        write_atomic(self._below_path, body, durable=False, mode=self.blobs.modes.file)
-
-    @property
-    def _below_path(self) -> Path:
-        return self.base / "below-threshold.json"
+        self._do(lambda: self.tree.write(self._below_path, body, durable=False), None)
 
     def _read_below(self) -> BelowThreshold:
-        if not self._usable():
-            return {}
         try:
-            raw = json.loads(safedir.read_regular(self._below_path))
+            raw = json.loads(self._do(lambda: self.tree.read(self._below_path), b"{}"))
             return {str(k): (float(c), float(t)) for k, (c, t) in raw.items()}
-        except FileNotFoundError:
-            return {}
         except (OSError, ValueError, TypeError, AttributeError):
             log.debug("artifactstore: ignoring an unreadable %s", self._below_path)
             return {}
@@ -404,36 +381,21 @@ class LocalTier:
         accesses = self.take_accesses()
         if not accesses:
             return
-        if not self._usable(create=True):
-            return
-        self.blobs.make_dir(self.journal)
         name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
         body = json.dumps(accesses).encode()
-        write_atomic(self.journal / name, body, durable=False, mode=self.blobs.modes.file)
+        self._do(lambda: self.tree.write(self.journal / name, body, durable=False), None)
 
     def drain_journals(self) -> Iterator[Accesses]:
         """Each journal once: claimed by an atomic rename, so two folders never both count it."""
-        if not self._usable():
-            return
         try:
-            with os.scandir(self.journal) as it:
-                names = [e.name for e in it if e.name.endswith(".json") and e.name[0] != "."]
-        except FileNotFoundError:
-            return
-        for name in names:
-            claimed = self.journal / f".claimed-{os.getpid()}-{name}"
-            try:
-                os.replace(self.journal / name, claimed)
-            except FileNotFoundError:
-                continue  # another process took it
-            try:
-                raw = json.loads(safedir.read_regular(claimed))
-                yield {str(k): (int(n), float(t)) for k, (n, t) in raw.items()}
-            except (OSError, ValueError, TypeError):
-                log.debug("artifactstore: dropping unreadable access journal %s", name)
-            finally:
-                with contextlib.suppress(OSError):
-                    claimed.unlink()
+            for name, data in [] if self._off else self.tree.claim(self.journal, ".json"):
+                try:
+                    raw = json.loads(data)
+                    yield {str(k): (int(n), float(t)) for k, (n, t) in raw.items()}
+                except (ValueError, TypeError, AttributeError):
+                    log.debug("artifactstore: dropping unreadable access journal %s", name)
+        except UnsafeDirectory as exc:
+            self._refused(exc)
 
 
 _warned: set[str] = set()

@@ -39,6 +39,7 @@ PG_ADMIN_DB = "test"
 DEV_BUCKET = "artstore-dev"
 DEV_PREFIX = "cache"
 DEV_DATABASE = "artstore_dev"
+DEV_KEY = "devstack"
 # moto accepts any credentials; these only satisfy boto3's credential chain.
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -351,13 +352,29 @@ def _read_state() -> dict[str, Any] | None:
     return state
 
 
+def dev_keys(directory: Path) -> tuple[Path, Path]:
+    """The dev stack's writer key pair (made once, in the private state directory): team
+    stores require signatures, so the exported shell signs what it stores and trusts it."""
+    key, pub = directory / f"{DEV_KEY}.key", directory / f"{DEV_KEY}.pub"
+    if not key.exists():
+        from artifactstore.signing import generate
+
+        generate(DEV_KEY, directory)
+    return key, pub
+
+
 def dev_env(endpoint: str) -> dict[str, str]:
-    return {
+    env = {
         "ARTSTORE_URL": f"s3://{DEV_BUCKET}/{DEV_PREFIX}",
         "ARTSTORE_INDEX": database_url(DEV_DATABASE),
         "AWS_ENDPOINT_URL_S3": endpoint,
         **FAKE_CREDENTIALS,
     }
+    directory = secure_state_dir(create=False)
+    if directory is not None and (directory / f"{DEV_KEY}.key").exists():
+        key, pub = dev_keys(directory)
+        env |= {"ARTSTORE_SIGNING_KEY": str(key), "ARTSTORE_TRUSTED_KEYS": str(pub)}
+    return env
 
 
 def _print_exports(endpoint: str) -> None:
@@ -380,6 +397,7 @@ def cmd_up(port: int | None) -> int:
     assert directory is not None
     server = start_moto(port, log_path=directory / "moto.log", detach=True)
     try:
+        dev_keys(directory)
         create_bucket(server.endpoint, DEV_BUCKET)
         # A fresh moto has no objects, so start the index fresh too: an index
         # pointing at missing objects would only produce misses.

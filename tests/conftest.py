@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from artifactstore import config
+from artifactstore import config, signing
 from artifactstore.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,6 +30,13 @@ os.environ["XDG_CACHE_HOME"] = str(TEST_CACHE)  # and this process's, for open_t
 # A developer's ARTSTORE_URL must not activate a store in the test process when it imports
 # JAX (artifactstore_startup reads this again then): tests configure stores themselves.
 os.environ["ARTSTORE_ACTIVATE"] = "0"
+
+
+# The writer key of every team store the tests make: team stores require signatures by
+# default, and a process trusts its own key, so a test's writers and readers share it
+# (tests of trust itself set ARTSTORE_SIGNING_KEY / ARTSTORE_TRUSTED_KEYS over it).
+TEAM_KEY, TEAM_PUB = signing.generate("team-tests", TEST_CACHE)
+TEAM_SIGNING = {"ARTSTORE_SIGNING_KEY": str(TEAM_KEY)}
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -158,6 +165,7 @@ def _team(moto_endpoint: str, index_url: str) -> dict[str, str]:
         ARTSTORE_INDEX=index_url,
         AWS_ENDPOINT_URL_S3=moto_endpoint,
         **FAKE_AWS,
+        **TEAM_SIGNING,
     )
 
 

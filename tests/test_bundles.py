@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import zstandard
-from conftest import OpenStore, artstore, clean_env, run_program
+from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env, run_program
 
 from artifactstore import signing
 from artifactstore.fingerprint import Fingerprint, compute
@@ -69,7 +69,8 @@ def _job(env: dict[str, str]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("source")
-    env = clean_env(ARTSTORE_URL=str(base / "store"))
+    # Signed by the team tests' writer key: a team store loads only signed entries.
+    env = clean_env(ARTSTORE_URL=str(base / "store"), **TEAM_SIGNING)
     out = _job(env)
     assert out["xla_compiles"] and out["store"]["stored"] >= 2, out
     bundle = base / "all.tzst"

@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
         "journal",
         "metrics",
         "usage",
+        "interrupts",
     },
     {"blobstores", "index"},
     {"tier", "store", "singleflight", "identity"},

@@ -22,7 +22,6 @@ import pytest
 from conftest import IN_CI, PROGRAMS, REPO, clean_env, run_program
 
 from artifactstore import config, metrics
-from artifactstore.errors import ConfigError
 
 try:  # the test extra installs it: CI must run these tests, never skip them
     from prometheus_client import CollectorRegistry
@@ -326,8 +325,19 @@ def test_metrics_settings() -> None:
     assert (got.metrics_port, got.metrics_addr) == (9464, "127.0.0.1")
     got = config.resolve({"metrics_port": 0, "metrics_addr": "0.0.0.0"}, environ={})
     assert (got.metrics_port, got.metrics_addr) == (None, "0.0.0.0")
+    # A bad metrics setting turns off metrics alone (issue 32): the store still opens.
     for bad in ("x", "70000", "-1", "9464.5"):
-        with pytest.raises(ConfigError, match="ARTSTORE_METRICS_PORT"):
-            config.resolve({"metrics_port": bad}, environ={})
-    with pytest.raises(ConfigError, match="ARTSTORE_METRICS_ADDR"):
-        config.resolve({}, environ={"ARTSTORE_METRICS_ADDR": "a b"})
+        got = config.resolve({"metrics_port": bad}, environ={})
+        assert got.metrics_port is None and "ARTSTORE_METRICS_PORT" in str(got.metrics_error)
+    got = config.resolve({}, environ={"ARTSTORE_METRICS_ADDR": "a b", "ARTSTORE_METRICS_PORT": "1"})
+    assert got.metrics_port is None and "ARTSTORE_METRICS_ADDR" in str(got.metrics_error)
+
+
+def test_a_typo_in_the_metrics_port_turns_off_metrics_not_the_store(tmp_path: Path) -> None:
+    out = workload(
+        clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_METRICS_PORT="9464x"),
+        METRICS_PHASES="compile",
+    )
+    assert out["store"]["compiles"] == out["store"]["stored"] == N
+    lines = [line for line in out["_stderr"].splitlines() if "artifactstore" in line]
+    assert len(lines) == 1 and "metrics off" in lines[0] and "9464x" in lines[0], lines

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import artstore, clean_env, run_program
+from conftest import TEAM_SIGNING, artstore, clean_env, run_program
 
 from artifactstore.errors import CorruptObject
 from artifactstore.named import container, keys
@@ -44,6 +44,9 @@ def test_fresh_process_loads_without_tracing_with_identical_results(
     assert loaded["source"] == "store" and not loaded["model_imported"]
     assert loaded["events"] == [] and loaded["digest"] == built["digest"]
     assert loaded["aux_is_none"]
+    # Calls go through JAX's C++ path (a stub's trace wraps the executable; no compile).
+    assert again["fast"] and loaded["fast"] and built["fast"]
+    assert loaded["checked_calls"] == [0, 5]  # the five wrong calls: named by the checked path
 
 
 def test_wrong_arguments_are_clear_errors(store_env: dict[str, str]) -> None:
@@ -331,7 +334,7 @@ def test_load_export_import_load_round_trip(any_env: dict[str, str], tmp_path: P
 
     On some jaxlibs an executable loaded from bytes and serialized again no longer
     loads; named entries and bundles carry only the bytes a fresh compile made."""
-    source = clean_env(ARTSTORE_URL=str(tmp_path / "source"))
+    source = clean_env(ARTSTORE_URL=str(tmp_path / "source"), **TEAM_SIGNING)  # team: signed
     built = _job(source, "compiled")
     assert _job(source, "load")["source"] == "store"  # loaded once before it travels
     bundle = tmp_path / "mlp.bundle"

@@ -75,7 +75,7 @@ def world(moto_endpoint: str, postgres: None, tmp_path_factory: pytest.TempPathF
     tmp = tmp_path_factory.mktemp("secrets")
     key_dir = tmp / "keys"
     key_dir.mkdir()
-    secret_file, _ = generate("ci", key_dir)
+    secret_file, public_file = generate("ci", key_dir)
     SECRETS["signing key"] = secret_file.read_text().strip().split(":", 1)[1]
     bucket = "artstore-sec-" + TAG
     devstack.create_bucket(moto_endpoint, bucket)
@@ -95,6 +95,7 @@ def world(moto_endpoint: str, postgres: None, tmp_path_factory: pytest.TempPathF
             ARTSTORE_BREAKER_COOLDOWN="1",
             ARTSTORE_LOCAL_TIER="off",
             ARTSTORE_SIGNING_KEY=str(secret_file),
+            ARTSTORE_TRUSTED_KEYS=str(public_file),  # `artstore sign` needs them
             ARTSTORE_URL=f"s3://{bucket}/cache",
             ARTSTORE_S3_ENDPOINT_URL=f"http://artuser:{endpoint_pw}@127.0.0.1:{moto_port}",
         )

@@ -184,7 +184,8 @@ def test_trusted_keys_parse_files_and_inline_keys(keys: dict[str, tuple[Path, Pa
         {"ARTSTORE_SIGNING_KEY": str(keys["ci-1"][0]), "ARTSTORE_TRUSTED_KEYS": inline},
     )
     assert settings.signing_key is not None and settings.signing_key.name == "ci-1"
-    assert settings.trusted_keys is not None and settings.trusted_keys.names == ["ci-2"]
+    # The listed key, and its own (a process trusts what it signs).
+    assert settings.trusted_keys is not None and settings.trusted_keys.names == ["ci-1", "ci-2"]
     assert _secret(keys["ci-1"][0]) not in repr(settings)
 
 
@@ -467,8 +468,10 @@ def test_key_rotation_and_artstore_sign(
     assert verify.returncode == 1
     assert len(json.loads(verify.stdout)["untrusted_key"]) == 2
 
-    sign = artstore("sign", env={**team_env, "ARTSTORE_SIGNING_KEY": str(new_key),
-                                 "ARTSTORE_TRUSTED_KEYS": str(new_pub)})  # fmt: skip
+    # Re-signs only what a trusted key signed: the old key is listed while rotating.
+    rotating = {**team_env, "ARTSTORE_SIGNING_KEY": str(new_key),
+                "ARTSTORE_TRUSTED_KEYS": f"{old_pub},{new_pub}"}  # fmt: skip
+    sign = artstore("sign", env=rotating)
     assert sign.returncode == 0, sign.stderr
     assert "signed 2 of 2 entries with key 'ci-2'" in sign.stdout
     assert "2 old objects removed" in sign.stdout
@@ -481,7 +484,7 @@ def test_key_rotation_and_artstore_sign(
     out = run_program("job.py", {**team_env, "ARTSTORE_TRUSTED_KEYS": str(old_pub),
                                  "ARTSTORE_READ_ONLY": "1"})  # fmt: skip
     assert out["store"]["untrusted_key"] == 2  # the retired key no longer vouches
-    again = artstore("sign", "--json", env={**team_env, "ARTSTORE_SIGNING_KEY": str(new_key)})
+    again = artstore("sign", "--json", env={**rotating, "ARTSTORE_TRUSTED_KEYS": str(new_pub)})
     assert json.loads(again.stdout)["already_signed"] == 2
     verify = artstore("verify", env=only_new)
     assert verify.returncode == 0, verify.stdout

@@ -28,7 +28,9 @@ def open_blobstore(settings: Settings) -> BlobStore:
         )
     else:
         modes = safedir.store_modes(settings.group_readable)
-        store = LocalBlobStore(loc.path, settings.namespace, modes=modes)
+        # Whose store may be read, as Store.open's check decides (secure_local_dirs).
+        trust: safedir.Trust = "any" if settings.read_only else "mine_or_root"
+        store = LocalBlobStore(loc.path, settings.namespace, modes=modes, trust=trust)
     return ReadOnlyBlobStore(store) if settings.read_only else store
 
 

@@ -34,27 +34,25 @@ class LocalBlobStore(BlobStore):
         *,
         modes: safedir.Modes = safedir.PRIVATE,
         top: str | Path | None = None,
+        trust: safedir.Trust = "mine",
         setting: str = "ARTSTORE_URL",
     ) -> None:
-        """`modes`: of what it creates; `top`: the highest directory that must be this
-        user's before the first write (`root` by default; see `safedir.secure_dir`)."""
+        """`modes`: of what it creates; `top`, `trust`: the highest directory that must be
+        this user's (`root` by default) and whose may be read (see `safedir.Tree`, which
+        checks the directories on every open)."""
         self.root = Path(root)
         check_namespace(namespace)  # a path component: never "..", "/", or a newline
         self.base = self.root / namespace
         self.objects = self.base / "objects"
         self.quarantine_dir = self.base / "quarantine"
         self.modes = modes
-        self._top = Path(top) if top is not None else self.root
-        self._setting = setting
-        self._secured = False
+        self.tree = safedir.Tree(self.root if top is None else top, modes=modes, trust=trust,
+                                 setting=setting)  # fmt: skip
 
     def make_dir(self, path: Path) -> None:
-        """Create `path` (a directory in this tree) as writes need it: the tree from `top`
-        checked once per process, then only what lies below the namespace."""
-        if not self._secured:
-            safedir.secure_dir(self.base, top=self._top, modes=self.modes, setting=self._setting)
-            self._secured = True
-        safedir.make_subdir(path, self.base, self.modes)
+        """Create `path` (a directory in this tree) and what is missing above it, checking
+        every directory from `/` (UnsafeDirectory names the fix)."""
+        self.tree.check(path, create=True)
 
     def _path(self, digest: str) -> Path:
         check_digest(digest)
@@ -62,7 +60,7 @@ class LocalBlobStore(BlobStore):
 
     def get(self, digest: str, *, max_bytes: int | None = None) -> bytes | None:
         try:
-            with safedir.open_regular(self._path(digest)) as handle:
+            with self.tree.open(self._path(digest)) as handle:
                 # Objects are replaced whole (rename), never appended to: the size of
                 # the open file is the size read.
                 size = os.fstat(handle.fileno()).st_size
@@ -78,32 +76,30 @@ class LocalBlobStore(BlobStore):
             raise CorruptObject(f"object {digest[:12]} is not a regular file") from None
 
     def exists(self, digest: str) -> bool:
-        return self._path(digest).is_file()
+        return self.tree.is_file(self._path(digest))
 
     def put(self, digest: str, data: bytes) -> bool:
         path = self._path(digest)
-        if path.is_file():
+        if self.tree.is_file(path):
             return False
-        self.make_dir(path.parent)
-        write_atomic(path, data, mode=self.modes.file)
+        self.tree.write(path, data)
         return True
 
     def touch(self, digest: str) -> None:
         """Mark an object as just used (its mtime orders LRU pruning of private copies)."""
         with contextlib.suppress(FileNotFoundError):
-            os.utime(self._path(digest))
+            self.tree.touch(self._path(digest))
 
     def delete(self, digest: str) -> bool:
         try:
-            self._path(digest).unlink()
+            self.tree.unlink(self._path(digest))
             return True
         except FileNotFoundError:
             return False
 
     def quarantine(self, digest: str) -> None:
-        self.make_dir(self.quarantine_dir)
         with contextlib.suppress(FileNotFoundError):
-            os.replace(self._path(digest), self.quarantine_dir / digest)
+            self.tree.rename(self._path(digest), self.quarantine_dir / digest)
 
     def iter_blobs(self) -> Iterator[BlobInfo]:
         yield from _scan(self.objects, nested=True)
@@ -121,7 +117,7 @@ class LocalBlobStore(BlobStore):
 
     def get_record(self, kind: RecordKind, name: str) -> bytes | None:
         try:
-            with safedir.open_regular(self._record_path(kind, name)) as handle:
+            with self.tree.open(self._record_path(kind, name)) as handle:
                 return handle.read(kind.max_bytes + 1)  # more is refused by its decode
         except FileNotFoundError:
             return None
@@ -129,14 +125,12 @@ class LocalBlobStore(BlobStore):
             return b""  # not a record: its decode refuses it
 
     def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
-        path = self._record_path(kind, name)
-        self.make_dir(path.parent)
-        write_atomic(path, data, mode=self.modes.file)
+        self.tree.write(self._record_path(kind, name), data)
 
     def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:
         for name in names:
             with contextlib.suppress(FileNotFoundError):
-                self._record_path(kind, name).unlink()
+                self.tree.unlink(self._record_path(kind, name))
 
     def iter_records(self, kind: RecordKind) -> Iterator[str]:
         found = _scan(self._records_dir(kind), nested=kind.sharded, length=0)

@@ -14,6 +14,8 @@ Two passes, so that a bundle with any problem leaves the store as it was:
    manifest, tier), byte for byte as exported.
 
 The first problem refuses the whole bundle with one line naming the member or entry.
+What the first pass may unpack (entries, each member, the whole, the manifest) is
+bounded from headers before decompressing and again while streaming (`bounds`).
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ from typing import IO, Any, cast
 
 import zstandard
 
-from artifactstore import codec
+from artifactstore import codec, interrupts
+from artifactstore.bundles.bounds import MAX_WINDOW, OBJECT_HOW, Limits, Unpacked, header_class
 from artifactstore.bundles.layout import (
     MANIFEST,
-    MAX_MANIFEST_BYTES,
     BundleError,
     BundleManifest,
     Record,
@@ -42,6 +44,7 @@ from artifactstore.bundles.layout import (
 )
 from artifactstore.errors import CorruptObject, OverLimit, ReadOnlyError, one_line
 from artifactstore.index import db
+from artifactstore.sizes import format_size
 from artifactstore.store import Store
 
 CHUNK = 1024 * 1024
@@ -65,9 +68,17 @@ class ImportReport:
         return asdict(self)
 
 
-def import_bundle(store: Store, path: Path, *, progress: Progress | None = None) -> ImportReport:
+def import_bundle(
+    store: Store,
+    path: Path,
+    *,
+    progress: Progress | None = None,
+    max_entries: int | None = None,
+    max_bytes: int | None = None,
+) -> ImportReport:
     """Verify the bundle at `path` in full, then store its entries; BundleError (one
-    line) for the first problem, before anything is written."""
+    line) for the first problem, before anything is written. `max_entries` and
+    `max_bytes` override the settings' bundle limits (`bounds`)."""
     if store.read_only:
         raise ReadOnlyError(
             "this store is read-only (ARTSTORE_READ_ONLY): import needs a writer's settings"
@@ -79,10 +90,13 @@ def import_bundle(store: Store, path: Path, *, progress: Progress | None = None)
     if not path.is_file():
         raise BundleError(f"no bundle at {path}: not a file")
     report = ImportReport(path=str(path), namespace=store.namespace)
+    limits = Limits.of(
+        store.settings, path.stat().st_size, max_entries=max_entries, max_bytes=max_bytes
+    )
     spool = Path(tempfile.mkdtemp(prefix="artstore-import-"))  # 0700, this user's
     try:
         os.chmod(spool, 0o700)
-        manifest = _spool(store, path, spool, progress)
+        manifest = _spool(path, spool, limits, progress)
         report.source_namespace = manifest.namespace
         report.entries = len(manifest.records)
         for record in manifest.records:
@@ -90,7 +104,8 @@ def import_bundle(store: Store, path: Path, *, progress: Progress | None = None)
             if progress is not None:
                 progress("verifying", 1, len(manifest.records))
         for record in manifest.records:
-            _store(store, record, spool, report)
+            with interrupts.held():  # an interrupt lands between entries, never inside one
+                _store(store, record, spool, report)
             if progress is not None:
                 progress("importing", 1, len(manifest.records))
     finally:
@@ -98,47 +113,44 @@ def import_bundle(store: Store, path: Path, *, progress: Progress | None = None)
     return report
 
 
-def _spool(store: Store, path: Path, spool: Path, progress: Progress | None) -> BundleManifest:
+def _spool(path: Path, spool: Path, limits: Limits, progress: Progress | None) -> BundleManifest:
     """Stream the bundle: objects into `spool` (their sha256 checked against their
-    names), the manifest into memory; then the manifest parsed and checked against
-    the members."""
-    limit = store.settings.max_object_bytes
+    names), the manifest into memory, every header checked against `limits` before
+    its data is decompressed; then the manifest parsed and checked against the
+    members."""
     seen: set[str] = set()
     manifest: bytes | None = None
     total = path.stat().st_size
     try:
         with path.open("rb") as raw:
             counted = _Counting(raw, lambda n: progress and progress("reading bundle", n, total))
-            reader = zstandard.ZstdDecompressor().stream_reader(
+            reader = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW).stream_reader(
                 cast(IO[bytes], counted), closefd=False
             )
-            with tarfile.open(fileobj=reader, mode="r|") as tar:
-                for member in tar:
+            unpacked = Unpacked(reader, limits)
+            with tarfile.open(
+                fileobj=cast(IO[bytes], unpacked), mode="r|", tarinfo=header_class()
+            ) as tar:
+                for index, member in enumerate(tar, 1):
                     name = member.name
                     shown = repr(name[:80])
                     if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
                         raise BundleError(f"member {shown} is not a plain file: refused")
+                    limits.check_member(member, index, unpacked.count)
                     if name in seen:
                         raise BundleError(f"member {shown} appears twice")
                     seen.add(name)
                     source = tar.extractfile(member)
                     assert source is not None  # a plain file
                     if name == MANIFEST:
-                        if member.size > MAX_MANIFEST_BYTES:
-                            raise BundleError(f"member {shown} is {member.size} bytes: too big")
-                        manifest = source.read()
+                        manifest = source.read(member.size)
                         continue
                     digest = member_digest(name)
                     if digest is None:
                         raise BundleError(
                             f"member {shown} is not one an artifactstore bundle has: refused"
                         )
-                    if limit is not None and member.size > limit:
-                        raise BundleError(
-                            f"member {shown} is {member.size} bytes, over this store's "
-                            "ARTSTORE_MAX_OBJECT_SIZE"
-                        )
-                    actual = _copy(source, spool / digest)
+                    actual = _copy(source, spool / digest, limits)
                     if actual != digest:
                         raise BundleError(
                             f"member {shown} has digest {actual[:12]}: damaged or altered"
@@ -149,7 +161,10 @@ def _spool(store: Store, path: Path, spool: Path, progress: Progress | None) -> 
         ) from None
     if manifest is None:
         raise BundleError(f"{path} has no {MANIFEST}: not an artifactstore bundle")
+    limits.check_manifest(manifest)
     parsed = parse_manifest(manifest)
+    if len(parsed.records) > limits.max_entries:
+        raise limits.too_many()
     listed = {record.digest for record in parsed.records}
     for record in parsed.records:
         if not (spool / record.digest).is_file():
@@ -160,12 +175,20 @@ def _spool(store: Store, path: Path, spool: Path, progress: Progress | None) -> 
     return parsed
 
 
-def _copy(source: IO[bytes], target: Path) -> str:
-    """Copy `source` to a new file `target` (this user's only); its sha256."""
+def _copy(source: IO[bytes], target: Path, limits: Limits) -> str:
+    """Copy `source` to a new file `target` (this user's only), in chunks and within
+    the object size limit whatever its header said; its sha256."""
     digest = hashlib.sha256()
+    written = 0
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as out:
         while chunk := source.read(CHUNK):
+            written += len(chunk)
+            if written > limits.max_object_bytes:
+                raise BundleError(
+                    f"bundle refused: member {target.name[:12]} is over the object size "
+                    f"limit {format_size(limits.max_object_bytes)} ({OBJECT_HOW})"
+                )
             digest.update(chunk)
             out.write(chunk)
     return digest.hexdigest()

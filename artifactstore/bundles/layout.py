@@ -35,8 +35,6 @@ MANIFEST_FORMAT = "artifactstore-bundle"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 OBJECTS = "objects/"
-# A manifest bigger than this is refused unread (about 2 KiB a record: 100k entries).
-MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 _OBJECT_MEMBER = re.compile(r"objects/([0-9a-f]{64})")
 _MAX_SIZE = 2**63 - 1
 

@@ -2,17 +2,23 @@
 
 Every failure a person can cause (bad URL, unknown command, unreachable
 database, schema mismatch) ends as one line on stderr and a non-zero exit,
-never a traceback; set ARTSTORE_DEBUG=1 to see one anyway.
+never a traceback; set ARTSTORE_DEBUG=1 to see one anyway. Ctrl-C (SIGINT) and
+SIGTERM unwind every command through its cleanup (`artifactstore.interrupts`) and
+end as `artstore: interrupted` (exit 130) or `artstore: terminated` (exit 143).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
+from typing import NoReturn
 
 import click
 
+from artifactstore import interrupts
 from artifactstore.cli import (
     bundle_cmd,
     entries,
@@ -77,6 +83,10 @@ def _dispatch_errors(fn: Callable[[], None]) -> None:
     except SQLAlchemyError as exc:
         reason = one_line(getattr(exc, "orig", None) or exc)
         fail(f"index database error ({reason}): check ARTSTORE_INDEX and the database server")
+    except KeyboardInterrupt:
+        _interrupted(signal.SIGINT)
+    except interrupts.Terminated:
+        _interrupted(signal.SIGTERM)
     except click.exceptions.Abort:
         fail("aborted")
     except click.UsageError as exc:
@@ -84,12 +94,34 @@ def _dispatch_errors(fn: Callable[[], None]) -> None:
         fail(f"{exc.format_message()}{hint}", EXIT_USAGE)
     except click.ClickException as exc:
         fail(exc.format_message(), exc.exit_code)
-    except KeyboardInterrupt:
-        fail("interrupted", 130)
     except Exception as exc:
         if os.environ.get("ARTSTORE_DEBUG"):
             raise
         fail(f"{one_line(exc)} (set ARTSTORE_DEBUG=1 for a traceback)")
+
+
+_stopping = threading.Event()
+
+
+def _interrupted(signum: int) -> NoReturn:
+    """The one line and exit code of an interrupt. A second signal while exiting (threads
+    finishing what they hold) is ignored, and threads that fail meanwhile are silent."""
+    for other in interrupts.SIGNALS:
+        signal.signal(other, signal.SIG_IGN)
+    _stopping.set()
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+    click.echo(f"artstore: {word}", err=True)
+    sys.exit(interrupts.EXIT_CODES[signum])
+
+
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+    """No traceback from a thread cut short by an interrupt's cleanup."""
+    if _stopping.is_set() and not os.environ.get("ARTSTORE_DEBUG"):
+        return
+    _default_excepthook(args)
+
+
+_default_excepthook = threading.excepthook
 
 
 def main() -> None:
@@ -100,9 +132,16 @@ def main() -> None:
     if startup is not None:
         startup.disable()
 
+    interrupts.install()
+    threading.excepthook = _thread_failed
+
     def run() -> None:
-        code = cli.main(standalone_mode=False, prog_name="artstore")
-        if isinstance(code, int) and code:
-            sys.exit(code)
+        # As click's `main`, less its handling of Ctrl-C (a blank line and "Aborted!").
+        try:
+            with cli.make_context("artstore", sys.argv[1:]) as ctx:
+                cli.invoke(ctx)
+        except click.exceptions.Exit as exc:
+            if exc.exit_code:
+                sys.exit(exc.exit_code)
 
     _dispatch_errors(run)

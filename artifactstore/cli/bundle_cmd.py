@@ -115,26 +115,59 @@ def export_cmd(
 
 @click.command("import")
 @click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--max-entries",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Refuse a bundle of more entries [default: ARTSTORE_BUNDLE_MAX_ENTRIES, else 10000].",
+)
+@click.option(
+    "--max-size",
+    metavar="SIZE",
+    help="Refuse a bundle that unpacks to more (500G) [default: ARTSTORE_BUNDLE_MAX_SIZE, "
+    "else 64x the bundle's size + 16 MiB].",
+)
 @json_option("Print the summary as JSON.")
 @_progress_option
 @click.pass_obj
-def import_cmd(obj: Ctx, file: Path, as_json: bool, progress: bool | None) -> None:
+def import_cmd(
+    obj: Ctx,
+    file: Path,
+    max_entries: int | None,
+    max_size: str | None,
+    as_json: bool,
+    progress: bool | None,
+) -> None:
     """Store the entries of the bundle FILE (from `artstore export`) in this store.
 
     The whole bundle is verified first (every member, digest, signature where
     ARTSTORE_TRUSTED_KEYS is set, and that it holds nothing else); any problem
     refuses all of it and nothing is written. Entries the store already holds are
-    skipped, so importing twice is harmless.
+    skipped, so importing twice is harmless. What a bundle may unpack to is bounded
+    (entries, each object by ARTSTORE_MAX_OBJECT_SIZE, the whole), so that a hostile
+    one costs no more memory or temporary disk than a genuine one of its size.
     """
     from artifactstore.bundles.importer import import_bundle
     from artifactstore.bundles.layout import BundleError
+    from artifactstore.errors import ConfigError
+    from artifactstore.sizes import parse_size
 
+    max_bytes = None
+    if max_size is not None:
+        try:
+            max_bytes = parse_size(max_size)
+        except ConfigError as exc:
+            raise click.UsageError(f"--max-size: {exc}") from None
+        if max_bytes < 1:
+            raise click.UsageError("--max-size must be at least 1 byte, e.g. 500G")
     if not file.is_file():
         raise BundleError(f"no bundle at {file}: not a file")
     with obj.store(changes=True) as store:
         bar = _Bar(progress, as_json, "importing", size=file.stat().st_size)
         try:
-            report = import_bundle(store, file, progress=bar.phase)
+            report = import_bundle(
+                store, file, progress=bar.phase, max_entries=max_entries, max_bytes=max_bytes
+            )
         finally:
             bar.close()
     if as_json:

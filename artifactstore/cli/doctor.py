@@ -293,17 +293,31 @@ def _check_tier(settings: _config.Settings) -> Check:
 
 
 def _check_signing(settings: _config.Settings) -> Check:
-    """Which key this process signs with and which it trusts (names, never key material)."""
+    """The trust mode: which key this process signs with, which it loads from (names,
+    never key material), and whether signatures are required here."""
     signs = settings.signing_key.name if settings.signing_key is not None else None
-    trusts = settings.trusted_keys.names if settings.trusted_keys is not None else None
+    trusted = settings.trusted_keys
+    trusts = trusted.names if trusted is not None else None
+    required = settings.require_signatures
     parts = [f"signs as {signs}" if signs else "writes unsigned entries"]
-    if trusts:
-        parts.append("loads only entries signed by " + ", ".join(trusts))
+    status: Status = "ok"
+    if trusted is None:
+        who = ("write access to the bucket decides what runs" if settings.blobs.scheme == "s3"
+               else "the directory's permissions decide what runs")  # fmt: skip
+        parts.append(f"loads any intact entry (signatures not required: {who})")
+    elif not trusted.keys:
+        status = "warn"
+        parts.append("signatures required, no key trusted: LOADS NOTHING (set "
+                     "ARTSTORE_TRUSTED_KEYS, or ARTSTORE_REQUIRE_SIGNATURES=0)")  # fmt: skip
     else:
-        parts.append("loads unsigned entries (ARTSTORE_TRUSTED_KEYS unset: digests prove "
-                     "integrity, not authorship)")  # fmt: skip
-    return Check("signing", "ok", "; ".join(parts), blocking=False,
-                 data={"signing_key": signs, "trusted_keys": trusts})  # fmt: skip
+        mode = "signatures required" if required else "ARTSTORE_TRUSTED_KEYS set"
+        parts.append(f"{mode}: loads only entries signed by " + ", ".join(trusts or []))
+    if required and signs is None and not settings.read_only:
+        status = "warn"
+        parts.append("readers will not load what it stores (set ARTSTORE_SIGNING_KEY)")
+    return Check("signing", status, "; ".join(parts), blocking=False,
+                 data={"signing_key": signs, "trusted_keys": trusts,
+                       "require_signatures": required})  # fmt: skip
 
 
 def _check_single_flight(settings: _config.Settings) -> Check:

@@ -135,11 +135,12 @@ def fold_cmd(obj: Ctx, as_json: bool) -> None:
         rows = fold_accesses(store.engine, store.namespace)
     if as_json:
         print_json({"namespace": store.namespace, "journals_folded": fold.journals,
-                    "journals_refused": fold.refused, "hits": fold.hits,
-                    "accesses_folded": rows})  # fmt: skip
+                    "journals_refused": fold.refused, "journals_set_aside": fold.set_aside,
+                    "hits": fold.hits, "accesses_folded": rows})  # fmt: skip
         return
-    click.echo(f"namespace {store.namespace}: {fold_line(fold.journals, fold.refused)} "
-               f"({fold.hits} hits); {rows} access rows applied")  # fmt: skip
+    line = fold_line(fold.journals, fold.refused, fold.set_aside)
+    click.echo(f"namespace {store.namespace}: {line} ({fold.hits} hits); "
+               f"{rows} access rows applied")  # fmt: skip
 
 
 @click.group("quota")

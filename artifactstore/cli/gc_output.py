@@ -91,8 +91,11 @@ class Output:
                 f"  {verb} {report.entries_restored} entries the index had lost, "
                 "from their objects' metadata\n"
             )
-        if report.journals_folded or report.journals_refused:
-            self._write(f"  {fold_line(report.journals_folded, report.journals_refused)}\n")
+        if report.journals_folded or report.journals_refused or report.journals_set_aside:
+            line = fold_line(
+                report.journals_folded, report.journals_refused, report.journals_set_aside
+            )
+            self._write(f"  {line}\n")
         if report.reconcile_skipped:
             self._write(f"  object store not cross-checked: {report.reconcile_skipped}\n")
 
@@ -135,9 +138,11 @@ def _unknown() -> Iterator[None]:
     yield from ()
 
 
-def fold_line(journals: int, refused: int) -> str:
+def fold_line(journals: int, refused: int, set_aside: int = 0) -> str:
     """One line for folded hit journals, shared by gc and `artstore fold`."""
     line = f"folded {journals} hit journal{'s' if journals != 1 else ''} into the index"
     if refused:
         line += f"; deleted {refused} malformed or oversized one{'s' if refused != 1 else ''}"
+    if set_aside:
+        line += f"; set aside {set_aside} unreadable or not named as a journal (left in the bucket)"
     return line

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 
 import click
 
-from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
-from artifactstore.cli.render import json_option, print_json
+from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
+from artifactstore.cli.render import json_option, print_json, safe
+from artifactstore.errors import ConfigError
+from artifactstore.sizes import format_size
 
 
 @click.command("keygen")
@@ -43,30 +46,86 @@ def keygen_cmd(name: str, directory: str) -> None:
     "signed_by",
     multiple=True,
     metavar="NAME",
-    help="Only re-sign entries now signed by key NAME ('unsigned' for unsigned ones); "
-    "repeatable. Default: every entry.",
+    help="Only re-sign entries whose signature verifies under trusted key NAME "
+    "(in ARTSTORE_TRUSTED_KEYS); repeatable. Default: every trusted key.",
 )
+@click.option(
+    "--adopt-unsigned",
+    "adopt_unsigned",
+    is_flag=True,
+    help="Also sign unsigned entries (written before signing), after checking each as a "
+    "load does; lists them and asks first.",
+)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before --adopt-unsigned signs.")
 @click.pass_obj
-def sign_cmd(obj: Ctx, as_json: bool, signed_by: tuple[str, ...]) -> None:
-    """Re-sign the namespace's entries with ARTSTORE_SIGNING_KEY (key rotation, old stores).
+def sign_cmd(
+    obj: Ctx, as_json: bool, signed_by: tuple[str, ...], adopt_unsigned: bool, yes: bool
+) -> None:
+    """Re-sign what a trusted key signed with ARTSTORE_SIGNING_KEY (key rotation).
 
-    Each object's digest, fingerprint and entry key are checked first; the signed copy
-    replaces it (a new object; the entry is repointed in one transaction).
+    Only entries whose object carries a signature that verifies, as a reader checks it,
+    under a key in ARTSTORE_TRUSTED_KEYS are re-signed; unsigned, untrusted and badly
+    signed ones are skipped and counted. The signed copy replaces the object (a new
+    object; the entry is repointed in one transaction).
     """
-    from artifactstore.gc.sign import sign_entries
+    from artifactstore.gc.sign import Candidate, check_signed_by, sign_entries
 
     settings = obj.settings()
-    if settings.signing_key is None:
+    # Listed by the operator: a process with a signing key may trust its own key too,
+    # and that alone must not make this command run.
+    if not os.environ.get("ARTSTORE_TRUSTED_KEYS", "").strip():
+        fail(
+            "set ARTSTORE_TRUSTED_KEYS to the .pub files of the keys whose entries to "
+            "re-sign (the old and the new key while rotating): `artstore sign` re-signs "
+            "only what a trusted key signed"
+        )
+    signing_key = settings.signing_key
+    if signing_key is None:
         fail("set ARTSTORE_SIGNING_KEY to the .key file to sign with (`artstore keygen NAME`)")
+    if settings.trusted_keys is not None:
+        try:
+            check_signed_by(signed_by, settings.trusted_keys)
+        except ConfigError as exc:
+            fail(str(exc), EXIT_USAGE)
+    ask = adopt_unsigned and not yes
+    if ask and not sys.stdin.isatty():
+        fail(
+            "--adopt-unsigned signs entries no trusted key signed: run it on a terminal "
+            "to confirm the list, or add --yes; nothing was signed"
+        )
+    listing = sys.stderr if as_json else sys.stdout
+    show = sys.stderr.isatty() and not as_json  # the progress bar
+
+    def adopt(found: list[Candidate]) -> bool:
+        """List what will be signed; on a terminal, ask (unless --yes)."""
+        if show:
+            click.echo(err=True)  # below the progress bar's line
+        click.echo(
+            f"unsigned entries to adopt (sign with key {signing_key.name!r}): {len(found)}",
+            file=listing,
+        )
+        for c in found:
+            click.echo(
+                f"  {c.key}  namespace {safe(c.namespace)}  {format_size(c.size)}  "
+                f"producer {safe(c.producer_host)}  {safe(c.module_name)}",
+                file=listing,
+            )
+        if not ask:
+            return True
+        return click.confirm(f"sign these {len(found)} unsigned entries?", err=True)
+
     with obj.store(changes=True) as store:
-        show = sys.stderr.isatty() and not as_json
         with click.progressbar(
             length=store.index.stats().entries or 1,
             label="signing",
             file=sys.stderr if show else io.StringIO(),
         ) as bar:
             report = sign_entries(
-                store, settings.signing_key, signed_by=set(signed_by), progress=bar.update
+                store,
+                signing_key,
+                signed_by=set(signed_by),
+                adopt=adopt if adopt_unsigned else None,
+                progress=bar.update,
             )
     if as_json:
         print_json(report.to_json())
@@ -76,6 +135,12 @@ def sign_cmd(obj: Ctx, as_json: bool, signed_by: tuple[str, ...]) -> None:
             f"{report.already_signed} already signed by it, {report.skipped_signer} skipped "
             f"(--signed-by), {report.objects_removed} old objects removed"
         )
+        if report.adopted:
+            click.echo(f"adopted (were unsigned): {len(report.adopted)}")
+        for why, keys in sorted(report.skipped.items()):
+            click.echo(f"skipped, never signed ({_SKIPPED[why]}): {len(keys)}")
+            for key in keys[:20]:
+                click.echo(f"  {key}")
         if report.missing:
             click.echo(f"entries without object: {len(report.missing)}")
         for why, keys in sorted(report.refused.items()):
@@ -84,3 +149,10 @@ def sign_cmd(obj: Ctx, as_json: bool, signed_by: tuple[str, ...]) -> None:
                 click.echo(f"  {key}")
     if not report.ok:
         sys.exit(EXIT_FAIL)
+
+
+_SKIPPED = {
+    "unsigned": "unsigned; --adopt-unsigned to sign them",
+    "untrusted_key": "untrusted_key: signed by a key not in ARTSTORE_TRUSTED_KEYS",
+    "bad_signature": "bad_signature: does not verify",
+}

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from artifactstore import interrupts
 from artifactstore.errors import ConfigError, StoreUnavailable, one_line
 from artifactstore.gc import reconcile
 from artifactstore.gc.journals import fold_or_say_why
@@ -41,16 +42,24 @@ def collect(
         if not policy.dry_run:
             raise
         # A dry run deletes nothing: it may look at the index with the object store down.
-    report = _run(GcRun(store, policy, on_remove, progress), wait=wait)
-    if report.entries_removed and not policy.dry_run:
-        store.entries_removed()  # this host's tier must not serve evicted entries
+    run = GcRun(store, policy, on_remove, progress)
+    try:
+        report = _run(run, wait=wait)
+    finally:  # also when interrupted part way
+        if run.report.entries_removed and not policy.dry_run:
+            store.entries_removed()  # this host's tier must not serve evicted entries
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
 
 def _run(run: GcRun, *, wait: bool) -> GcReport:
-    run.lease = Lease(run.store.engine, f"gc:{run.store.namespace}")
-    run.lease.acquire(wait=wait)
+    max_hold = run.store.settings.lease_max_hold_secs
+    run.lease = Lease(run.store.engine, f"gc:{run.store.namespace}", max_hold_secs=max_hold)
+    try:
+        run.lease.acquire(wait=wait)
+    except (KeyboardInterrupt, interrupts.Terminated):
+        run.lease.release()  # the signal may have landed just after the row was taken
+        raise
     try:
         try:
             reconcile.check_missing(run)
@@ -63,6 +72,7 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         if why is not None and not run.policy.dry_run:
             raise StoreUnavailable(f"hit journals not folded: {why}")
         run.report.journals_folded, run.report.journals_refused = fold.journals, fold.refused
+        run.report.journals_set_aside = fold.set_aside
         run.report.accesses_folded = fold_accesses(run.store.engine, run.store.namespace)
         limit = effective_limit(run.store, run.policy.max_bytes)
         run.report.limit_bytes = limit
@@ -151,17 +161,18 @@ def _delete_entries(run: GcRun, victims: Victims, phase: str, total: int, reason
     while low <= top:
         high = low + run.entry_range.size
         keys: list[str] = []
-        deleted = run.entry_range.run(
-            run.ix.delete_victims,
-            victims,
-            low,
-            high,
-            _noting(keys, lambda row: _entry_removed(run, row, reason)),
-        )
-        # Rows are chosen and deleted in one statement, so their manifests follow at once:
-        # a reader that follows one meanwhile loads a valid executable (objects outlive
-        # their entries by the grace period) or misses.
-        run.store.withdraw(keys)
+        # Rows are chosen and deleted in one statement, so their manifests follow at once
+        # (an interrupt waits for both): a reader that follows one meanwhile loads a
+        # valid executable (objects outlive their entries by the grace period) or misses.
+        with interrupts.held():
+            deleted = run.entry_range.run(
+                run.ix.delete_victims,
+                victims,
+                low,
+                high,
+                _noting(keys, lambda row: _entry_removed(run, row, reason)),
+            )
+            run.store.withdraw(keys)
         low = high
         run.progress(phase, deleted, total)
         run.keep_lease()

@@ -21,7 +21,7 @@ from artifactstore import usage as _usage
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.errors import CorruptObject, one_line
 from artifactstore.index.accesses import ROW_HITS_MAX, append_accesses, clean_touches
-from artifactstore.journal import Journal
+from artifactstore.journal import Journal, check_journal_name
 from artifactstore.store import Store
 
 log = logging.getLogger("artifactstore")
@@ -34,39 +34,74 @@ BATCH = 200
 @dataclass
 class JournalFold:
     journals: int = 0  # folded and deleted
-    refused: int = 0  # malformed or oversized: deleted unread, counted here
+    refused: int = 0  # malformed or oversized, whatever they made fail: deleted, counted here
+    set_aside: int = 0  # not named as journals, or unreadable: left where they are, counted
     hits: int = 0  # hits they added (after clamping)
 
 
+# One journal's rows, checked and clamped as the index takes them.
+_Rows = tuple[dict[str, tuple[int, datetime]], dict[str, int], _usage.Usage]
+
+
 def fold_journals(store: Store, *, progress: Callable[[int], None] | None = None) -> JournalFold:
-    """Fold every hit journal of the store's namespace into its access rows."""
+    """Fold every hit journal of the store's namespace into its access rows.
+
+    Journals are untrusted (readers and anyone else who may write the bucket put
+    them there): whatever one of them makes fail, it is set aside and counted and
+    the others fold. Only the object store itself failing stops the fold."""
     result = JournalFold()
     batch: list[str] = []
     touches: dict[str, tuple[int, datetime]] = {}
     counts: Counter[str] = Counter()
     usage: _usage.Usage = {}
     for name in store.blobs.iter_records(JOURNALS):
-        data = store.blobs.get_record(JOURNALS, name)
+        try:
+            check_journal_name(name)
+        except ValueError:  # not one of ours: never read, never deleted
+            result.set_aside += 1
+            _warn(f"leaving {name[:40]!r} under journals/ alone: not named as a hit journal")
+            continue
+        try:
+            data = store.blobs.get_record(JOURNALS, name)
+        except Exception as exc:
+            store.blobs.check()  # the object store itself is down: that stops the fold
+            result.set_aside += 1
+            _warn(f"leaving hit journal {name} alone: it could not be read ({one_line(exc)})")
+            continue
         if data is None:  # folded by a concurrent fold
             continue
         batch.append(name)
         try:
-            journal = Journal.decode(data)
-        except CorruptObject as exc:
+            rows = _rows(data)
+        except Exception as exc:
             result.refused += 1
-            log.warning("artifactstore: deleting hit journal %s: %s", name, exc)
+            log.warning("artifactstore: deleting hit journal %s: %s", name, _why(exc))
             continue
         result.journals += 1
-        for key, (n, when) in clean_touches(journal.accesses).items():
+        for key, (n, when) in rows[0].items():
             old_n, old_t = touches.get(key, (0, when))
             touches[key] = (min(old_n + n, ROW_HITS_MAX), max(when, old_t))
-        for counter, value in journal.counts.items():
-            counts[counter] += min(max(value, 0), ROW_HITS_MAX)
-        _usage.merge(usage, _usage.clean_usage(journal.usage))
+        counts.update(rows[1])
+        _usage.merge(usage, rows[2])
         if len(batch) >= BATCH:
             _commit(store, batch, touches, counts, usage, result, progress)
     _commit(store, batch, touches, counts, usage, result, progress)
     return result
+
+
+def _rows(data: bytes) -> _Rows:
+    """A journal's rows as the index takes them; raises whatever its bytes make fail."""
+    journal = Journal.decode(data)
+    counts = {c: min(max(int(v), 0), ROW_HITS_MAX) for c, v in journal.counts.items()}
+    return clean_touches(journal.accesses), counts, _usage.clean_usage(journal.usage)
+
+
+def _why(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, CorruptObject) else one_line(exc)
+
+
+def _warn(message: str) -> None:
+    log.warning("artifactstore: %s", message)
 
 
 def _commit(

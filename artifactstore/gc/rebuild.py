@@ -119,7 +119,17 @@ def rebuild(store: Store, *, progress: CountProgress | None = None) -> RebuildRe
     names (its object read and checked as `recover` does, and bound to the manifest's
     key), then those of every other object that carries one."""
     report = RebuildReport()
-    _from_manifests(store, report, progress)
+    try:
+        _from_manifests(store, report, progress)
+        _from_objects(store, report, progress)
+    finally:  # also when interrupted part way
+        if report.restored:
+            store.entries_removed()  # the tier's key map may predate the rebuild
+    return report
+
+
+def _from_objects(store: Store, report: RebuildReport, progress: CountProgress | None) -> None:
+    """Restore the rows of entries that only an object still carries."""
     for info in store.blobs.iter_blobs():
         report.objects += 1
         if store.index.keys_for_digest(info.digest):
@@ -138,9 +148,6 @@ def rebuild(store: Store, *, progress: CountProgress | None = None) -> RebuildRe
                 report.superseded += 1
         if progress is not None:
             progress(1)
-    if report.restored:
-        store.entries_removed()  # the tier's key map may predate the rebuild
-    return report
 
 
 def _from_manifests(store: Store, report: RebuildReport, progress: CountProgress | None) -> None:

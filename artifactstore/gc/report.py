@@ -40,6 +40,7 @@ class GcReport:
     bytes_after: int = 0
     journals_folded: int = 0  # readers' hit journals (artifactstore.journal)
     journals_refused: int = 0  # malformed or oversized: deleted unread
+    journals_set_aside: int = 0  # not named as journals, or unreadable: left alone
     accesses_folded: int = 0
     entries_removed: int = 0
     entry_bytes_removed: int = 0

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from artifactstore import codec
+from artifactstore import codec, interrupts
 from artifactstore.errors import CorruptObject
 from artifactstore.gc import reconcile
 from artifactstore.gc.policy import DEFAULT_GRACE_SECS
@@ -158,8 +158,9 @@ def verify(
         bad = set(report.corrupt) | set(missing)
         for digest in bad:
             keys = store.index.keys_for_digest(digest)
-            store.withdraw(keys)
-            store.index.delete_entries(keys)
+            with interrupts.held():  # manifests and rows go together
+                store.withdraw(keys)
+                store.index.delete_entries(keys)
         store.index.forget_objects(bad)
         if bad:
             store.entries_removed()

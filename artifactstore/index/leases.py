@@ -5,6 +5,11 @@ an update of a row whose expiry has passed, so a crashed holder blocks others
 for at most one TTL. The holder renews it while it works and stops if it finds
 the lease taken (it was paused past its expiry). Expiry uses the clients'
 clocks, which must agree to well within the TTL (NTP).
+
+A row is written by whoever may write the index's leases, not only by this code:
+one that expires further ahead than the taker's maximum (ARTSTORE_LEASE_MAX_HOLD:
+a forged "until year 9999", a clock far ahead) is taken over as if expired, and no
+holder sets its expiry past that maximum, so no lease outlives what the operator set.
 """
 
 from __future__ import annotations
@@ -16,13 +21,15 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Engine, delete, or_, select, update
 
 from artifactstore.errors import LeaseHeld
 from artifactstore.index.models import LeaseRow, utcnow
 from artifactstore.index.sql import upsert
 
 DEFAULT_TTL_SECS = 300.0
+# Keep in step with config.DEFAULT_LEASE_MAX_HOLD_SECS (index/ does not read settings).
+DEFAULT_MAX_HOLD_SECS = 600.0
 
 
 def holder_name() -> str:
@@ -54,8 +61,13 @@ class Lease:
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     _renewed: float = 0.0
     # Whether the last successful try_acquire took the lease from another holder (expired,
-    # or dead on this host) rather than finding it free.
+    # expiring past the maximum, or dead on this host) rather than finding it free.
     took_over: bool = False
+    # ARTSTORE_LEASE_MAX_HOLD: no row counts as held further ahead than this (see above).
+    max_hold_secs: float = DEFAULT_MAX_HOLD_SECS
+
+    def __post_init__(self) -> None:
+        self.ttl_secs = min(self.ttl_secs, self.max_hold_secs)  # renewed no further
 
     def _expiry(self) -> datetime:
         return utcnow() + timedelta(seconds=self.ttl_secs)
@@ -73,9 +85,13 @@ class Lease:
             ).first()
             self.took_over = taken is None
             if taken is None:
+                beyond = now + timedelta(seconds=self.max_hold_secs)
                 stale = conn.execute(
                     update(LeaseRow)
-                    .where(LeaseRow.name == self.name, LeaseRow.expires_at < now)
+                    .where(
+                        LeaseRow.name == self.name,
+                        or_(LeaseRow.expires_at < now, LeaseRow.expires_at > beyond),
+                    )
                     .values(**values)
                 )
                 if stale.rowcount != 1:

@@ -79,6 +79,19 @@ def fresh_compiles() -> Iterator[list[tuple[_Compile, Any, float]]]:
         _local.fresh = previous
 
 
+@contextmanager
+def provided(executable: Any) -> Iterator[None]:
+    """Compiles in this thread return `executable` (a loaded named executable), so that
+    JAX wraps it as it wraps its own compiles: a `Compiled` with jit's C++ call path
+    (artifactstore.jaxhook.named_call). Nothing is compiled, looked up or stored."""
+    previous = getattr(_local, "provided", None)
+    _local.provided = executable
+    try:
+        yield
+    finally:
+        _local.provided = previous
+
+
 def uninstall() -> Session | None:
     """Give JAX its own functions back; returns the session that was in use."""
     global _session, _original, _previous_hook
@@ -153,6 +166,9 @@ def compile_or_get_cached(
     request = _Compile(
         backend, computation, devices, compile_options, host_callbacks, executable_devices
     )
+    given = getattr(_local, "provided", None)
+    if given is not None:  # a named executable's call path: see provided
+        return given
     fresh = getattr(_local, "fresh", None)
     if fresh is not None:  # a named executable's build: see fresh_compiles
         executable, secs = request.compile()

@@ -5,8 +5,9 @@ fingerprint; on a hit it deserializes the executable and never calls, traces or
 lowers `fn`. On a miss it rebuilds from the stored `jax.export` form if there is
 one, else lowers and compiles `fn` (always freshly: see `compile.fresh_compiles`),
 checks that the bytes load, and stores the native executable and its portable form.
-A call flattens the arguments against the stored declarative signature, places
-them on the executable's devices and runs it: no jit dispatch, no tracing.
+Calls go through JAX's own C++ call path, as a jitted function's do
+(`named_call`); a call that does not fit is checked against the stored declarative
+signature, which names the first mismatch.
 """
 
 from __future__ import annotations
@@ -27,82 +28,17 @@ from artifactstore.errors import (
     one_line,
 )
 from artifactstore.jaxhook import compile as _compile
+from artifactstore.jaxhook.named_call import NamedExecutable, _sharding
 from artifactstore.named import container, keys
 from artifactstore.named.signature import (
     Leaf,
     NamedCallError,
     Signature,
     UnsupportedTree,
-    check_array,
 )
 from artifactstore.session import Session, warn_once
 
 log = logging.getLogger("artifactstore")
-
-
-class NamedExecutable:
-    """A compiled function loaded by name: call it like the jitted function.
-
-    Positional arguments only, in the structure, shapes and dtypes it was built
-    for (static arguments with the values it was built for); anything else is a
-    NamedCallError naming the first mismatch. `source` says how it came here:
-    `store` (loaded), `portable` (rebuilt from StableHLO) or `compiled` (built now).
-    """
-
-    def __init__(self, header: container.Header, executable: Any, source: str) -> None:
-        import jax
-
-        self.name = header.name
-        self.version = header.version
-        self.header = header
-        self.source = source
-        self._executable = executable
-        devices = {d.id: d for d in executable.local_devices()}
-        self._in_shardings = [_sharding(leaf, devices) for leaf in header.inputs.leaves]
-        self._out_shardings = [_sharding(leaf, devices) for leaf in header.outputs.leaves]
-        self._assemble = jax.make_array_from_single_device_arrays
-        self._device_put = jax.device_put
-        self._array = jax.Array
-
-    @property
-    def in_signature(self) -> Signature:
-        return self.header.inputs
-
-    @property
-    def out_signature(self) -> Signature:
-        return self.header.outputs
-
-    def __repr__(self) -> str:
-        return (
-            f"<named executable {self.name}@{self.version} ({self.source}): "
-            f"{self.header.inputs.describe()} -> {self.header.outputs.describe()}>"
-        )
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs:
-            raise NamedCallError(
-                f"{self.name}@{self.version} takes positional arguments only; "
-                f"got keywords {sorted(kwargs)}"
-            )
-        shardings = iter(self._in_shardings)
-
-        def place(value: Any, spec: Leaf, path: str) -> Any:
-            check_array(value, spec, path)
-            target = next(shardings)
-            if isinstance(value, self._array) and value.sharding == target:
-                return value
-            return self._device_put(_as_array(value, spec.dtype), target)
-
-        flat = self.header.inputs.flatten(tuple(args), path="args", check=place)
-        results = self._executable.execute_sharded(flat)
-        parts = results.disassemble_into_single_device_arrays()
-        outs = [
-            self._assemble(leaf.shape, sharding, arrays)
-            for leaf, sharding, arrays in zip(
-                self.header.outputs.leaves, self._out_shardings, parts, strict=True
-            )
-        ]
-        return self.header.outputs.unflatten(outs)
 
 
 def compiled(
@@ -569,26 +505,6 @@ def _sharding_json(sharding: Any, name: str) -> dict[str, Any]:
     )
 
 
-def _sharding(leaf: Leaf, devices: dict[int, Any]) -> Any:
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
-
-    data = leaf.sharding or {}
-    try:
-        if data.get("kind") == "single":
-            return SingleDeviceSharding(
-                devices[data["device"]], memory_kind=data.get("memory_kind")
-            )
-        if data.get("kind") == "named":
-            grid = np.array([devices[i] for i in data["devices"]], dtype=object)
-            mesh = Mesh(grid.reshape(data["mesh_shape"]), tuple(data["axis_names"]))
-            spec = PartitionSpec(*(tuple(p) if isinstance(p, list) else p for p in data["spec"]))  # type: ignore[no-untyped-call]
-            return NamedSharding(mesh, spec, memory_kind=data.get("memory_kind"))
-    except KeyError as exc:
-        raise NamedNotFound(f"this host has no device {exc} that the executable runs on") from exc
-    raise CorruptObject(f"unknown sharding {data.get('kind')!r} in a named executable")
-
-
 def _device_list(header: container.Header) -> Any:
     import jax
     from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
@@ -598,14 +514,6 @@ def _device_list(header: container.Header) -> Any:
         return xc.DeviceList(tuple(by_id[i] for i in header.devices))
     except KeyError as exc:
         raise NamedNotFound(f"this host has no device {exc} that the executable runs on") from exc
-
-
-def _as_array(value: Any, dtype: str) -> Any:
-    import numpy as np
-
-    if isinstance(value, (bool, int, float, complex)):
-        return np.asarray(value, dtype=dtype)
-    return value
 
 
 __all__ = ["ArtstoreError", "NamedExecutable", "compiled", "load"]

@@ -2,7 +2,8 @@
 
 `install()` runs at interpreter start, from `artifactstore_startup.pth` in site-packages
 (only when ARTSTORE_URL or ARTSTORE_ACTIVATE is set: a process without them pays one
-environment lookup) and from the `sitecustomize` beside this file, which `artstore warm`
+environment lookup; never in `python -I` or `-E`, which promise to ignore the environment)
+and from the `sitecustomize` beside this file, which `artstore warm`
 and `artstore run` put first on PYTHONPATH; importing the module does nothing (`artstore
 doctor` reads `mode()`). It then waits for `jax` to be imported (a meta path finder, so a
 process that never imports JAX, such as pip, loads nothing of artifactstore or JAX) and
@@ -131,6 +132,8 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    if sys.flags.ignore_environment or sys.flags.isolated:  # -E, -I: no ARTSTORE_* applies
+        return
     try:
         how = mode()
         if how is not None:

@@ -23,12 +23,19 @@ from typing import IO, Any, TextIO
 
 import click
 
+from artifactstore.errors import one_line
 from artifactstore.warm import SUMMARY_FIELDS, TARGET_RE, WarmError
 from artifactstore.warm.preflight import check_expected, child_env
 from artifactstore.warm.report import Report, check_warmed_target
 
 # Called with each result, how many are done and how many there are.
 SpecProgress = Callable[[dict[str, Any], int, int], None]
+# How long stopped workers have to end their compile and let go of their leases.
+STOP_SECS = 10.0
+
+
+class _Stopped(Exception):
+    """The pool is stopping: no new worker."""
 
 
 def run_specs(
@@ -49,9 +56,9 @@ def run_specs(
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     started = time.monotonic()
     logs = Path(tempfile.mkdtemp(prefix="artstore-warm-"))
-    pool: _Pool | None = None
+    pool = _Pool(target, env, logs, jobs)
     try:
-        pool = _Pool(target, env, logs, jobs)
+        pool.start()
         ready = pool.first_ready(expected)
         names = pool.names
         report = Report(
@@ -66,11 +73,12 @@ def run_specs(
         }
         results = pool.results(progress(len(names)))
     except BaseException:
+        # Interrupted, or failed: the workers stop (and let go of their compile leases)
+        # and their threads end before the log directory goes.
+        pool.stop()
         shutil.rmtree(logs, ignore_errors=True)
         raise
-    finally:
-        if pool is not None:
-            pool.kill()
+    pool.stop()
     for index, name in enumerate(names):
         res = results.get(index) or {
             "name": name,
@@ -195,10 +203,21 @@ class SpecWorkerProcess:
             self.proc.wait()
         self._log_file.close()
 
-    def kill(self) -> None:
+    def terminate(self) -> None:
+        """Ask the worker to stop: it ends its compile and lets go of its leases."""
         if self.proc.poll() is None:
+            try:
+                self.proc.terminate()
+            except OSError:  # exited meanwhile
+                pass
+
+    def kill(self, timeout: float = 0.0) -> None:
+        """Wait up to `timeout` for the worker to exit, then kill it."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
-        self.proc.wait()
+            self.proc.wait()
         self._log_file.close()
 
     def death(self) -> str:
@@ -228,22 +247,35 @@ class _Pool:
         self.threads = [
             threading.Thread(target=self._drive, args=(i,), daemon=True) for i in range(jobs)
         ]
+
+    def start(self) -> None:
         for t in self.threads:
             t.start()
 
     def _spawn(self, name: str) -> SpecWorkerProcess:
         with self._lock:
+            if self._abort.is_set():
+                raise _Stopped
             worker = SpecWorkerProcess(self.target, self.env, self.logs / f"{name}.log")
             self.workers.append(worker)
         return worker
 
-    def kill(self) -> None:
+    def stop(self, grace: float = STOP_SECS) -> None:
+        """Stop every worker: SIGTERM first, so that each ends its compile and lets go of
+        its compile leases, SIGKILL for any still running after `grace` seconds; then
+        wait for the threads that drove them (a worker's thread ends with it)."""
         self._abort.set()
         self._go.set()
         with self._lock:
             workers = list(self.workers)
         for w in workers:
-            w.kill()
+            w.terminate()
+        deadline = time.monotonic() + grace
+        for w in workers:
+            w.kill(max(0.0, deadline - time.monotonic()))
+        for t in self.threads:
+            if t.is_alive():
+                t.join(max(0.5, deadline - time.monotonic()))
 
     def first_ready(self, expected: dict[str, Any] | None) -> dict[str, Any]:
         """The first worker's announcement (names, fingerprint), checked; then work starts."""
@@ -256,6 +288,8 @@ class _Pool:
                 if starting == 0:
                     raise WarmError(f"could not start a warm worker: {death}")
                 continue
+            if kind == "fatal":
+                raise WarmError(str(msg))
             if "fatal" in msg:
                 raise WarmError(str(msg["fatal"]))
             if expected is not None:
@@ -268,9 +302,27 @@ class _Pool:
             return announced
 
     def _drive(self, slot: int) -> None:
+        """One worker slot's thread. Whatever it fails with ends as an event, never as a
+        traceback; after `stop` (the workers and their logs are going away), silently."""
+        announced = threading.Event()
+        try:
+            self._work(slot, announced)
+        except Exception as exc:
+            if self._abort.is_set():
+                return
+            why = f"warm worker thread failed: {one_line(exc)}"
+            if announced.is_set():
+                self._events.put(("fatal", why))
+                return
+            self._events.put(("died", why))
+            self._go.wait()
+            self._events.put(("done", None))
+
+    def _work(self, slot: int, announced: threading.Event) -> None:
         worker = self._spawn(f"worker{slot}")
         ready = worker.recv()
         self._events.put(("died", worker.death()) if ready is None else ("ready", ready))
+        announced.set()
         self._go.wait()
         if self._abort.is_set() or ready is None or "fatal" in ready:
             self._events.put(("done", None))

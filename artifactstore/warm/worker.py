@@ -15,12 +15,15 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import FrameType
 from typing import IO, Any
 
+from artifactstore import interrupts
 from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.jaxhook import api as _ji
 from artifactstore.named.spec import NamedSpec
@@ -356,14 +359,40 @@ def main(argv: list[str]) -> int:
             "fingerprint": {**fingerprint.to_dict(), "digest": fingerprint.digest},
         },
     )
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        index = int(line)
-        out = warm_one(items[index], recorder, warnings)
-        _send(proto, {"index": index, **out})
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            index = int(line)
+            out = warm_one(items[index], recorder, warnings)
+            _send(proto, {"index": index, **out})
+    except BaseException:  # stopped (SIGTERM, Ctrl-C) mid-compile: leases go at exit
+        store = _ji.active_store()
+        if store is not None and store.flight is not None:
+            store.flight.release_all()
+        raise
     return 0
 
 
+def _stop(signum: int, frame: FrameType | None) -> None:
+    """The first SIGTERM or SIGINT (the parent stops its pool; Ctrl-C reaches the whole
+    process group) unwinds the compile, so that its lease is let go at exit; later
+    ones must not cut that short."""
+    for other in interrupts.SIGNALS:
+        signal.signal(other, signal.SIG_IGN)
+    interrupts.deliver(signum)
+
+
+def run(argv: list[str]) -> int:
+    for signum in interrupts.SIGNALS:
+        signal.signal(signum, _stop)
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        return interrupts.EXIT_CODES[signal.SIGINT]
+    except interrupts.Terminated:
+        return interrupts.EXIT_CODES[signal.SIGTERM]
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(sys.argv[1:]))

@@ -22,7 +22,8 @@
 --                    `verify --repair` across every namespace. Reads and writes all
 --                    rows of all tables but alembic_version; no DDL.
 --   artstore_writer  CI / warm jobs and researchers who write: entries, objects, usage,
---                    counters, accesses and its `gc:NAMESPACE` lease, only in the
+--                    counters, accesses, its `gc:NAMESPACE` lease and its compile
+--                    leases (single-flight), only in the
 --                    namespaces granted to the login; inserts fingerprints (checked
 --                    against their digest); reads its namespaces' quotas. Enough for
 --                    puts, `artstore rm` and the opt-in quota pass
@@ -124,6 +125,23 @@ CREATE OR REPLACE FUNCTION artstore_ns_member(ns text) RETURNS boolean
         AND pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER'))
   $$;
 
+-- Whether the current user may hold the lease `lease`: `gc:NAMESPACE` (one gc per
+-- namespace) or a compile lease `compile:KEY:H` (single-flight), where H is the first
+-- 16 hex digits of sha256(NAMESPACE) (artifactstore/singleflight.py, lease_name), of a
+-- namespace it is a member of (artstore_ns_member), or any if of artstore_all_namespaces.
+CREATE OR REPLACE FUNCTION artstore_lease_member(lease text) RETURNS boolean
+  LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
+    SELECT (lease LIKE 'gc:%' OR lease ~ '^compile:[A-Za-z0-9]{8,128}:[0-9a-f]{16}$')
+      AND EXISTS (
+        SELECT 1 FROM pg_catalog.pg_roles r
+        WHERE pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')
+          AND (r.rolname = 'artstore_all_namespaces'
+               OR (lease LIKE 'gc:%' AND r.rolname = 'artstore_ns_' || substr(lease, 4))
+               OR (lease LIKE 'compile:%' AND starts_with(r.rolname, 'artstore_ns_')
+                   AND left(encode(sha256(convert_to(substr(r.rolname, 13), 'UTF8')), 'hex'), 16)
+                       = split_part(lease, ':', 3))))
+  $$;
+
 -- Clamp a reader's access row as `fold_accesses` does (artifactstore/index/accesses.py,
 -- ROW_HITS_MAX): a row counts 0..1000000 hits at a time no later than now.
 CREATE OR REPLACE FUNCTION artstore_clamp_access() RETURNS trigger
@@ -191,7 +209,9 @@ BEGIN
                   AND last_access <= now());
   END IF;
 
-  -- Leases are named gc:NAMESPACE: a writer may hold its own namespaces' gc lease.
+  -- Leases: a writer takes, renews and releases its own namespaces' gc lease
+  -- (gc:NAMESPACE) and compile leases (compile:KEY:H, single-flight); see
+  -- artstore_lease_member. Readers never hold one (they poll the object store's records).
   IF to_regclass('public.leases') IS NOT NULL THEN
     GRANT SELECT, INSERT, UPDATE, DELETE ON leases TO artstore_gc, artstore_writer;
     ALTER TABLE leases ENABLE ROW LEVEL SECURITY;
@@ -199,8 +219,8 @@ BEGIN
     CREATE POLICY artstore_gc ON leases TO artstore_gc USING (true);
     DROP POLICY IF EXISTS artstore_namespace ON leases;
     CREATE POLICY artstore_namespace ON leases TO artstore_writer
-      USING (name LIKE 'gc:%' AND artstore_ns_member(substr(name, 4)))
-      WITH CHECK (name LIKE 'gc:%' AND artstore_ns_member(substr(name, 4)));
+      USING (artstore_lease_member(name))
+      WITH CHECK (artstore_lease_member(name));
   END IF;
 
   -- Fingerprints are shared by every namespace and keyed by their own digest: a

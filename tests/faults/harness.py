@@ -41,7 +41,7 @@ from typing import Any
 
 import boto3
 import psycopg
-from conftest import FAKE_AWS, PROGRAMS, artstore, clean_env
+from conftest import FAKE_AWS, PROGRAMS, TEAM_SIGNING, artstore, clean_env
 from faultproxy import FaultProxy
 
 T = 2.0  # ARTSTORE_TIMEOUT
@@ -102,6 +102,7 @@ class Stack:
             "ARTSTORE_FLUSH_TIMEOUT": f"{F:g}",
             "ARTSTORE_LOCAL_TIER": str(self.tmp / f"tier-{uuid.uuid4().hex[:8]}"),
             **FAKE_AWS,
+            **TEAM_SIGNING,
         }
         return clean_env(**{**settings, **extra})
 

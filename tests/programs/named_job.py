@@ -31,11 +31,16 @@ import artifactstore  # noqa: E402
 from artifactstore import fingerprint  # noqa: E402
 
 events: list[str] = []
-jax.monitoring.register_event_duration_secs_listener(
-    lambda name, _secs, **_kw: (
-        events.append(name) if name.startswith("/jax/core/compile/") else None
-    )
-)
+stub_events: list[str] = []  # the fast call path's stub (artifactstore.jaxhook.named_call)
+
+
+def _listen(name: str, _secs: float, **kw: Any) -> None:
+    if name.startswith("/jax/core/compile/"):
+        stub = "artifactstore_named_call" in str(kw.get("fun_name", ""))
+        (stub_events if stub else events).append(name)
+
+
+jax.monitoring.register_event_duration_secs_listener(_listen)
 if os.environ.get("NAMED_MIN_CCV"):  # as if this JAX no longer read older exports
     jax.export.minimum_supported_calling_convention_version = int(os.environ["NAMED_MIN_CCV"])
 if os.environ.get("NAMED_OTHER_FP"):
@@ -55,11 +60,23 @@ except artifactstore.ArtstoreError as exc:
     print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
     raise SystemExit(0) from None
 
+fast = fn.fast  # waits for the fast call path (set up beside the program)
+checked_calls = [0]
+_checked = fn.call_checked
+
+
+def _count_checked(*args: Any, **kwargs: Any) -> Any:
+    checked_calls[0] += 1
+    return _checked(*args, **kwargs)
+
+
+fn.call_checked = _count_checked  # type: ignore[method-assign]
 rng = np.random.default_rng(0)
 params = {"w": rng.standard_normal((16, 16), dtype=np.float32) * 0.3,
           "b": rng.standard_normal(16, dtype=np.float32)}  # fmt: skip
 x = rng.standard_normal((4, 16), dtype=np.float32)
 out = fn(params, x, 3)
+valid_checked = checked_calls[0]  # 0 where the fast path served the call
 leaves = [out["out"], out["aux"][0], out["layers"][0]]
 digest = hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in leaves)).hexdigest()
 
@@ -79,6 +96,9 @@ for what, args in wrong.items():
 
 print(json.dumps({
     "source": fn.source,
+    "fast": fast,
+    "checked_calls": [valid_checked, checked_calls[0]],
+    "stub_events": sorted(set(stub_events)),
     "calls": model.CALLS[0] if model is not None else None,
     "model_imported": "named_model" in sys.modules,
     "events": sorted(set(events)),

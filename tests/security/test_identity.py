@@ -157,6 +157,7 @@ def test_each_destructive_command_refuses_on_a_mismatch(
     if command == ["sign"]:
         assert artstore("keygen", "k2", "--dir", str(tmp_path)).returncode == 0
         wrong["ARTSTORE_SIGNING_KEY"] = str(tmp_path / "k2.key")
+        wrong["ARTSTORE_TRUSTED_KEYS"] = str(tmp_path / "k2.pub")
     proc = artstore(*command, env=wrong)
     _one_line_refusal(proc, MISMATCH, wrong["ARTSTORE_URL"])
     assert _entries(store) == 3

@@ -1,0 +1,280 @@
+"""Issue 29, point 4: each S3 policy of infra/policies allows exactly what its role's code does.
+
+moto does not enforce IAM, so the check is by recording: every S3 call of the real boto3
+client (a botocore `before-parameter-build` hook), against moto over HTTP, while each
+role's code path runs -- the reader (a hit, a miss that waits on a writer's lease record,
+its hit journal, `pull`), the writer (single-flight: a lease taken, waited on, abandoned
+and released; puts, a failed multipart upload, a corrupt object quarantined, `rm`) and
+the operator (`gc` with journals to fold, `verify --repair`, `db rebuild`, `sign`). Each
+call becomes the IAM action and resource AWS authorizes it by; the policy must allow
+every one (a call it refuses is a feature that breaks under the documented roles, as
+single-flight did: readers could not read `leases/*`) and must not allow an action on a
+folder that the role's code never uses there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from boto3.s3.transfer import TransferConfig
+from conftest import OpenStore
+
+from artifactstore import codec, config, gc
+from artifactstore.blobstores.base import JOURNALS, LEASES, MANIFESTS
+from artifactstore.blobstores.s3 import S3BlobStore
+from artifactstore.gc.rebuild import rebuild
+from artifactstore.gc.remove import remove
+from artifactstore.gc.sign import sign_entries
+from artifactstore.gc.verify import verify
+from artifactstore.pull import open_puller, pull
+from artifactstore.signing import generate, load_signing_key
+from artifactstore.store import Store
+from security.flights import fp, key, loaded, publish, put, turn, waiting
+
+POLICIES = Path(__file__).resolve().parents[2] / "infra" / "policies"
+NS = "team-a"
+MiB = 1024 * 1024
+# Every folder of a namespace (artifactstore/blobstores/s3.py's layout).
+FOLDERS = ("objects", "quarantine", MANIFESTS.folder, JOURNALS.folder, LEASES.folder)
+# The object-level action AWS authorizes each call by (HeadObject is s3:GetObject's; a
+# multipart upload and a copy's target are s3:PutObject's, a copy's source s3:GetObject's).
+ACTIONS = {
+    "GetObject": "s3:GetObject",
+    "HeadObject": "s3:GetObject",
+    "PutObject": "s3:PutObject",
+    "CreateMultipartUpload": "s3:PutObject",
+    "UploadPart": "s3:PutObject",
+    "CompleteMultipartUpload": "s3:PutObject",
+    "CopyObject": "s3:PutObject",
+    "UploadPartCopy": "s3:PutObject",
+    "AbortMultipartUpload": "s3:AbortMultipartUpload",
+    "ListParts": "s3:ListMultipartUploadParts",
+    "DeleteObject": "s3:DeleteObject",
+    "DeleteObjects": "s3:DeleteObject",  # authorized per key
+}
+Need = tuple[str, str]  # (action, object key) or ("s3:ListBucket", listed prefix)
+
+
+@dataclass
+class Recorder:
+    """The S3 calls of each role, as its clients made them."""
+
+    current: str = ""
+    needs: dict[str, set[Need]] = field(default_factory=lambda: defaultdict(set))
+
+    def add(self, role: str, blobs: S3BlobStore, op: str, params: dict[str, Any]) -> None:
+        need = self.needs[role]
+        if op in ("HeadBucket", "ListObjectsV2"):
+            # HeadBucket needs an unconditioned ListBucket, which no policy grants: its
+            # refusal makes check() list its objects' prefix instead (S3BlobStore.check).
+            need.add(("s3:ListBucket", params.get("Prefix", blobs.objects_prefix)))
+            return
+        keys = [o["Key"] for o in params["Delete"]["Objects"]] if "Delete" in params else []
+        keys = keys or [params["Key"]]
+        if op not in ACTIONS:
+            raise AssertionError(f"{role} made an S3 call this test does not know: {op}")
+        need.update((ACTIONS[op], key) for key in keys)
+        if op in ("CopyObject", "UploadPartCopy"):
+            source = params["CopySource"]  # {"Bucket", "Key"}, or "bucket/key"
+            src = source["Key"] if isinstance(source, dict) else source.split("/", 1)[1]
+            need.add(("s3:GetObject", src))
+        if op in ("GetObject", "HeadObject"):
+            # A missing key may answer 403 under these policies: one listing of exactly
+            # that key tells a miss from a denial (S3BlobStore._denied_but_absent).
+            need.add(("s3:ListBucket", params["Key"]))
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    """Every S3BlobStore made from now on records its calls under the role current then."""
+    rec = Recorder()
+    init, make = S3BlobStore.__init__, S3BlobStore._make_client
+
+    def recording_init(self: S3BlobStore, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.test_role = rec.current  # type: ignore[attr-defined]
+
+    def recording_client(self: S3BlobStore) -> Any:
+        client = make(self)
+
+        def hook(params: dict[str, Any], model: Any, **_: Any) -> None:
+            rec.add(self.test_role, self, model.name, params)  # type: ignore[attr-defined]
+
+        client.meta.events.register("before-parameter-build.s3", hook)
+        return client
+
+    monkeypatch.setattr(S3BlobStore, "__init__", recording_init)
+    monkeypatch.setattr(S3BlobStore, "_make_client", recording_client)
+    return rec
+
+
+# -- the policies ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Grant:
+    action: str
+    pattern: str  # an object key (ARN resource without the bucket) or an s3:prefix
+
+
+def _grants(kind: str, bucket: str, prefix: str) -> list[Grant]:
+    text = (POLICIES / f"s3-{kind}.json").read_text()
+    for name, value in (("BUCKET", bucket), ("PREFIX", prefix), ("NAMESPACE", NS)):
+        text = text.replace(name, value)
+    grants = []
+    for statement in json.loads(text)["Statement"]:
+        assert statement["Effect"] == "Allow"
+        for action in statement["Action"]:
+            for resource in statement["Resource"]:
+                if action == "s3:ListBucket":
+                    assert resource == f"arn:aws:s3:::{bucket}"
+                    for p in statement["Condition"]["StringLike"]["s3:prefix"]:
+                        grants.append(Grant(action, p))
+                else:
+                    grants.append(Grant(action, resource.removeprefix(f"arn:aws:s3:::{bucket}/")))
+    return grants
+
+
+def _matches(pattern: str, value: str) -> bool:
+    """IAM's wildcards: `*` any characters (`/` too), `?` one."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value) is not None
+
+
+def _folder(value: str, prefix: str) -> str:
+    rest = value.removeprefix(f"{prefix}/{NS}/")
+    return rest.split("/", 1)[0] if rest != value else "(outside the namespace)"
+
+
+def _mismatches(kind: str, needs: set[Need], bucket: str, prefix: str) -> list[str]:
+    grants = _grants(kind, bucket, prefix)
+    problems = [
+        f"s3-{kind}.json refuses {action} on {value} (the {kind} path needs it)"
+        for action, value in sorted(needs)
+        if not any(g.action == action and _matches(g.pattern, value) for g in grants)
+    ]
+    used = {(action, _folder(value, prefix)) for action, value in needs}
+    for grant in grants:
+        sample = "" if grant.action == "s3:ListBucket" else "x"
+        covered = [f for f in FOLDERS if _matches(grant.pattern, f"{prefix}/{NS}/{f}/{sample}")]
+        unused = [f for f in covered if (grant.action, f) not in used]
+        if not covered or unused:
+            problems.append(
+                f"s3-{kind}.json allows {grant.action} on {grant.pattern}, but the {kind}'s "
+                f"code never uses it on {', '.join(unused) or 'any folder of ours'}"
+            )
+    return problems
+
+
+# -- the roles' code paths -----------------------------------------------------------
+def _s3(store: Store) -> S3BlobStore:
+    blobs: Any = store.blobs
+    while not isinstance(blobs, S3BlobStore):
+        blobs = blobs.inner
+    return blobs
+
+
+def _writer_path(writer: Store, second: Store, reader: Store, raw: Any, bucket: str) -> None:
+    # Single-flight: take a lease, publish; a second writer and a reader wait on leases.
+    _, held = turn(writer, key(1))
+    assert held is not None
+    publish(writer, key(1), held)
+    _, held = turn(writer, key(2))
+    assert held is not None
+    writer_flight = writer.flight
+    assert writer_flight is not None
+    writer_flight.drain(10)  # its lease record is in the bucket
+    waiters = [waiting(second, key(2)), waiting(reader, key(2))]
+    publish(writer, key(2), held)
+    for thread, out in waiters:
+        loaded(thread, out)
+    _, held = turn(writer, key(3))  # a compile it will not store: abandoned
+    assert held is not None
+    held.release(stored=False)
+    writer_flight.drain(10)
+    for store in (writer, second, reader):
+        assert store.counters.snapshot().get("lease_errors", 0) == 0
+    # A hit; a corrupt object quarantined on read; `artstore rm`.
+    put(writer, key(4))
+    assert writer.get(key(4), fp().digest) is not None
+    entry = writer.index.lookup(key(4))
+    assert entry is not None
+    raw.put_object(Bucket=bucket, Key=_s3(writer).key(entry.digest), Body=b"not an executable")
+    assert writer.get(key(4), fp().digest) is None
+    assert remove(writer, [key(1)]).objects == 1
+    # `artstore verify --repair`, which writers run once after an upgrade (README).
+    verify(writer, repair=True)
+    _failed_multipart(writer)
+
+
+def _failed_multipart(store: Store) -> None:
+    """A multipart upload (smaller parts here) that fails midway is aborted (s3transfer)."""
+    s3 = _s3(store)
+    s3.transfer_config = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB,
+                                        max_concurrency=1)  # fmt: skip
+
+    def fail(**_: Any) -> None:
+        raise ConnectionAbortedError("a part's upload failed")
+
+    s3.client.meta.events.register("before-call.s3.UploadPart", fail)
+    data = os.urandom(6 * MiB)
+    with pytest.raises(Exception, match="failed"):
+        s3.put(codec.digest_of(data), data)
+    s3.client.meta.events.unregister("before-call.s3.UploadPart", fail)
+
+
+def test_each_s3_policy_allows_exactly_what_its_role_does(
+    team_env: dict[str, str], open_store: OpenStore, recorder: Recorder, tmp_path: Path
+) -> None:
+    env = {**team_env, "ARTSTORE_NAMESPACE": NS, "ARTSTORE_LOCAL_TIER": "off",
+           "ARTSTORE_TIMEOUT": "30", "ARTSTORE_LEASE_WAIT": "60"}  # fmt: skip
+    bucket, prefix = env["ARTSTORE_URL"].removeprefix("s3://").split("/", 1)
+    raw = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+                       region_name=env["AWS_DEFAULT_REGION"],
+                       aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                       aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    recorder.current = "writer"
+    writer, second = open_store(env), open_store(env)
+    recorder.current = "reader"
+    reader = open_store(env, read_only=True, lazy_index=True)
+    _writer_path(writer, second, reader, raw, bucket)
+
+    # The reader: a hit, its hit journal, `artstore pull` into its tier.
+    assert reader.get(key(2), fp().digest) is not None
+    reader.flush_access()
+    settings = config.resolve(
+        {"read_only": True}, environ={**env, "ARTSTORE_LOCAL_TIER": str(tmp_path / "tier")}
+    )
+    assert pull(open_puller(settings), fp().digest).fetched >= 1
+
+    # The operator: gc (folds the journal, evicts), verify --repair, db rebuild, sign.
+    recorder.current = "gc"
+    operator = open_store(env)
+    put(writer, key(5))
+    out = gc.collect(operator, gc.Policy(max_bytes=1, grace_secs=0))
+    assert out.journals_folded == 1 and out.entries_removed >= 1
+    put(writer, key(6))
+    put(writer, key(7))
+    entry = writer.index.lookup(key(6))
+    assert entry is not None
+    raw.put_object(Bucket=bucket, Key=_s3(writer).key(entry.digest), Body=b"corrupt")
+    assert verify(operator, repair=True, grace_secs=0).corrupt
+    with writer.engine.begin() as conn:  # a lost index row, recovered from its manifest
+        conn.exec_driver_sql("DELETE FROM entries WHERE key = %s", (key(7),))
+    assert rebuild(operator).restored == [key(7)]
+    secret, _ = generate("operator", tmp_path)
+    assert sign_entries(operator, load_signing_key(secret)).signed >= 1
+    _failed_multipart(operator)  # `sign` re-uploads objects through the same put
+
+    problems = [
+        problem
+        for role in ("reader", "writer", "gc")
+        for problem in _mismatches(role, recorder.needs[role], bucket, prefix)
+    ]
+    assert not problems, "\n".join(problems)
