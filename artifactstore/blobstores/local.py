@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -138,7 +139,7 @@ class LocalBlobStore(BlobStore):
 
     def get_identity(self) -> bytes | None:
         try:
-            with safedir.open_regular(self.base / IDENTITY) as handle:
+            with self.tree.open(self.base / IDENTITY) as handle:
                 return handle.read(MAX_IDENTITY_BYTES + 1)
         except FileNotFoundError:
             return None
@@ -146,22 +147,29 @@ class LocalBlobStore(BlobStore):
             return b""  # not an identity: its decode refuses it
 
     def put_identity(self, data: bytes) -> bool:
-        self.make_dir(self.base)
-        path = self.base / IDENTITY
-        fd, tmp = tempfile.mkstemp(dir=self.base, prefix=".tmp-", suffix=".part")
-        try:
-            os.fchmod(fd, self.modes.file)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.link(tmp, path)  # fails where one exists: never replaced
-        except FileExistsError:
-            return False
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        _fsync_dir(self.base)
+        with self.tree.dir(self.base, create=True) as base:
+            tmp = f".tmp-{uuid.uuid4().hex}.part"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(tmp, flags, 0o600, dir_fd=base)
+            try:
+                os.fchmod(fd, self.modes.file)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                # A link fails where one exists: the identity is never replaced.
+                os.link(tmp, IDENTITY, src_dir_fd=base, dst_dir_fd=base)
+            except FileExistsError:
+                return False
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=base)
+            with contextlib.suppress(OSError):  # durable before the index records it
+                dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=base)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
         return True
 
     def describe(self) -> str:
