@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
-from artifactstore import codec, safedir
+from artifactstore import codec, identity, safedir
 from artifactstore import usage as _usage
 from artifactstore.background import Worker, call_with_timeout
 from artifactstore.blobstores import BlobStore, describe_blobstore, open_blobstore
@@ -197,6 +197,7 @@ class Store:
         # knows which one hung (the session's per-backend circuit breakers).
         self.using: Callable[[str], None] = _ignore
         self._flight: SingleFlight | bool | None = False  # False: not decided yet
+        self._identity_checked = False  # see artifactstore.identity: first write binds
 
     @property
     def engine(self) -> Engine:
@@ -825,6 +826,9 @@ class Store:
             if encoded.signer is None and self.settings.require_signatures:
                 self._warn_once("unsigned-write", UNSIGNED_WRITE)
             self._publish_checked(entry, callbacks=callbacks)
+            if not self._identity_checked:
+                self._identity_checked = True
+                identity.bind_after_write(self)
             for listener in self.on_stored:
                 listener()
         return created

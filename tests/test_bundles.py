@@ -303,10 +303,10 @@ def test_ls_named_and_rm_name(tmp_path: Path, open_store: OpenStore) -> None:
         return {named_keys.parse_module_name(e.module_name) or ("-", "-")
                 for e in store.index.iter_entries()}  # fmt: skip
 
-    one = _ok(artstore("rm", "--name", "foo@1", env=env))
+    one = _ok(artstore("rm", "--name", "foo@1", "--yes", env=env))
     assert "removed 2 entries, 2 objects" in one.stdout
     assert named() == {("foo", "2"), ("bar", "1"), ("-", "-")}
-    every = _ok(artstore("rm", "--name", "foo", env=env))
+    every = _ok(artstore("rm", "--name", "foo", "--yes", env=env))
     assert "removed 2 entries, 2 objects" in every.stdout
     assert named() == {("bar", "1"), ("-", "-")}
     assert store.index.stats().entries == 3  # bar's two and jit_other

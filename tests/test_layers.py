@@ -33,7 +33,7 @@ LAYERS: list[set[str]] = [
         "interrupts",
     },
     {"blobstores", "index"},
-    {"tier", "store", "singleflight"},
+    {"tier", "store", "singleflight", "identity"},
     {"gc", "pull", "named", "bundles"},
     {"session", "summary"},
     {"jaxhook"},

@@ -48,7 +48,7 @@ def test_non_editable_install_upgrades_db_and_has_example(tmp_path: Path) -> Non
         env=env, cwd=tmp_path, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert up.returncode == 0, up.stderr
-    assert "at revision 0004" in up.stdout
+    assert "at revision 0005" in up.stdout
     # `warm -- CMD` activates the store in CMD through the hook shipped in the install.
     code = "import jax.numpy as jnp; print(float((jnp.arange(4.0) * 2).sum()))"
     warm = subprocess.run(

@@ -59,3 +59,9 @@ class AbsentBlobStore(BlobStore):
 
     def iter_records(self, kind: RecordKind) -> Iterator[str]:
         self._refuse()
+
+    def get_identity(self) -> bytes | None:
+        self._refuse()
+
+    def put_identity(self, data: bytes) -> bool:
+        self._refuse()

@@ -15,7 +15,8 @@ from artifactstore.codec import check_digest
 from artifactstore.journal import MAX_JOURNAL_BYTES, check_journal_name
 from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
 
-__all__ = ["JOURNALS", "LEASES", "MANIFESTS", "BlobInfo", "BlobStore", "RecordKind", "check_digest"]
+__all__ = ["IDENTITY", "JOURNALS", "LEASES", "MANIFESTS", "BlobInfo", "BlobStore", "RecordKind",
+           "check_digest"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ JOURNALS = RecordKind("journal", "journals", MAX_JOURNAL_BYTES, check_journal_na
                       readers_write=True)  # fmt: skip
 # A compile lease's mirror, polled by processes waiting for its holder (artifactstore.singleflight).
 LEASES = RecordKind("lease", "leases", 1024, check_key)
+# The store's identity (artifactstore.identity): one small object beside the folders
+# above, `{namespace}/identity`, read at most this far.
+IDENTITY = "identity"
+MAX_IDENTITY_BYTES = 4096
 
 
 class BlobStore(abc.ABC):
@@ -113,6 +118,16 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     def iter_records(self, kind: RecordKind) -> Iterator[str]:
         """The name of every record of `kind` (streamed)."""
+
+    # -- the store's identity: one object beside the folders (artifactstore.identity) --
+    @abc.abstractmethod
+    def get_identity(self) -> bytes | None:
+        """The identity object as stored (at most MAX_IDENTITY_BYTES + 1), or None."""
+
+    @abc.abstractmethod
+    def put_identity(self, data: bytes) -> bool:
+        """Create the identity object unless one exists (never replaced: two first
+        writers must agree on one); True if this call created it."""
 
     def get_manifest(self, key: str) -> bytes | None:
         """`key`'s manifest as stored, or None if none is published."""

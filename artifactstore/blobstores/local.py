@@ -10,11 +10,19 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from artifactstore import safedir
-from artifactstore.blobstores.base import BlobInfo, BlobStore, RecordKind, check_digest
+from artifactstore.blobstores.base import (
+    IDENTITY,
+    MAX_IDENTITY_BYTES,
+    BlobInfo,
+    BlobStore,
+    RecordKind,
+    check_digest,
+)
 from artifactstore.config import check_namespace
 from artifactstore.errors import CorruptObject, OverLimit
 
@@ -128,6 +136,41 @@ class LocalBlobStore(BlobStore):
     def iter_records(self, kind: RecordKind) -> Iterator[str]:
         found = _scan(self._records_dir(kind), nested=kind.sharded, length=0)
         return (info.digest for info in found)
+
+    def get_identity(self) -> bytes | None:
+        try:
+            with self.tree.open(self.base / IDENTITY) as handle:
+                return handle.read(MAX_IDENTITY_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except safedir.NotRegularFile:
+            return b""  # not an identity: its decode refuses it
+
+    def put_identity(self, data: bytes) -> bool:
+        with self.tree.dir(self.base, create=True) as base:
+            tmp = f".tmp-{uuid.uuid4().hex}.part"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(tmp, flags, 0o600, dir_fd=base)
+            try:
+                os.fchmod(fd, self.modes.file)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                # A link fails where one exists: the identity is never replaced.
+                os.link(tmp, IDENTITY, src_dir_fd=base, dst_dir_fd=base)
+            except FileExistsError:
+                return False
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=base)
+            with contextlib.suppress(OSError):  # durable before the index records it
+                dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=base)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        return True
 
     def describe(self) -> str:
         return str(self.base)

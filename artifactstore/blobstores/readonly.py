@@ -57,6 +57,12 @@ class ReadOnlyBlobStore(BlobStore):
     def iter_records(self, kind: RecordKind) -> Iterator[str]:
         return self.inner.iter_records(kind)
 
+    def get_identity(self) -> bytes | None:
+        return self.inner.get_identity()
+
+    def put_identity(self, data: bytes) -> bool:
+        raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
+
     def describe(self) -> str:
         return self.inner.describe() + " (read-only)"
 

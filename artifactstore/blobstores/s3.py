@@ -11,6 +11,7 @@ Layout inside the bucket (one namespace per team/project)::
     {prefix}/{namespace}/quarantine/{digest}
     {prefix}/{namespace}/keys/{key}          manifests (artifactstore.manifest)
     {prefix}/{namespace}/journals/{name}     hit journals (artifactstore.journal)
+    {prefix}/{namespace}/identity            the store's id (artifactstore.identity)
 
 S3 makes an object visible only once its upload (single or multipart) has
 completed, so readers never see partial bytes and no temp-file dance is needed.
@@ -37,7 +38,14 @@ from boto3.exceptions import Boto3Error
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
-from artifactstore.blobstores.base import BlobInfo, BlobStore, RecordKind, check_digest
+from artifactstore.blobstores.base import (
+    IDENTITY,
+    MAX_IDENTITY_BYTES,
+    BlobInfo,
+    BlobStore,
+    RecordKind,
+    check_digest,
+)
 from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit, StoreUnavailable
 from artifactstore.redact import redact
@@ -304,6 +312,39 @@ class S3BlobStore(BlobStore):
     def iter_records(self, kind: RecordKind) -> Iterator[str]:
         listing = self._list(f"{self.base}/{kind.folder}/", f"list {kind.name}s", 0)
         return (info.digest for info in listing)
+
+    def get_identity(self) -> bytes | None:
+        key = f"{self.base}/{IDENTITY}"
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+            body: bytes = response["Body"].read(MAX_IDENTITY_BYTES + 1)
+            response["Body"].close()
+            return body
+        except Exception as exc:
+            if _code(exc) in _NOT_FOUND or self._denied_but_absent(key, exc):
+                return None
+            self._fail("get identity", exc)
+
+    def put_identity(self, data: bytes) -> bool:
+        key = f"{self.base}/{IDENTITY}"
+        put = {"Bucket": self.bucket, "Key": key, "Body": data, "ContentType": "application/json"}
+        try:
+            self.client.put_object(**put, IfNoneMatch="*")  # created only where none is
+            return True
+        except Exception as exc:
+            if _code(exc) in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
+                return False
+            if _code(exc) not in {"NotImplemented", "InvalidArgument"}:
+                self._fail("put identity", exc)
+        # A store without conditional writes: look, then write (a narrow race between
+        # two first writers, which the index's one row per namespace then settles).
+        if self._head(key):
+            return False
+        try:
+            self.client.put_object(**put)
+        except Exception as exc:
+            self._fail("put identity", exc)
+        return True
 
     def quarantine(self, digest: str) -> None:
         source = self.key(digest)

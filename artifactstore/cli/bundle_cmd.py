@@ -162,7 +162,7 @@ def import_cmd(
             raise click.UsageError("--max-size must be at least 1 byte, e.g. 500G")
     if not file.is_file():
         raise BundleError(f"no bundle at {file}: not a file")
-    with obj.store() as store:
+    with obj.store(changes=True) as store:
         bar = _Bar(progress, as_json, "importing", size=file.stat().st_size)
         try:
             report = import_bundle(

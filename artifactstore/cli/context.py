@@ -38,16 +38,27 @@ class Ctx:
 
     @contextmanager
     def store(
-        self, *, index_only: bool = False, objects: bool = True, **extra: Any
+        self,
+        *,
+        index_only: bool = False,
+        objects: bool = True,
+        changes: bool = False,
+        **extra: Any,
     ) -> Iterator[Store]:
         """The store for one command; `index_only` commands work with the object store
         down (they may still try it, as `gc --dry-run` does); `objects=False` commands
-        (`ls`, `stats`, `quota`) do not open it at all."""
+        (`ls`, `stats`, `quota`) do not open it at all. `changes`: the command changes
+        the index or deletes objects, so it refuses unless object store and index are
+        one store (artifactstore.identity; a read-only store refuses by itself)."""
         from artifactstore.store import Store
 
         settings = self.settings(**extra)
         store = Store.open(settings, check_blobs=not index_only and objects, objects=objects)
         try:
+            if changes and not settings.read_only:
+                from artifactstore.identity import require_bound
+
+                require_bound(store)
             yield store
         finally:
             store.close()

@@ -106,6 +106,8 @@ def gather(overrides: dict[str, Any]) -> Report:
         )
         checks["object_store"] = _check_objects(settings)
         checks["index"] = _check_index(settings)
+        if checks["object_store"].status == checks["index"].status == "ok":
+            checks["binding"] = _check_binding(settings, checks["index"].data)
         checks["local_tier"] = _check_tier(settings)
         checks["signing"] = _check_signing(settings)
         checks["single_flight"] = _check_single_flight(settings)
@@ -246,6 +248,21 @@ def _check_index(settings: _config.Settings) -> Check:
         verdict=status.problem() or "",
         data=data,
     )
+
+
+def _check_binding(settings: _config.Settings, index: dict[str, Any]) -> Check:
+    """Whether object store and index are one store (artifactstore.identity); only read."""
+    from artifactstore.identity import MISMATCH, UNBOUND, describe
+
+    try:
+        if index.get("schema") != "current":  # not created or not migrated yet: not opened
+            state, detail = UNBOUND, "not yet bound: the index is not at this version's schema"
+        else:
+            state, detail = call_with_timeout(lambda: describe(settings), settings.timeout_secs)
+    except Exception as exc:
+        state, detail = "unknown", f"not checked ({one_line(exc)})"
+    status: Status = "fail" if state == MISMATCH else "ok" if state == "bound" else "warn"
+    return Check("binding", status, detail, blocking=False, data={"state": state})
 
 
 def _check_tier(settings: _config.Settings) -> Check:

@@ -309,7 +309,7 @@ def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
 
     grace_secs = parse_duration(grace)
 
-    with obj.store() as store:
+    with obj.store(changes=repair) as store:
         show = sys.stderr.isatty() and not as_json
         with click.progressbar(
             length=store.index.stats().objects or 1,
@@ -362,7 +362,7 @@ def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
 @click.command("rm")
 @click.argument("keys", nargs=-1)
 @click.option("--all", "remove_all", is_flag=True, help="Remove every entry of the namespace.")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation with --all.")
+@click.option("--yes", "-y", is_flag=True, help="Remove several entries without asking.")
 @click.option(
     "--name",
     "ref",
@@ -379,7 +379,7 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: st
     if ref is not None:
         if keys or remove_all:
             fail("give --name alone (not with KEY... or --all)", EXIT_USAGE)
-        _rm_named(obj, ref)
+        _rm_named(obj, ref, yes)
         return
     if bool(keys) == remove_all:
         fail("give KEY... or --all (not both), or --name: see `artstore rm --help`", EXIT_USAGE)
@@ -390,20 +390,34 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: st
                 "as `artstore ls` prints it",
                 EXIT_USAGE,
             )
-    with obj.store() as store:
+    if remove_all or len(keys) > 1:
+        _confirm(yes, "", "every entry of the namespace" if remove_all else f"{len(keys)} entries")
+    with obj.store(changes=True) as store:
         if remove_all:
-            if not yes and sys.stdin.isatty():
-                click.confirm(f"remove every entry in namespace {store.namespace!r}?", abort=True)
+            _confirm(yes, f"remove every entry in namespace {store.namespace!r}?")
             report = remove(store, None)
         else:
             full, unknown = resolve_keys(store, keys)
             if unknown:
                 fail(f"no entry matches {unknown[0]!r}: check `artstore ls`")
+            if len(full) > 1:
+                _confirm(yes, f"remove {len(full)} entries from namespace {store.namespace!r}?",
+                         f"{len(full)} entries")  # fmt: skip
             report = remove(store, full)
     _removed(report)
 
 
-def _rm_named(obj: Ctx, ref: str) -> None:
+def _confirm(yes: bool, question: str, what: str = "more than one entry") -> None:
+    """Removing more than one entry takes a person's yes: without a terminal to ask
+    (a script, `echo n |`), only --yes gives it."""
+    if not yes and not sys.stdin.isatty():
+        fail(f"not removing {what} without confirmation: no terminal to ask; "
+             "pass --yes to remove them", EXIT_USAGE)  # fmt: skip
+    if not yes and question:
+        click.confirm(question, abort=True)
+
+
+def _rm_named(obj: Ctx, ref: str, yes: bool) -> None:
     """`rm --name`: the named executable's entries (all fingerprints; one version or
     all), found in the index and removed as `rm KEY...` removes them."""
     from artifactstore.gc.remove import remove
@@ -412,7 +426,7 @@ def _rm_named(obj: Ctx, ref: str) -> None:
 
     name, version = named_keys.parse_ref(ref)
     glob = f"{named_keys.MODULE_PREFIX}{name}@{version or '*'}"
-    with obj.store() as store:
+    with obj.store(changes=True) as store:
         found = [
             e.key
             for e in store.index.iter_entries(Filters(module_glob=glob))
@@ -421,6 +435,8 @@ def _rm_named(obj: Ctx, ref: str) -> None:
         if not found:
             fail(f"no named executable matches {ref!r} in namespace {store.namespace!r}: "
                  "check `artstore ls --named`")  # fmt: skip
+        if len(found) > 1:
+            _confirm(yes, f"remove {len(found)} entries of {ref!r}?", f"{len(found)} entries")
         report = remove(store, sorted(found))
     _removed(report)
 

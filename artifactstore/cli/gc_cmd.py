@@ -50,6 +50,12 @@ from artifactstore.sizes import format_size
     is_flag=True,
     help="Skip listing the object store for orphans and entries without objects.",
 )
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="Drop entries whose object is gone even when they are more than 10% of the "
+    "namespace (gc refuses that otherwise: a wrong bucket looks the same).",
+)
 @click.option("--wait", is_flag=True, help="Wait for a running gc instead of failing.")
 @click.option(
     "--progress/--no-progress",
@@ -68,6 +74,7 @@ def gc_cmd(
     dry_run: bool,
     as_json: bool,
     no_reconcile: bool,
+    allow_missing: bool,
     wait: bool,
     progress: bool | None,
 ) -> None:
@@ -87,6 +94,7 @@ def gc_cmd(
         grace_secs=parse_duration(grace),
         reconcile=not no_reconcile,
         dry_run=dry_run,
+        allow_missing=allow_missing,
     )
     targets: list[str | None] = list(namespaces) or [None]
     if all_namespaces:
@@ -98,7 +106,7 @@ def gc_cmd(
     bars = Bars(sys.stderr.isatty() if progress is None else progress)
     out.begin()
     for namespace in targets:
-        with obj.store(namespace=namespace, index_only=dry_run) as store:
+        with obj.store(namespace=namespace, index_only=dry_run, changes=not dry_run) as store:
             out.begin_namespace(store.namespace)
             try:
                 report = gc.collect(
@@ -120,7 +128,7 @@ def fold_cmd(obj: Ctx, as_json: bool) -> None:
     from artifactstore.gc.journals import fold_journals
     from artifactstore.index.accesses import fold_accesses
 
-    with obj.store() as store:
+    with obj.store(changes=True) as store:
         if store.read_only:
             fail("fold writes the index: unset ARTSTORE_READ_ONLY to run it", EXIT_USAGE)
         fold = fold_journals(store)

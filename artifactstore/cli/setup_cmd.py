@@ -143,7 +143,7 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
     from artifactstore.cli.gc_output import Bars
 
     bars = Bars(sys.stderr.isatty() if progress is None and not as_json else bool(progress))
-    with obj.store() as store:
+    with obj.store(changes=True) as store:
         try:
             report = rebuild.rebuild(store, progress=lambda n: bars.update("rebuild", n, None))
         finally:
@@ -160,6 +160,33 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
         f"{report.without_metadata} without metadata (written before 0.2; gc removes them)"
         + (corrupt if report.corrupt else "")
     )
+
+
+@db_group.command("bind")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Bind them even where they do not look like one store (after checking by hand).",
+)
+@click.pass_obj
+def db_bind(obj: Ctx, force: bool) -> None:
+    """Bind the object store and the index as one store (artifactstore.identity).
+
+    The first writer and every command that changes the store bind them by themselves
+    where they plausibly belong together; --force is for a pair they refuse, such as a
+    bucket copied without its identity object, once you have checked both URLs.
+    """
+    from artifactstore.identity import bind
+
+    with obj.store() as store:
+        if store.read_only:
+            fail("bind writes the index and the object store: unset ARTSTORE_READ_ONLY")
+        found = bind(store.blobs, store.engine, store.namespace, store.settings.index_url,
+                     force=force)  # fmt: skip
+    if not found.ok:
+        fail(found.refusal())
+    click.echo(f"object store {found.objects} and index {found.index} bound as store "
+               f"{found.store_id} (namespace {store.namespace})")  # fmt: skip
 
 
 @click.command("demo")

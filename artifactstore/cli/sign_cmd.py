@@ -114,7 +114,7 @@ def sign_cmd(
             return True
         return click.confirm(f"sign these {len(found)} unsigned entries?", err=True)
 
-    with obj.store() as store:
+    with obj.store(changes=True) as store:
         with click.progressbar(
             length=store.index.stats().entries or 1,
             label="signing",

@@ -61,6 +61,11 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         run.lease.release()  # the signal may have landed just after the row was taken
         raise
     try:
+        try:
+            reconcile.check_missing(run)
+        except StoreUnavailable:
+            if not run.policy.dry_run:
+                raise
         # Also in dry runs: folding loses nothing, and without it the dry
         # run would choose by other access times than the real run.
         fold, why = fold_or_say_why(run.store)

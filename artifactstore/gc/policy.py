@@ -21,6 +21,10 @@ class Policy:
     grace_secs: float = DEFAULT_GRACE_SECS
     reconcile: bool = True
     dry_run: bool = False
+    # Drop entries whose object is gone even when they are more than a few and over
+    # MISSING_SHARE of the namespace (artifactstore.gc.reconcile): a wrong bucket or
+    # objects deleted by hand look like that, and the entries would be lost for good.
+    allow_missing: bool = False
 
 
 def effective_limit(store: Store, max_bytes: int | None) -> int | None:

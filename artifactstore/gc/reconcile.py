@@ -19,9 +19,39 @@ from artifactstore.gc import rebuild
 from artifactstore.gc.report import Removal
 from artifactstore.gc.run import GcRun
 from artifactstore.index.eviction import EvictionIndex
+from artifactstore.index.identity import entry_count, newest_digests
 
 _HEX = set("0123456789abcdef")
 PREFIXES = [f"{i:02x}" for i in range(256)]
+# Without --allow-missing, gc drops at most this share of a namespace's entries (and
+# always up to MISSING_FEW) as "lost their object"; more refuses, nothing dropped.
+MISSING_SHARE, MISSING_FEW = 0.10, 3
+SAMPLE = 64  # newest entries checked before gc changes anything
+
+
+def missing_limit(entries: int) -> int:
+    """The most entries whose object is gone that gc drops without --allow-missing."""
+    return max(MISSING_FEW, int(entries * MISSING_SHARE))
+
+
+def _too_many(run: GcRun, what: str) -> ArtstoreError:
+    return ArtstoreError(
+        f"gc refused: {what} of namespace {run.store.namespace} have no object in "
+        f"{run.store.blobs.describe()} (more than {MISSING_SHARE:.0%}), so nothing was "
+        "dropped: check ARTSTORE_URL and the namespace (`artstore doctor`), or pass "
+        "--allow-missing to drop the entries whose objects are gone"
+    )
+
+
+def check_missing(run: GcRun) -> None:
+    """Before gc changes anything: refuse if the newest entries' objects are gone in a
+    share that reconciling would refuse anyway (the walk counts exactly, later)."""
+    if run.policy.allow_missing or not run.policy.reconcile:
+        return
+    digests = newest_digests(run.store.engine, run.store.namespace, SAMPLE)
+    missing = sum(1 for d in digests if not run.store.blobs.exists(d))
+    if missing > missing_limit(len(digests)):
+        raise _too_many(run, f"{missing} of the {len(digests)} newest entries")
 
 
 @dataclass(frozen=True)
@@ -78,6 +108,13 @@ def remove_orphans(run: GcRun) -> None:
     once older than the grace period, and drop entries whose object is gone."""
     ix, blobs, dry_run = run.ix, run.store.blobs, run.policy.dry_run
     cutoff = run.grace_cutoff.timestamp()
+    # Entries whose object is gone are held back until the walk has counted them, so
+    # that too many of them refuse with none dropped (see MISSING_SHARE).
+    limit, total = None, 0
+    if not run.policy.allow_missing:
+        total = entry_count(run.store.engine, run.store.namespace)
+        limit = missing_limit(total)
+    held: list[str] = []
     for chunk in chunks(blobs, ix):
         orphans = [b for b in chunk.unreferenced() if b.mtime < cutoff]
         rows = ix.object_rows([b.digest for b in orphans])
@@ -101,13 +138,26 @@ def remove_orphans(run: GcRun) -> None:
             for digest, size in gone:
                 run.removed(Removal("object", digest, size, "orphan"))
         missing = [d for d in chunk.unlisted() if not blobs.exists(d)]
-        if missing:
-            dropped = (
-                ix.keys_for_digests(missing, run.gone) if dry_run else ix.drop_dangling(missing)
-            )
-            for key, size in dropped:
-                run.removed(Removal("entry", key, size, "missing-object"))
-            if not dry_run:
-                run.store.withdraw([key for key, _ in dropped])
+        if missing and limit is not None:
+            held += missing
+            if len(held) > limit:
+                raise _too_many(run, f"at least {len(held)} of the {total} entries")
+        elif missing:
+            _drop_missing(run, missing)
         run.progress("reconcile", 1, len(PREFIXES))
         run.keep_lease()
+    if held:
+        _drop_missing(run, held)
+
+
+def _drop_missing(run: GcRun, missing: list[str]) -> None:
+    """Drop (or, dry, list) the entries of the objects `missing` (gone from the store)."""
+    ix = run.ix
+    if run.policy.dry_run:
+        dropped = ix.keys_for_digests(missing, run.gone)
+    else:
+        dropped = ix.drop_dangling(missing)
+    for key, size in dropped:
+        run.removed(Removal("entry", key, size, "missing-object"))
+    if not run.policy.dry_run:
+        run.store.withdraw([key for key, _ in dropped])

@@ -194,3 +194,13 @@ class LeaseRow(Base):
     holder: Mapped[str] = mapped_column(String(255))
     token: Mapped[str] = mapped_column(String(32))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class IdentityRow(Base):
+    """The id of the object store a namespace of this index belongs to (artifactstore.identity)."""
+
+    __tablename__ = "identities"
+
+    namespace: Mapped[str] = mapped_column(NAMESPACE, primary_key=True)
+    store_id: Mapped[str] = mapped_column(String(64))
+    bound_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

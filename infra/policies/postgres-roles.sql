@@ -165,7 +165,8 @@ BEGIN
   END IF;
 
   -- Tables with a namespace column: gc everywhere, readers and writers in theirs.
-  FOREACH t IN ARRAY ARRAY['entries', 'objects', 'counters', 'usage', 'accesses', 'quotas'] LOOP
+  FOREACH t IN ARRAY ARRAY['entries', 'objects', 'counters', 'usage', 'accesses', 'quotas',
+                           'identities'] LOOP
     CONTINUE WHEN to_regclass('public.' || t) IS NULL;
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %I TO artstore_gc', t);
     EXECUTE format('GRANT SELECT ON %I TO artstore_writer, artstore_reader', t);
@@ -180,6 +181,12 @@ BEGIN
       EXECUTE format('GRANT INSERT, UPDATE, DELETE ON %I TO artstore_writer', t);
     END IF;
   END LOOP;
+
+  -- The store identity (artifactstore/identity.py): a writer's first entry binds its
+  -- namespaces (insert only; rebinding is `artstore db bind --force`, as gc or admin).
+  IF to_regclass('public.identities') IS NOT NULL THEN
+    GRANT INSERT ON identities TO artstore_writer;
+  END IF;
 
   IF to_regclass('public.entries') IS NOT NULL THEN
     GRANT USAGE ON SEQUENCE entries_id_seq TO artstore_gc, artstore_writer;
