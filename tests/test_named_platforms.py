@@ -92,8 +92,10 @@ def test_export_falls_back_to_this_platform_with_one_warning(
 
     spec = jax.ShapeDtypeStruct((4, 4), jnp.float32)
     sig = Signature.of((spec,), lambda s: Leaf(tuple(s.shape), str(s.dtype)), path="args")
-    header = container.Header(kind="native", name="eig", version="1", inputs=sig, outputs=sig,
-                              jax_version=jax.__version__, devices=(0,), platform="cpu")  # fmt: skip
+    header = container.Header(
+        kind="native", name="eig", version="1", inputs=sig, outputs=sig,
+        jax_version=jax.__version__, devices=(0,), platform="cpu",
+    )  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="artifactstore"):
         payload = named_portable.export(_eig, (spec,), frozenset(), header, ("cpu", "tpu"))
         assert payload is not None
