@@ -29,13 +29,12 @@ from artifactstore.errors import (
 )
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.jaxhook import named_portable
-from artifactstore.jaxhook.named_call import NamedExecutable
+from artifactstore.jaxhook.named_call import NamedExecutable, _sharding_json
 from artifactstore.named import container, keys
 from artifactstore.named.signature import (
     Leaf,
     NamedCallError,
     Signature,
-    UnsupportedTree,
 )
 from artifactstore.session import Session, warn_once
 
@@ -431,30 +430,6 @@ def _check_same_inputs(header: container.Header, wanted: Signature) -> None:
             f"{header.name}@{header.version} in the store takes {stored.describe()}, but these "
             f"specs are {wanted.describe()}: give the new specs a new version"
         )
-
-
-def _sharding_json(sharding: Any, name: str) -> dict[str, Any]:
-    from jax.sharding import NamedSharding
-
-    devices = sorted(sharding.device_set, key=lambda d: d.id)
-    memory_kind = getattr(sharding, "memory_kind", None)
-    if isinstance(sharding, NamedSharding):
-        mesh = sharding.mesh
-        spec = [list(p) if isinstance(p, tuple) else p for p in sharding.spec]
-        return {
-            "kind": "named",
-            "mesh_shape": [int(n) for n in mesh.devices.shape],
-            "axis_names": [str(a) for a in mesh.axis_names],
-            "devices": [int(d.id) for d in mesh.devices.flat],
-            "spec": spec,
-            "memory_kind": memory_kind,
-        }
-    if len(devices) == 1:
-        return {"kind": "single", "device": int(devices[0].id), "memory_kind": memory_kind}
-    raise UnsupportedTree(
-        f"{name}: a {type(sharding).__name__} cannot be stored; give the specs "
-        "jax.sharding.NamedSharding shardings"
-    )
 
 
 def _device_list(header: container.Header) -> Any:
