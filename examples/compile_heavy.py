@@ -114,6 +114,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "setup_secs": t1 - t0,
         "checksum": repr(checksum),
         "loss": repr(float(loss)),
+        # What it ran on: JAX's default backend (JAX_PLATFORMS chooses another).
+        "backend": jax.default_backend(),
+        "devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
     }
     if args.store:
         import artifactstore

@@ -59,14 +59,18 @@ def test_non_editable_install_upgrades_db_and_has_example(tmp_path: Path) -> Non
     assert warm.stdout.startswith("12.0\n") and "1 with JAX and the store active" in warm.stdout
 
 
-def test_demo_runs_cold_then_warm() -> None:
+def test_demo_runs_cold_then_warm_on_jax_default_backend() -> None:
+    env = clean_env()
+    del env["JAX_PLATFORMS"]  # JAX's default: the accelerator where there is one, else cpu
     proc = subprocess.run(
         [sys.executable, "-m", "artifactstore", "demo", "--layers", "2"],
-        env=clean_env(), capture_output=True, text=True, check=False, timeout=600,
+        env=env, capture_output=True, text=True, check=False, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "results identical: yes" in proc.stdout
     _assert_cold_stored_warm_loaded(proc.stdout)
+    backend = next(line for line in proc.stdout.splitlines() if line.startswith("backend: "))
+    assert backend.startswith("backend: cpu, 1 x cpu (JAX's default;"), proc.stdout
 
 
 def _assert_cold_stored_warm_loaded(stdout: str) -> None:

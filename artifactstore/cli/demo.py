@@ -1,6 +1,7 @@
 """`artstore demo`: the main job on the embedded default, end to end.
 
-Runs the bundled compile-heavy example twice, each in a fresh Python process,
+Runs the bundled compile-heavy example twice, each in a fresh Python process on
+JAX's default backend (the accelerator where there is one; JAX_PLATFORMS chooses),
 against a fresh temporary store (local directory + SQLite): the first compiles
 and stores, the second loads. Checks both computed the same result, and fails
 (saying why) unless the first stored and the second loaded: a store that runs
@@ -27,8 +28,10 @@ def run_example(
     store_dir: Path, *, layers: int, extra_env: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], float]:
     """One fresh process running the example with the store; (its JSON, wall seconds)."""
+    # JAX picks its default backend (the accelerator where there is one), as the user's
+    # programs do; JAX_PLATFORMS, where set, chooses as it does for them.
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSTORE_")}
-    env.update({"ARTSTORE_URL": str(store_dir), "JAX_PLATFORMS": env.get("JAX_PLATFORMS", "cpu")})
+    env["ARTSTORE_URL"] = str(store_dir)
     env.update(extra_env or {})
     # -P: never let the current directory shadow the installed package (run from
     # a source checkout, `artifactstore/` there has no `examples`).
@@ -73,6 +76,13 @@ def _why_no_hit(cold: dict[str, Any], warm: dict[str, Any], stored: int) -> str 
     return f"the warm run loaded nothing from the store{detail}; run `artstore doctor`"
 
 
+def _backend_line(result: dict[str, Any]) -> str:
+    """Which backend the example ran on, and what chose it."""
+    chosen = os.environ.get("JAX_PLATFORMS")
+    why = f"JAX_PLATFORMS={chosen}" if chosen else "JAX's default; JAX_PLATFORMS chooses another"
+    return f"backend: {result.get('backend', 'unknown')}, {result.get('devices', '?')} ({why})"
+
+
 def run(*, layers: int = 10, keep: bool = False, echo: Callable[[str], None] = print) -> None:
     from artifactstore.config import resolve
     from artifactstore.sizes import format_size
@@ -106,6 +116,7 @@ def run(*, layers: int = 10, keep: bool = False, echo: Callable[[str], None] = p
         for a, b, c in rows:
             echo(f"{a:<16}{b:>14}{c:>14}")
         echo("")
+        echo(_backend_line(cold))
         echo(f"speedup (first call): {cold_t / max(warm_t, 1e-9):.1f}x")
         echo(f"entries stored: {stats.entries}, {format_size(stats.bytes)}")
         echo(f"results identical: yes (checksum {cold['checksum']})")

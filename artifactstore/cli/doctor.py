@@ -54,8 +54,10 @@ class Report:
         }
 
 
-def gather(overrides: dict[str, Any]) -> Report:
-    """Run every check for the configuration `overrides` (CLI options) resolve to."""
+def gather(overrides: dict[str, Any], device: bool | None = None) -> Report:
+    """Run every check for the configuration `overrides` (CLI options) resolve to.
+    `device`: open JAX's backend for the fingerprint (None: only where that holds no
+    accelerator; see `doctor_device`)."""
     found = probe()
     checks: dict[str, Check] = {
         "python": Check(
@@ -111,7 +113,8 @@ def gather(overrides: dict[str, Any]) -> Report:
         checks["local_tier"] = _check_tier(settings)
         checks["signing"] = _check_signing(settings)
         checks["single_flight"] = _check_single_flight(settings)
-    checks["fingerprint"] = _check_fingerprint()
+    checks["accelerator"] = _check_accelerator()
+    checks["fingerprint"] = _check_fingerprint(device)
     checks["activation"] = _check_activation()
 
     failed = [
@@ -371,21 +374,21 @@ def _check_activation() -> Check:
     return Check("activation", "ok", detail, blocking=False, data=data)
 
 
-def _check_fingerprint() -> Check:
-    """What this host's executables are keyed by (needs JAX and its default backend)."""
-    try:
-        from artifactstore.jaxhook import host_fingerprint
+def _check_accelerator() -> Check:
+    """Which backend JAX would open here, read without opening it."""
+    from artifactstore.cli import doctor_device
 
-        fp = host_fingerprint()
-    except Exception as exc:
-        return Check("fingerprint", "warn", f"unavailable: {one_line(exc)}", blocking=False)
-    detail = (
-        f"{fp.platform}, {fp.device_count} x {fp.device_kind}, jax {fp.jax_version}, "
-        f"jaxlib {fp.jaxlib_version}, {fp.cpu_arch}, digest {fp.digest[:16]}"
-    )
-    return Check(
-        "fingerprint", "ok", detail, blocking=False, data={**fp.to_dict(), "digest": fp.digest}
-    )
+    status, detail, data = doctor_device.check_backend()
+    return Check("accelerator", status, detail, blocking=False, data=data)
+
+
+def _check_fingerprint(device: bool | None) -> Check:
+    """What this host's executables are keyed by (needs JAX's backend: opened only
+    where asked, or where it holds no accelerator)."""
+    from artifactstore.cli import doctor_device
+
+    status, detail, data = doctor_device.check_fingerprint(device)
+    return Check("fingerprint", status, detail, blocking=False, data=data)
 
 
 def _unanswered(label: str, where: str, settings: _config.Settings, data: dict[str, Any]) -> Check:

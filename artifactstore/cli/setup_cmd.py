@@ -207,12 +207,18 @@ def demo_cmd(layers: int, keep: bool) -> None:
 
 @click.command("doctor")
 @json_option()
+@click.option(
+    "--device/--no-device",
+    default=None,
+    help="Open JAX's backend to read this host's fingerprint (on a TPU: 10-15 s, holding "
+    "the chip meanwhile), or never. Default: only where JAX_PLATFORMS=cpu.",
+)
 @click.pass_obj
-def doctor_cmd(obj: Ctx, as_json: bool) -> None:
+def doctor_cmd(obj: Ctx, as_json: bool, device: bool | None) -> None:
     """Say whether the store would be used here and, if not, why and what to do."""
     from artifactstore.cli import doctor
 
-    report = doctor.gather(obj.overrides)
+    report = doctor.gather(obj.overrides, device)
     if as_json:
         print_json(report.to_json())
     else:

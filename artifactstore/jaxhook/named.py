@@ -28,13 +28,13 @@ from artifactstore.errors import (
     one_line,
 )
 from artifactstore.jaxhook import compile as _compile
-from artifactstore.jaxhook.named_call import NamedExecutable, _sharding
+from artifactstore.jaxhook import named_portable
+from artifactstore.jaxhook.named_call import NamedExecutable, _sharding_json
 from artifactstore.named import container, keys
 from artifactstore.named.signature import (
     Leaf,
     NamedCallError,
     Signature,
-    UnsupportedTree,
 )
 from artifactstore.session import Session, warn_once
 
@@ -48,6 +48,7 @@ def compiled(
     version: str,
     static_argnums: int | Sequence[int] = (),
     portable: bool = True,
+    platforms: str | Sequence[str] | None = None,
 ) -> Any:
     """The named executable NAME@VERSION: loaded from the store when it holds one for
     this host (no trace), else built from `fn` and `specs` and stored.
@@ -56,19 +57,21 @@ def compiled(
     `sharding=` where the inputs are sharded), or dicts/tuples/lists/None of them;
     the values of `static_argnums` positions are passed as they are. As a decorator:
     `@compiled(*specs, name=..., version=...)`. `portable=False` skips storing the
-    `jax.export` form.
+    `jax.export` form; `platforms` are those it is exported for (default: this
+    host's and "cpu"; any of "cpu", "cuda", "rocm", "tpu").
     """
     keys.check_name(name)
     keys.check_version(version)
+    chosen = keys.check_platforms(platforms)
     if fn is None or not callable(fn) or _is_spec(fn):
         given = specs if fn is None else (fn, *specs)
         return functools.partial(
             _compiled, specs=given, name=name, version=version,
-            static_argnums=static_argnums, portable=portable,
+            static_argnums=static_argnums, portable=portable, platforms=chosen,
         )  # fmt: skip
     return _compiled(
         fn, specs=specs, name=name, version=version, static_argnums=static_argnums,
-        portable=portable,
+        portable=portable, platforms=chosen,
     )  # fmt: skip
 
 
@@ -80,6 +83,7 @@ def _compiled(
     version: str,
     static_argnums: int | Sequence[int],
     portable: bool,
+    platforms: tuple[str, ...] | None = None,
 ) -> NamedExecutable:
     static = _static_positions(static_argnums, len(specs))
     wanted = Signature.of(tuple(specs), _spec_leaf, path="args", static=_static_check(static))
@@ -95,7 +99,7 @@ def _compiled(
     built = _build(fn, specs, static, name=name, version=version, backend=context.backend)
     context.store_native(built)
     if portable:
-        exported = _export(fn, specs, static, built.executable.header)
+        exported = named_portable.export(fn, specs, static, built.executable.header, platforms)
         if exported is not None:
             context.store_portable(name, version, exported)
     return built.executable
@@ -379,71 +383,18 @@ def _refuse_implicit(lowered: Any, name: str) -> None:
                               "named executables do not support that")  # fmt: skip
 
 
-def _export(
-    fn: Callable[..., Any], specs: Sequence[Any], static: frozenset[int], header: container.Header
-) -> bytes | None:
-    """The portable form (`jax.export`), or None with a warning when it cannot be made."""
-    import jax
-
-    try:
-        jitted = jax.jit(fn, keep_unused=True, static_argnums=tuple(sorted(static)))
-        exported = jax.export.export(jitted)(*specs)
-        body = bytes(exported.serialize())
-    except Exception as exc:
-        warn_once("named-export", "%s@%s has no portable form (%s)", header.name,
-                  header.version, one_line(exc))  # fmt: skip
-        return None
-    portable = container.Header(
-        kind="portable", name=header.name, version=header.version, inputs=header.inputs,
-        outputs=header.outputs, jax_version=header.jax_version, devices=header.devices,
-        platform=",".join(exported.platforms),
-    )  # fmt: skip
-    return container.encode(portable, body)
-
-
 def _rebuild(header: container.Header, body: bytes, backend: Any) -> _Built:
-    """Compile the portable form for this host, with no source: `jax.export` checks
-    its serialization and calling-convention versions, and we say which."""
-    import jax
-    from jax import export
-
-    name = f"{header.name}@{header.version}"
-    try:
-        exported = export.deserialize(bytearray(body))
-    except Exception as exc:
-        raise NamedNotFound(
-            f"{name}: its portable form (written by JAX {header.jax_version}) cannot be read by "
-            f"JAX {jax.__version__} ({one_line(exc)}): rebuild it with artifactstore.compiled "
-            "on a JAX within jax.export's compatibility window"
-        ) from exc
-    low = export.minimum_supported_calling_convention_version
-    high = export.maximum_supported_calling_convention_version
-    ccv = exported.calling_convention_version
-    if not low <= ccv <= high:
-        raise NamedNotFound(
-            f"{name}: its portable form uses calling convention {ccv} (JAX "
-            f"{header.jax_version}); JAX {jax.__version__} supports {low}..{high}: it is too "
-            f"{'old' if ccv < low else 'new'}; rebuild it with artifactstore.compiled"
-        )
-    if str(backend.platform) not in exported.platforms:
-        raise NamedNotFound(f"{name}: its portable form was exported for "
-                            f"{', '.join(exported.platforms)}, not {backend.platform}")  # fmt: skip
-    devices = {d.id: d for d in backend.devices()}
-    args = header.inputs.unflatten([
-        jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=_sharding(leaf, devices))  # type: ignore[no-untyped-call]
-        for leaf in header.inputs.leaves
-    ])  # fmt: skip
-    static = frozenset(i for i, _ in header.inputs.static_values())
-    dynamic = [a for i, a in enumerate(args) if i not in static]
-
-    def call(*values: Any) -> Any:
-        return exported.call(*values)  # type: ignore[no-untyped-call]
-
+    """Compile the portable form for this host, with no source (`named_portable`)."""
+    lower, args, static = named_portable.lowering(header, body, backend)
     return _compile_fresh(
-        lambda: jax.jit(call, keep_unused=True).lower(*dynamic), backend,
-        name=header.name, version=header.version, args=tuple(args), static=static,
+        lower,
+        backend,
+        name=header.name,
+        version=header.version,
+        args=args,
+        static=static,
         source="portable",
-    )  # fmt: skip
+    )
 
 
 # -- specs, shardings, arrays ---------------------------------------------------
@@ -479,30 +430,6 @@ def _check_same_inputs(header: container.Header, wanted: Signature) -> None:
             f"{header.name}@{header.version} in the store takes {stored.describe()}, but these "
             f"specs are {wanted.describe()}: give the new specs a new version"
         )
-
-
-def _sharding_json(sharding: Any, name: str) -> dict[str, Any]:
-    from jax.sharding import NamedSharding
-
-    devices = sorted(sharding.device_set, key=lambda d: d.id)
-    memory_kind = getattr(sharding, "memory_kind", None)
-    if isinstance(sharding, NamedSharding):
-        mesh = sharding.mesh
-        spec = [list(p) if isinstance(p, tuple) else p for p in sharding.spec]
-        return {
-            "kind": "named",
-            "mesh_shape": [int(n) for n in mesh.devices.shape],
-            "axis_names": [str(a) for a in mesh.axis_names],
-            "devices": [int(d.id) for d in mesh.devices.flat],
-            "spec": spec,
-            "memory_kind": memory_kind,
-        }
-    if len(devices) == 1:
-        return {"kind": "single", "device": int(devices[0].id), "memory_kind": memory_kind}
-    raise UnsupportedTree(
-        f"{name}: a {type(sharding).__name__} cannot be stored; give the specs "
-        "jax.sharding.NamedSharding shardings"
-    )
 
 
 def _device_list(header: container.Header) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 from artifactstore.errors import CorruptObject, NamedNotFound, one_line
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.named import container
-from artifactstore.named.signature import Leaf, NamedCallError, check_array
+from artifactstore.named.signature import Leaf, NamedCallError, UnsupportedTree, check_array
 
 log = logging.getLogger("artifactstore")
 
@@ -176,6 +176,30 @@ class _FastCall:
 def _arity(named: NamedExecutable) -> int:
     tree = named.header.inputs.tree
     return len(tree.get("tuple", [])) if isinstance(tree, dict) else 0
+
+
+def _sharding_json(sharding: Any, name: str) -> dict[str, Any]:
+    from jax.sharding import NamedSharding
+
+    devices = sorted(sharding.device_set, key=lambda d: d.id)
+    memory_kind = getattr(sharding, "memory_kind", None)
+    if isinstance(sharding, NamedSharding):
+        mesh = sharding.mesh
+        spec = [list(p) if isinstance(p, tuple) else p for p in sharding.spec]
+        return {
+            "kind": "named",
+            "mesh_shape": [int(n) for n in mesh.devices.shape],
+            "axis_names": [str(a) for a in mesh.axis_names],
+            "devices": [int(d.id) for d in mesh.devices.flat],
+            "spec": spec,
+            "memory_kind": memory_kind,
+        }
+    if len(devices) == 1:
+        return {"kind": "single", "device": int(devices[0].id), "memory_kind": memory_kind}
+    raise UnsupportedTree(
+        f"{name}: a {type(sharding).__name__} cannot be stored; give the specs "
+        "jax.sharding.NamedSharding shardings"
+    )
 
 
 def _sharding(leaf: Leaf, devices: dict[int, Any]) -> Any:

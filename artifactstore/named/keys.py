@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
+from collections.abc import Sequence
 
 from artifactstore.errors import ConfigError
 from artifactstore.fingerprint import FINGERPRINT_VERSION, Fingerprint
@@ -52,6 +53,26 @@ def check_name(name: str) -> str:
 
 def check_version(version: str) -> str:
     return _check(version, _VERSION, "version", "_ . - + (at most 64")
+
+
+# What jax.export lowers for (`gpu` is not one: it means cuda or rocm).
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+
+def check_platforms(platforms: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """The platforms a portable form is exported for, as given (None: the default,
+    the building host's and cpu), deduplicated."""
+    if platforms is None:
+        return None
+    given = (platforms,) if isinstance(platforms, str) else tuple(platforms)
+    bad = [p for p in given if p not in PLATFORMS]
+    if bad or not given:
+        what = f"unknown platform {bad[0]!r}" if bad else "no platform given"
+        raise ConfigError(
+            f"platforms=: {what}; jax.export lowers for {', '.join(PLATFORMS)} "
+            "(e.g. platforms=('tpu', 'cpu'); leave it out for this host's platform and cpu)"
+        )
+    return tuple(dict.fromkeys(given))
 
 
 def module_name(name: str, version: str) -> str:

@@ -23,12 +23,14 @@ class NamedSpec:
         name: str,
         version: str,
         static_argnums: int | Sequence[int] = (),
+        platforms: str | Sequence[str] | None = None,
     ) -> None:
         self.fn = fn
         self.specs = specs
         self.name = keys.check_name(name)
         self.version = keys.check_version(version)
         self.static_argnums = static_argnums
+        self.platforms = keys.check_platforms(platforms)  # of the portable form
 
     @property
     def ref(self) -> str:

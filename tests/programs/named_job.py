@@ -3,7 +3,8 @@
 NAMED_MODE: `compiled` (artifactstore.compiled with the function) or `load` (by name
 alone, with this directory removed from the path so the model cannot be imported).
 NAMED_OTHER_FP=1: this host's fingerprint differs (another device kind), as on a
-host of another type. NAMED_MIN_CCV: the oldest jax.export calling convention this
+host of another type. NAMED_PLATFORMS: the platforms `compiled` exports the portable
+form for (comma-separated). NAMED_MIN_CCV: the oldest jax.export calling convention this
 JAX pretends to read. Prints one JSON line: how it was obtained, how often the
 function body ran, JAX's trace/lower/compile events, a digest of the results, and
 the errors that wrong calls raise.
@@ -53,9 +54,11 @@ try:
     else:
         import named_model as model
 
+        platforms = os.environ.get("NAMED_PLATFORMS")  # of the portable form: "cpu,tpu"
         fn = artifactstore.compiled(
-            model.step, *model.SPECS, name="mlp", version="1", static_argnums=2
-        )
+            model.step, *model.SPECS, name="mlp", version="1", static_argnums=2,
+            platforms=tuple(platforms.split(",")) if platforms else None,
+        )  # fmt: skip
 except artifactstore.ArtstoreError as exc:
     print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
     raise SystemExit(0) from None
