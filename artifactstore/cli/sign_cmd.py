@@ -138,15 +138,11 @@ def sign_cmd(
         if report.adopted:
             click.echo(f"adopted (were unsigned): {len(report.adopted)}")
         for why, keys in sorted(report.skipped.items()):
-            click.echo(f"skipped, never signed ({_SKIPPED[why]}): {len(keys)}")
-            for key in keys[:20]:
-                click.echo(f"  {key}")
+            _listed(f"skipped, never signed ({_SKIPPED[why]})", keys)
         if report.missing:
             click.echo(f"entries without object: {len(report.missing)}")
         for why, keys in sorted(report.refused.items()):
-            click.echo(f"not signed ({why}): {len(keys)}")
-            for key in keys[:20]:
-                click.echo(f"  {key}")
+            _listed(f"not signed ({why})", keys)
     if not report.ok:
         sys.exit(EXIT_FAIL)
 
@@ -156,3 +152,10 @@ _SKIPPED = {
     "untrusted_key": "untrusted_key: signed by a key not in ARTSTORE_TRUSTED_KEYS",
     "bad_signature": "bad_signature: does not verify",
 }
+
+
+def _listed(title: str, keys: list[str]) -> None:
+    """A count and the first 20 keys under it."""
+    click.echo(f"{title}: {len(keys)}")
+    for key in keys[:20]:
+        click.echo(f"  {key}")
