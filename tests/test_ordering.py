@@ -199,7 +199,8 @@ def test_a_manifest_leading_to_an_unsigned_or_forged_object_is_a_counted_miss(
     team: Team, team_env: dict[str, str], open_store: OpenStore
 ) -> None:
     unsigned, forged, genuine = _key(6), _key(7), _key(8)
-    _put(open_store({**team_env, "ARTSTORE_LOCAL_TIER": "off"}), unsigned, 30)
+    keyless = {k: v for k, v in team_env.items() if k != "ARTSTORE_SIGNING_KEY"}
+    _put(open_store({**keyless, "ARTSTORE_LOCAL_TIER": "off"}), unsigned, 30)
     (team.keys / "forger").mkdir()
     stolen_name, _ = signing.generate("ci", team.keys / "forger")  # `ci`, but not its key
     _put(open_store({**team.writer, "ARTSTORE_SIGNING_KEY": str(stolen_name)}), forged, 31)
