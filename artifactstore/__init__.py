@@ -7,7 +7,7 @@ One line routes every JAX compile in the program through the store::
     artifactstore.configure("s3://team-jax/cache", index="postgresql+psycopg://...")
 
 The JAX adapter is imported on first use of these names, so that importing a
-lower layer (`artifactstore.codec`, `artifactstore.index.db`) loads neither it
+lower layer (`artifactstore.formats.codec`, `artifactstore.index.db`) loads neither it
 nor JAX.
 """
 

@@ -19,7 +19,7 @@ from artifactstore.errors import ConfigError
 from artifactstore.redact import redact, remember_secrets_in
 
 if TYPE_CHECKING:
-    from artifactstore.signing import SigningKey, TrustedKeys
+    from artifactstore.formats.signing import SigningKey, TrustedKeys
 
 ENV_PREFIX = "ARTSTORE_"
 DEFAULT_NAMESPACE = "default"
@@ -35,7 +35,7 @@ DEFAULT_FLUSH_SECS = 60.0
 # trains for a day holds none (PostgreSQL serves max_connections, 100 by default).
 DEFAULT_DB_POOL_SIZE = 4
 DEFAULT_DB_IDLE_SECS = 10.0
-# How often a running process writes its hits as a journal object (artifactstore.journal)
+# How often a running process writes its hits as a journal object (artifactstore.formats.journal)
 # when its index is a database server: few objects for gc to fold, hits never older.
 DEFAULT_JOURNAL_SECS = 60.0
 # Circuit breaker on the store: every failure already cost up to ARTSTORE_TIMEOUT,
@@ -55,7 +55,7 @@ DEFAULT_MAX_EXECUTABLE_BYTES = 8 * 1024**3
 # `artstore import` (artifactstore.bundles.bounds): at most this many entries a bundle;
 # what it may unpack to in all is ARTSTORE_BUNDLE_MAX_SIZE, by default a multiple of its size.
 DEFAULT_BUNDLE_MAX_ENTRIES = 10_000
-# Compile leases (artifactstore.singleflight): a holder renews its lease every TTL/3, so a
+# Compile leases (artifactstore.store.flight): a holder renews its lease every TTL/3, so a
 # holder that died is taken over after one TTL (at once when it ran on the same host).
 DEFAULT_LEASE_TTL_SECS = 30.0
 # No lease (compile or gc) stands longer than this ahead of now: a row expiring later
@@ -112,7 +112,7 @@ class Settings:
     max_executable_bytes: int = DEFAULT_MAX_EXECUTABLE_BYTES  # the executable it inflates to
     bundle_max_entries: int = DEFAULT_BUNDLE_MAX_ENTRIES  # entries of one imported bundle
     bundle_max_bytes: int | None = None  # what a bundle unpacks to; None: from its size
-    # Signed entries (artifactstore.signing): the key this writer signs with (read from
+    # Signed entries (artifactstore.formats.signing): the key this writer signs with (read from
     # the .key file ARTSTORE_SIGNING_KEY names), and the keys this reader accepts: those
     # listed plus its own (see `_trust`); None only where signatures are not required and
     # none are listed: every intact object is loaded (the digest proves integrity only).
@@ -516,7 +516,7 @@ def _parse_signing_key(value: Any) -> SigningKey | None:
     """ARTSTORE_SIGNING_KEY: the path of a .key file (never the key itself)."""
     if value is None or value == "":
         return None
-    from artifactstore.signing import SigningKey, load_signing_key
+    from artifactstore.formats.signing import SigningKey, load_signing_key
 
     if isinstance(value, SigningKey):
         return value
@@ -527,7 +527,7 @@ def _parse_trusted_keys(value: Any) -> TrustedKeys | None:
     """ARTSTORE_TRUSTED_KEYS: comma-separated .pub files or NAME:BASE64 public keys."""
     if value is None or value == "":
         return None
-    from artifactstore.signing import TrustedKeys
+    from artifactstore.formats.signing import TrustedKeys
 
     if isinstance(value, TrustedKeys):
         return value
@@ -544,7 +544,7 @@ def _trust(
     signatures are not required; empty when required and there are none (loads nothing)."""
     if listed is None and not required:
         return None
-    from artifactstore.signing import TrustedKeys
+    from artifactstore.formats.signing import TrustedKeys
 
     keys = listed if listed is not None else TrustedKeys(())
     return keys if signing_key is None else keys.including(signing_key.public_key())
@@ -564,14 +564,14 @@ def _parse_tier_size(value: Any) -> int:
         return DEFAULT_LOCAL_TIER_BYTES
     if isinstance(value, int):
         return value
-    from artifactstore.sizes import parse_size
+    from artifactstore.formats.sizes import parse_size
 
     return parse_size(str(value))
 
 
 def _parse_limit(env_name: str, value: Any, default: int) -> int:
     """A size limit (`500M`, `4GiB`, or bytes as an int): at least one byte."""
-    from artifactstore.sizes import parse_size
+    from artifactstore.formats.sizes import parse_size
 
     if value is None or value == "":
         return default

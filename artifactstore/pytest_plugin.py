@@ -6,7 +6,7 @@ an environment that has artifactstore; it does nothing unless asked, with
 `--artstore-namespace NS`). Then the session activates the store
 as `artstore run` does: in the pytest process, in every pytest-xdist worker and in
 every Python process a test starts, with the `ARTSTORE_*` settings of the environment.
-Each process leaves a record (`artifactstore.summary`), and the terminal report ends
+Each process leaves a record (`artifactstore.runtime.summary`), and the terminal report ends
 with one line: hits, compiles, compile seconds saved.
 """
 
@@ -87,7 +87,7 @@ def _is_xdist_controller(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not _enabled(config):
         return
-    from artifactstore import run, summary
+    from artifactstore.runtime import run, summary
 
     if not _is_worker(config):  # workers inherit all of this from the controller
         records = Path(tempfile.mkdtemp(prefix="artstore-pytest-"))
@@ -120,7 +120,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     records = config.stash.get(_RECORDS, None)
     if records is None:
         return
-    from artifactstore import summary
+    from artifactstore.runtime import summary
 
     line = summary.Summary.of(summary.read_records(records)).render("artifactstore")
     terminalreporter.write_sep("-", "artifactstore")

@@ -53,10 +53,11 @@ import numpy as np
 import psycopg
 from hit_latency import payload
 
-from artifactstore import codec, config
+from artifactstore import config
 from artifactstore.blobstores import open_blobstore
 from artifactstore.errors import one_line
-from artifactstore.fingerprint import compute
+from artifactstore.formats import codec
+from artifactstore.formats.fingerprint import compute
 from artifactstore.index import db
 from artifactstore.index.repo import EntryIndex
 from artifactstore.store import Store

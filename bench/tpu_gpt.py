@@ -146,10 +146,10 @@ def child(a: argparse.Namespace) -> None:
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     if a.store or a.named:
         import artifactstore
-        from artifactstore import codec
+        from artifactstore.formats import codec
         from artifactstore.jaxhook import compile as hook
         from artifactstore.jaxhook import named as named_mod
-        from artifactstore.session import Session
+        from artifactstore.runtime.session import Session
 
         _timed(Session, "tier_get", phases, "fetch+decode")
         _timed(Session, "lookup", phases, "fetch+decode")

@@ -357,7 +357,7 @@ def dev_keys(directory: Path) -> tuple[Path, Path]:
     stores require signatures, so the exported shell signs what it stores and trusts it."""
     key, pub = directory / f"{DEV_KEY}.key", directory / f"{DEV_KEY}.pub"
     if not key.exists():
-        from artifactstore.signing import generate
+        from artifactstore.formats.signing import generate
 
         generate(DEV_KEY, directory)
     return key, pub

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from artifactstore import config, signing
+from artifactstore import config
+from artifactstore.formats import signing
 from artifactstore.store import Store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ from pathlib import Path
 from sqlalchemy import update
 
 from artifactstore import config
+from artifactstore.formats.manifest import Manifest
 from artifactstore.index.models import Entry
-from artifactstore.manifest import Manifest
 from artifactstore.store import Store
 
 

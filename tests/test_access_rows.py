@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from conftest import OpenStore
 from sqlalchemy import select
 
-from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint, compute
 from artifactstore.gc.journals import fold_journals
 from artifactstore.index.accesses import ROW_HITS_MAX, fold_accesses
 from artifactstore.index.models import Entry

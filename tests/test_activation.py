@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import PROGRAMS, clean_env, run_program
 
-from artifactstore.run import STARTUP_DIR
+from artifactstore.runtime.run import STARTUP_DIR
 
 pytestmark = pytest.mark.slow
 

@@ -104,9 +104,10 @@ def test_stored_callback_count_is_checked_before_loading(store_env: dict[str, st
     calling the second; the count stored with the object makes it a miss instead."""
     import dataclasses
 
-    from artifactstore import codec, config
+    from artifactstore import config
+    from artifactstore.formats import codec
     from artifactstore.store import Store
-    from artifactstore.tier import TierEntry
+    from artifactstore.store.tier import TierEntry
 
     a = run_case("pure", store_env)  # one callback
     run_case("pure_two", store_env)  # two callbacks: same module name, its own key
@@ -141,7 +142,7 @@ def test_stored_callback_count_is_checked_before_loading(store_env: dict[str, st
 
 def test_callback_count_in_object_metadata() -> None:
     """Objects record the count; those written before it (0.2.0) load by their key alone."""
-    from artifactstore import codec, fingerprint
+    from artifactstore.formats import codec, fingerprint
 
     fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                              device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip

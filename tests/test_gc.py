@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from conftest import OpenStore, artstore, clean_env, run_program, start_program
 
-from artifactstore import codec, fingerprint, gc, sizes
+from artifactstore import gc
 from artifactstore.errors import ConfigError
+from artifactstore.formats import codec, fingerprint, sizes
 from artifactstore.gc.quota_pass import QuotaPass
 from artifactstore.index.eviction import EvictionIndex
 from artifactstore.index.leases import Lease

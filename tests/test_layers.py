@@ -16,28 +16,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "artifactstore"
 
 # Lowest first. A part is a top-level module or sub-package of artifactstore.
 LAYERS: list[set[str]] = [
-    {
-        "errors",
-        "sizes",
-        "fingerprint",
-        "signing",
-        "codec",
-        "config",
-        "background",
-        "safedir",
-        "redact",
-        "manifest",
-        "journal",
-        "metrics",
-        "usage",
-        "interrupts",
-    },
+    {"errors", "redact", "interrupts", "formats"},
+    {"config", "metrics"},
     {"blobstores", "index"},
-    {"tier", "store", "singleflight", "identity"},
-    {"gc", "pull", "named", "bundles"},
-    {"session", "summary"},
+    {"store"},
+    {"gc", "named", "bundles"},
+    {"runtime"},
     {"jaxhook"},
-    {"warm", "run", "pytest_plugin", "startup", "cli", "__main__", "__init__"},
+    {"warm", "pytest_plugin", "startup", "cli", "__main__", "__init__"},
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
 
@@ -103,9 +89,9 @@ def test_only_the_jax_adapter_imports_jax_internals() -> None:
 
 def test_lower_layers_load_neither_jax_nor_the_adapter() -> None:
     code = (
-        "import sys, artifactstore.codec, artifactstore.index.db, artifactstore.store; "
+        "import sys, artifactstore.formats.codec, artifactstore.index.db, artifactstore.store; "
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', "
-        "'artifactstore.jaxhook', 'artifactstore.session'))))"
+        "'artifactstore.jaxhook', 'artifactstore.runtime'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -23,11 +23,12 @@ import tamper
 import zstandard
 from conftest import clean_env, run_program
 
-from artifactstore import codec, config, fingerprint
+from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit
+from artifactstore.formats import codec, fingerprint
 from artifactstore.store import Store
-from artifactstore.tier import open_tier
+from artifactstore.store.tier import open_tier
 
 GiB = 1 << 30
 BOMB_SIZE = 2 * GiB

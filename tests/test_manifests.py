@@ -15,10 +15,10 @@ from sqlalchemy import delete
 from artifactstore.blobstores import BlobStore, LocalBlobStore, ReadOnlyBlobStore
 from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.errors import CorruptObject, ReadOnlyError
-from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, Manifest
 from artifactstore.index.models import Entry
 from artifactstore.index.repo import NewEntry
-from artifactstore.manifest import MAX_MANIFEST_BYTES, Manifest
 from artifactstore.store import Store
 
 KEY = "0123456789abcdef" * 4

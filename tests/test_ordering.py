@@ -25,9 +25,9 @@ from conftest import PROGRAMS, OpenStore, artstore
 from programs.crash_at import fingerprint, payload
 from sqlalchemy import delete
 
-from artifactstore import signing
+from artifactstore.formats import signing
+from artifactstore.formats.manifest import Manifest
 from artifactstore.index.models import Entry, StoredObject
-from artifactstore.manifest import Manifest
 from artifactstore.store import Store, encode_entry
 
 # Every list `verify --json` reports a problem in: all empty is "fully consistent".

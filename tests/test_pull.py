@@ -17,9 +17,9 @@ from conftest import OpenStore, artstore, clean_env, run_program
 from faultproxy import FaultProxy
 
 from artifactstore.config import resolve
-from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint, compute
 from artifactstore.store import Store
-from artifactstore.tier import LocalTier, open_tier
+from artifactstore.store.tier import LocalTier, open_tier
 
 # PostgreSQL URL on a port nothing listens on: opening the index would fail.
 NO_INDEX = "postgresql+psycopg://postgres@127.0.0.1:1/artstore"

@@ -8,7 +8,7 @@ from conftest import OpenStore, artstore
 from sqlalchemy import func, select
 
 from artifactstore.blobstores.base import JOURNALS
-from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint, compute
 from artifactstore.gc.journals import fold_journals
 from artifactstore.index.models import Access, Entry
 

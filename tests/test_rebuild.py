@@ -18,7 +18,7 @@ import tamper
 import zstandard
 from conftest import artstore, clean_env, run_program
 
-from artifactstore import codec
+from artifactstore.formats import codec
 
 FP = "ab" * 32
 MAIN = ("jit_mlp", "jit_loss_and_grad")  # job.py's two main programs

@@ -26,9 +26,10 @@ from conftest import OpenStore
 from sqlalchemy import Engine, create_engine, func, insert, select, text
 from sqlalchemy.exc import DBAPIError
 
-from artifactstore import fingerprint, gc
+from artifactstore import gc
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.errors import PrivilegeRefused, StoreUnavailable
+from artifactstore.formats import fingerprint
 from artifactstore.gc.quota_pass import QuotaPass
 from artifactstore.index import db
 from artifactstore.index.accesses import BIGINT_MAX, ROW_HITS_MAX, fold_accesses
@@ -356,7 +357,7 @@ def test_s3_policies_are_scoped_to_their_prefix(kind: str) -> None:
                 assert "Condition" not in statement
         assert not any(re.search(r"\*$", a) for a in statement["Action"])  # no s3:*
     if kind == "reader":
-        # Reads, and puts its hit journals (artifactstore.journal): nothing else.
+        # Reads, and puts its hit journals (artifactstore.formats.journal): nothing else.
         assert actions == {"s3:GetObject", "s3:ListBucket", "s3:PutObject"}
         puts = [s for s in policy["Statement"] if "s3:PutObject" in s["Action"]]
         assert puts and all(s["Action"] == ["s3:PutObject"] for s in puts)

@@ -70,7 +70,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(moto_endpoint: str, postgres: None, tmp_path_factory: pytest.TempPathFactory) -> World:
-    from artifactstore.signing import generate
+    from artifactstore.formats.signing import generate
 
     tmp = tmp_path_factory.mktemp("secrets")
     key_dir = tmp / "keys"
@@ -453,8 +453,8 @@ def test_errors_and_log_records_are_redacted(caplog: pytest.LogCaptureFixture) -
 def test_signing_key_file_readers_are_one_helper(tmp_path: Path) -> None:
     """Secret and public key files are read by the same code (one place to keep
     contents out of messages); a .pub is not a signing key, a .key not a trusted key."""
-    from artifactstore import signing
     from artifactstore.errors import ConfigError
+    from artifactstore.formats import signing
 
     secret_file, public_file = signing.generate("one", tmp_path)
     assert signing.load_signing_key(secret_file).name == "one"

@@ -23,9 +23,10 @@ import tamper
 from conftest import REPO, artstore, clean_env, run_program
 
 import artifactstore
-from artifactstore import codec, config, fingerprint, signing
+from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore
 from artifactstore.errors import ConfigError
+from artifactstore.formats import codec, fingerprint, signing
 from artifactstore.index import db
 from artifactstore.store import Store
 

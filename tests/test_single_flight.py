@@ -1,4 +1,4 @@
-"""Single-flight compiles (artifactstore/singleflight.py) across real processes.
+"""Single-flight compiles (artifactstore/store/flight.py) across real processes.
 
 Every process runs tests/programs/job.py on the team store (moto S3 over HTTP +
 PostgreSQL). Its two main functions' compiles are made slow (JOB_SLOW_COMPILE_SECS)
@@ -25,7 +25,7 @@ from faultproxy import FaultProxy
 from artifactstore import config
 from artifactstore.blobstores.base import LEASES
 from artifactstore.errors import ConfigError, CorruptObject
-from artifactstore.singleflight import (
+from artifactstore.store.flight import (
     DEFAULT_WAIT_SECS,
     LeaseRecord,
     enabled,

@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 from conftest import REPO, OpenStore, artstore, clean_env, run_program
 
-from artifactstore import fingerprint
 from artifactstore.blobstores.base import JOURNALS
+from artifactstore.formats import fingerprint
+from artifactstore.formats.journal import Journal, new_name
+from artifactstore.formats.usage import today
 from artifactstore.gc.journals import fold_journals
 from artifactstore.index import db
 from artifactstore.index.accesses import fold_accesses
-from artifactstore.journal import Journal, new_name
 from artifactstore.store import Store
-from artifactstore.usage import today
 
 FP1 = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
                           device_count=1, jax_version="1", jaxlib_version="0.9.1")  # fmt: skip
@@ -206,7 +206,7 @@ def test_previous_folder_reads_new_journals(monkeypatch: pytest.MonkeyPatch) -> 
     """A fold of the previous version (schema 0003) folds a journal with usage rows:
     hits and its counters, ignoring "u" (a version 2 journal it would delete unread)."""
     source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{SCHEMA_0003_COMMIT}:artifactstore/journal.py"],
+        ["git", "-C", str(REPO), "show", f"{SCHEMA_0003_COMMIT}:artifactstore/formats/journal.py"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     module = types.ModuleType("old_journal")
@@ -387,7 +387,8 @@ def schema_0003_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 OLD_WORKLOAD = """
-from artifactstore import config, fingerprint
+from artifactstore import config
+from artifactstore.formats import fingerprint
 from artifactstore.store import Store
 fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
                          device_count=1, jax_version="1", jaxlib_version="0.9.1")

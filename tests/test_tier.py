@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import artstore, clean_env, run_program
 
-from artifactstore import codec
 from artifactstore.config import resolve
-from artifactstore.tier import LocalTier, TierEntry, open_tier
+from artifactstore.formats import codec
+from artifactstore.store.tier import LocalTier, TierEntry, open_tier
 
 FP_A = "a" * 64
 FP_B = "b" * 64

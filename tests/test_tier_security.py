@@ -2,7 +2,7 @@
 
 The tier's name is predictable, so on a shared host another user could make it
 first, or find it writable. Directories this process writes must be its own and
-writable by no one else (artifactstore/safedir.py); files are opened without
+writable by no one else (artifactstore/blobstores/safedir.py); files are opened without
 following symbolic links. A refused tier is not used, and the program still gets
 its results from the store. The second user is real where it matters (uid 65534
 through setpriv, tests/otheruser.py); reading a shared read-only store as another
@@ -27,12 +27,13 @@ import pytest
 from conftest import REPO, clean_env, devstack, run_program
 from otheruser import OTHER_UID, other_user
 
-from artifactstore import config, safedir, tier
+from artifactstore import config
+from artifactstore.blobstores import safedir
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.errors import CorruptObject, UnsafeDirectory
-from artifactstore.fingerprint import Fingerprint, compute
-from artifactstore.store import Store
-from artifactstore.tier import LocalTier, TierEntry, open_tier
+from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.store import Store, tier
+from artifactstore.store.tier import LocalTier, TierEntry, open_tier
 
 KEY, OTHER_KEY = "a" * 64, "b" * 64
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from artifactstore import codec, config, fingerprint, sizes
+from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore, ReadOnlyBlobStore
 from artifactstore.errors import ConfigError, CorruptObject, ReadOnlyError
+from artifactstore.formats import codec, fingerprint, sizes
 from artifactstore.index import db
 from artifactstore.store import Store
 
@@ -263,7 +264,7 @@ def test_read_only_reader_does_not_claim_to_quarantine(
 
 
 def test_breaker_opens_refuses_probes_and_closes(caplog: pytest.LogCaptureFixture) -> None:
-    from artifactstore.background import Breaker
+    from artifactstore.store.background import Breaker
 
     now = [0.0]
     breaker = Breaker("store", failures=2, cooldown_secs=10, clock=lambda: now[0])
@@ -293,7 +294,7 @@ def test_each_backend_has_its_own_breaker(tmp_path: Path) -> None:
     """A failure counts against the backend the call was using when it failed or hung;
     a success closes only the breakers of the backends it used (a miss never reaches
     the object store, so it cannot vouch for it)."""
-    from artifactstore.session import Session
+    from artifactstore.runtime.session import Session
 
     session = Session(config.resolve({"url": str(tmp_path / "s"), "local_tier": "off"}, {}))
     session._using("index")
@@ -314,8 +315,8 @@ def test_a_probe_that_misses_lets_the_next_call_probe(tmp_path: Path) -> None:
     bench/soak.py, then for the object store)."""
     import time
 
-    from artifactstore.fingerprint import compute
-    from artifactstore.session import Session
+    from artifactstore.formats.fingerprint import compute
+    from artifactstore.runtime.session import Session
 
     settings = {"url": str(tmp_path / "s"), "local_tier": "off", "breaker_cooldown_secs": 0.2}
     session = Session(config.resolve(settings, {}))

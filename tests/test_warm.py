@@ -13,7 +13,7 @@ import pytest
 from conftest import PROGRAMS, artstore, clean_env, run_program
 
 from artifactstore import config
-from artifactstore.run import STARTUP_DIR as ACTIVATE_DIR
+from artifactstore.runtime.run import STARTUP_DIR as ACTIVATE_DIR
 from artifactstore.warm import ENV_VAR
 
 SCRIPT = str(PROGRAMS / "warm_script.py")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from artifactstore import safedir
+from artifactstore.blobstores import safedir
 from artifactstore.blobstores.base import BlobInfo, BlobStore
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.blobstores.readonly import ReadOnlyBlobStore

@@ -11,9 +11,9 @@ import abc
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from artifactstore.codec import check_digest
-from artifactstore.journal import MAX_JOURNAL_BYTES, check_journal_name
-from artifactstore.manifest import MAX_MANIFEST_BYTES, check_key
+from artifactstore.formats.codec import check_digest
+from artifactstore.formats.journal import MAX_JOURNAL_BYTES, check_journal_name
+from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, check_key
 
 __all__ = ["IDENTITY", "JOURNALS", "LEASES", "MANIFESTS", "BlobInfo", "BlobStore", "RecordKind",
            "check_digest"]  # fmt: skip
@@ -43,15 +43,15 @@ class RecordKind:
         return self.local_folder or self.folder
 
 
-# Each entry's record (artifactstore.manifest): S3 keeps the name readers' policies grant.
+# Each entry's record (artifactstore.formats.manifest): S3 keeps the name readers' policies grant.
 MANIFESTS = RecordKind("manifest", "keys", MAX_MANIFEST_BYTES, check_key, sharded=True,
                        local_folder="manifests")  # fmt: skip
-# Hits of processes that do not write the index (artifactstore.journal).
+# Hits of processes that do not write the index (artifactstore.formats.journal).
 JOURNALS = RecordKind("journal", "journals", MAX_JOURNAL_BYTES, check_journal_name,
                       readers_write=True)  # fmt: skip
-# A compile lease's mirror, polled by processes waiting for its holder (artifactstore.singleflight).
+# A compile lease's mirror, polled by processes waiting for its holder (artifactstore.store.flight).
 LEASES = RecordKind("lease", "leases", 1024, check_key)
-# The store's identity (artifactstore.identity): one small object beside the folders
+# The store's identity (artifactstore.store.identity): one small object beside the folders
 # above, `{namespace}/identity`, read at most this far.
 IDENTITY = "identity"
 MAX_IDENTITY_BYTES = 4096
@@ -119,7 +119,7 @@ class BlobStore(abc.ABC):
     def iter_records(self, kind: RecordKind) -> Iterator[str]:
         """The name of every record of `kind` (streamed)."""
 
-    # -- the store's identity: one object beside the folders (artifactstore.identity) --
+    # -- the store's identity: one object beside the folders (artifactstore.store.identity) --
     @abc.abstractmethod
     def get_identity(self) -> bytes | None:
         """The identity object as stored (at most MAX_IDENTITY_BYTES + 1), or None."""

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from artifactstore import safedir
+from artifactstore.blobstores import safedir
 from artifactstore.blobstores.base import (
     IDENTITY,
     MAX_IDENTITY_BYTES,

@@ -1,5 +1,5 @@
 """Read-only wrapper: a reader's blob store refuses every write, whatever calls it,
-but its hit journal (artifactstore.journal), which gc folds into the index.
+but its hit journal (artifactstore.formats.journal), which gc folds into the index.
 
 The Store also skips writes in reader mode (to count and log them); this wrapper
 is the backstop, so that no code path, present or future, writes an object.

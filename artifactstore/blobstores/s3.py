@@ -9,9 +9,9 @@ Layout inside the bucket (one namespace per team/project)::
 
     {prefix}/{namespace}/objects/{digest[:2]}/{digest}
     {prefix}/{namespace}/quarantine/{digest}
-    {prefix}/{namespace}/keys/{key}          manifests (artifactstore.manifest)
-    {prefix}/{namespace}/journals/{name}     hit journals (artifactstore.journal)
-    {prefix}/{namespace}/identity            the store's id (artifactstore.identity)
+    {prefix}/{namespace}/keys/{key}          manifests (artifactstore.formats.manifest)
+    {prefix}/{namespace}/journals/{name}     hit journals (artifactstore.formats.journal)
+    {prefix}/{namespace}/identity            the store's id (artifactstore.store.identity)
 
 S3 makes an object visible only once its upload (single or multipart) has
 completed, so readers never see partial bytes and no temp-file dance is needed.

@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from artifactstore.bundles.layout import MANIFEST, BundleError
 from artifactstore.config import Settings
-from artifactstore.sizes import format_size
+from artifactstore.formats.sizes import format_size
 
 RATIO = 64
 SLACK = 16 * 1024 * 1024

@@ -25,7 +25,6 @@ from typing import Any
 
 import zstandard
 
-from artifactstore import codec
 from artifactstore.bundles.layout import (
     MANIFEST,
     BundleError,
@@ -34,7 +33,8 @@ from artifactstore.bundles.layout import (
     object_member,
 )
 from artifactstore.errors import CorruptObject, OverLimit, one_line
-from artifactstore.fingerprint import Fingerprint
+from artifactstore.formats import codec
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.index.repo import EntryInfo, Filters
 from artifactstore.named import keys as named_keys
 from artifactstore.store import Store

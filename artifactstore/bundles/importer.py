@@ -32,7 +32,7 @@ from typing import IO, Any, cast
 
 import zstandard
 
-from artifactstore import codec, interrupts
+from artifactstore import interrupts
 from artifactstore.bundles.bounds import MAX_WINDOW, OBJECT_HOW, Limits, Unpacked, header_class
 from artifactstore.bundles.layout import (
     MANIFEST,
@@ -43,8 +43,9 @@ from artifactstore.bundles.layout import (
     parse_manifest,
 )
 from artifactstore.errors import CorruptObject, OverLimit, ReadOnlyError, one_line
+from artifactstore.formats import codec
+from artifactstore.formats.sizes import format_size
 from artifactstore.index import db
-from artifactstore.sizes import format_size
 from artifactstore.store import Store
 
 CHUNK = 1024 * 1024

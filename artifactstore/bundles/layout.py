@@ -26,10 +26,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from artifactstore.codec import check_digest
 from artifactstore.errors import ArtstoreError
-from artifactstore.fingerprint import Fingerprint
-from artifactstore.manifest import Manifest, check_key
+from artifactstore.formats.codec import check_digest
+from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.manifest import Manifest, check_key
 
 MANIFEST_FORMAT = "artifactstore-bundle"
 FORMAT_VERSION = 1

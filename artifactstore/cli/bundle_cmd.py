@@ -10,7 +10,7 @@ import click
 
 from artifactstore.cli.context import Ctx
 from artifactstore.cli.render import json_option, print_json
-from artifactstore.sizes import format_size
+from artifactstore.formats.sizes import format_size
 
 # Without --progress/--no-progress a bar is shown on a terminal, and only for bundles
 # big enough to take a while (a few entries finish before a bar would draw).
@@ -150,7 +150,7 @@ def import_cmd(
     from artifactstore.bundles.importer import import_bundle
     from artifactstore.bundles.layout import BundleError
     from artifactstore.errors import ConfigError
-    from artifactstore.sizes import parse_size
+    from artifactstore.formats.sizes import parse_size
 
     max_bytes = None
     if max_size is not None:

@@ -49,14 +49,14 @@ class Ctx:
         down (they may still try it, as `gc --dry-run` does); `objects=False` commands
         (`ls`, `stats`, `quota`) do not open it at all. `changes`: the command changes
         the index or deletes objects, so it refuses unless object store and index are
-        one store (artifactstore.identity; a read-only store refuses by itself)."""
+        one store (artifactstore.store.identity; a read-only store refuses by itself)."""
         from artifactstore.store import Store
 
         settings = self.settings(**extra)
         store = Store.open(settings, check_blobs=not index_only and objects, objects=objects)
         try:
             if changes and not settings.read_only:
-                from artifactstore.identity import require_bound
+                from artifactstore.store.identity import require_bound
 
                 require_bound(store)
             yield store

@@ -85,7 +85,7 @@ def _backend_line(result: dict[str, Any]) -> str:
 
 def run(*, layers: int = 10, keep: bool = False, echo: Callable[[str], None] = print) -> None:
     from artifactstore.config import resolve
-    from artifactstore.sizes import format_size
+    from artifactstore.formats.sizes import format_size
     from artifactstore.store import Store
 
     _require_hook()

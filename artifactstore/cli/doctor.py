@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from artifactstore import config as _config
-from artifactstore.background import call_with_timeout
 from artifactstore.errors import ArtstoreError, ConfigError, one_line
 from artifactstore.jaxhook.compat import Probe, probe
 from artifactstore.redact import redact
+from artifactstore.store.background import call_with_timeout
 
 Status = Literal["ok", "fail", "warn", "skip"]
 
@@ -254,8 +254,8 @@ def _check_index(settings: _config.Settings) -> Check:
 
 
 def _check_binding(settings: _config.Settings, index: dict[str, Any]) -> Check:
-    """Whether object store and index are one store (artifactstore.identity); only read."""
-    from artifactstore.identity import MISMATCH, UNBOUND, describe
+    """Whether object store and index are one store (artifactstore.store.identity); only read."""
+    from artifactstore.store.identity import MISMATCH, UNBOUND, describe
 
     try:
         if index.get("schema") != "current":  # not created or not migrated yet: not opened
@@ -270,8 +270,8 @@ def _check_binding(settings: _config.Settings, index: dict[str, Any]) -> Check:
 
 def _check_tier(settings: _config.Settings) -> Check:
     """This host's copy: where it is and how much it holds (never blocks the store)."""
-    from artifactstore.sizes import format_size
-    from artifactstore.tier import open_tier
+    from artifactstore.formats.sizes import format_size
+    from artifactstore.store.tier import open_tier
 
     try:
         tier = open_tier(settings)
@@ -325,7 +325,7 @@ def _check_signing(settings: _config.Settings) -> Check:
 
 def _check_single_flight(settings: _config.Settings) -> Check:
     """Whether processes that miss one key at once wait for one compile (and why)."""
-    from artifactstore.singleflight import enabled, wait_bound
+    from artifactstore.store.flight import enabled, wait_bound
 
     on, why = enabled(settings)
     if on and settings.read_only:
@@ -348,7 +348,7 @@ def _check_activation() -> Check:
     ARTSTORE_ACTIVATE), and whether this Python has the .pth hook that makes them."""
     import site
 
-    from artifactstore.run import startup_module
+    from artifactstore.runtime.run import startup_module
 
     dirs = [*site.getsitepackages(), site.getusersitepackages()]
     found = [Path(d) / "artifactstore_startup.pth" for d in dirs]

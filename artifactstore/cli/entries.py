@@ -10,7 +10,7 @@ import click
 
 from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
 from artifactstore.cli.render import json_option, print_fields, print_json, print_table, safe, when
-from artifactstore.sizes import format_seconds, format_size
+from artifactstore.formats.sizes import format_seconds, format_size
 
 if TYPE_CHECKING:
     from artifactstore.gc.remove import RemoveReport
@@ -164,8 +164,8 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
     """
     from datetime import timedelta
 
+    from artifactstore.formats.usage import today
     from artifactstore.index import usage as index_usage
-    from artifactstore.usage import today
 
     if days is not None and by not in ("fingerprint", "day"):
         fail("--days goes with --by fingerprint or --by day", EXIT_USAGE)
@@ -304,8 +304,8 @@ def _print_groups(
 @click.pass_obj
 def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
     """Check every object's digest; cross-check objects, entries and manifests."""
+    from artifactstore.formats.sizes import parse_duration
     from artifactstore.gc.verify import verify
-    from artifactstore.sizes import parse_duration
 
     grace_secs = parse_duration(grace)
 

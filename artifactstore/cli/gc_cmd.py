@@ -9,7 +9,7 @@ import click
 from artifactstore import config as _config
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
 from artifactstore.cli.render import json_option, print_json, print_table
-from artifactstore.sizes import format_size
+from artifactstore.formats.sizes import format_size
 
 
 @click.command("gc")
@@ -81,7 +81,7 @@ def gc_cmd(
     """Evict entries (LRU, quotas, age, old jaxlib), then objects nothing references."""
     from artifactstore import gc
     from artifactstore.cli.gc_output import Bars, Output
-    from artifactstore.sizes import parse_duration, parse_size
+    from artifactstore.formats.sizes import parse_duration, parse_size
 
     if namespaces and all_namespaces:
         fail("give --namespace or --all-namespaces, not both", EXIT_USAGE)
@@ -154,8 +154,8 @@ def quota_group() -> None:
 @click.pass_obj
 def quota_set(obj: Ctx, namespace: str, size: str) -> None:
     """Limit NAMESPACE to SIZE (500G, 1.5TiB, 800MB)."""
+    from artifactstore.formats.sizes import parse_size
     from artifactstore.index import quotas
-    from artifactstore.sizes import parse_size
 
     _config.check_namespace(namespace)
     max_bytes = parse_size(size)

@@ -15,8 +15,8 @@ from typing import Any, TextIO
 import click
 
 from artifactstore.cli.render import safe
+from artifactstore.formats.sizes import format_size
 from artifactstore.gc.report import GcReport, Removal
-from artifactstore.sizes import format_size
 
 _PHASES = {
     "jaxlib": "dropping old jaxlib entries",

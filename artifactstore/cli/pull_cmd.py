@@ -1,4 +1,4 @@
-"""`artstore pull`: fill this host's local tier from the object store (artifactstore.pull)."""
+"""`artstore pull`: fill this host's local tier from the object store (bundles/pull.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import click
 from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
 from artifactstore.cli.render import json_option, print_json, safe
 from artifactstore.errors import one_line
-from artifactstore.sizes import format_size
+from artifactstore.formats.sizes import format_size
 
 if TYPE_CHECKING:
-    from artifactstore.manifest import Manifest
-    from artifactstore.pull import PullReport
+    from artifactstore.bundles.pull import PullReport
+    from artifactstore.formats.manifest import Manifest
 
 
 @click.command("pull")
@@ -66,9 +66,9 @@ def pull_cmd(
     the tier's bound (ARTSTORE_LOCAL_TIER_SIZE) is kept, and what would exceed it
     is skipped and counted. Exits 1 if the pull stopped or an entry failed.
     """
-    from artifactstore import pull as _pull
+    from artifactstore.bundles import pull as _pull
     from artifactstore.cli.gc_output import Bars
-    from artifactstore.codec import check_digest
+    from artifactstore.formats.codec import check_digest
 
     if fingerprint is not None:
         if backend is not None:

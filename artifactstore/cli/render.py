@@ -19,7 +19,7 @@ import click
 from artifactstore.redact import redact
 
 if TYPE_CHECKING:
-    from artifactstore.fingerprint import Fingerprint
+    from artifactstore.formats.fingerprint import Fingerprint
 
 # What `artstore fingerprint` lists before the CPU features, in the order it always has:
 # `fingerprint.FIELDS` puts device facts before platform_version and the CPU features

@@ -25,7 +25,7 @@ def run_cmd(ctx: click.Context, read_only: bool, namespace: str | None, quiet: b
     on stderr at the end (hits, compiles, compile seconds saved) and exits with CMD's
     exit code.
     """
-    from artifactstore import run
+    from artifactstore.runtime import run
 
     obj: Ctx = ctx.obj
     command: list[str] | None = ctx.meta.get("cmd")

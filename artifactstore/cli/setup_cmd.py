@@ -170,13 +170,13 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
 )
 @click.pass_obj
 def db_bind(obj: Ctx, force: bool) -> None:
-    """Bind the object store and the index as one store (artifactstore.identity).
+    """Bind the object store and the index as one store (artifactstore.store.identity).
 
     The first writer and every command that changes the store bind them by themselves
     where they plausibly belong together; --force is for a pair they refuse, such as a
     bucket copied without its identity object, once you have checked both URLs.
     """
-    from artifactstore.identity import bind
+    from artifactstore.store.identity import bind
 
     with obj.store() as store:
         if store.read_only:

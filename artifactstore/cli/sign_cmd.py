@@ -1,4 +1,4 @@
-"""Signed entries: `artstore keygen NAME` and `artstore sign` (see artifactstore/signing.py)."""
+"""Signed entries: `artstore keygen NAME` and `artstore sign` (formats/signing.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import click
 from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
 from artifactstore.cli.render import json_option, print_json, safe
 from artifactstore.errors import ConfigError
-from artifactstore.sizes import format_size
+from artifactstore.formats.sizes import format_size
 
 
 @click.command("keygen")
@@ -31,7 +31,7 @@ def keygen_cmd(name: str, directory: str) -> None:
     (or its NAME:BASE64 line) in ARTSTORE_TRUSTED_KEYS. Existing files are never
     overwritten.
     """
-    from artifactstore.signing import generate
+    from artifactstore.formats.signing import generate
 
     secret, public = generate(name, directory)
     click.echo(f"secret key: {secret} (mode 0600; set ARTSTORE_SIGNING_KEY={secret} on writers)")

@@ -1,6 +1,6 @@
 """Hit journals folded into the index: `artstore fold`, and the first step of every gc.
 
-Readers' hits reach the index only through here (artifactstore.journal says why):
+Readers' hits reach the index only through here (artifactstore.formats.journal says why):
 each journal's rows are checked and clamped like any access row, appended to the
 index's access rows with its miss counters and its usage rows (per day and
 fingerprint: clamped by `usage.clean_usage`; journals of clients that wrote none
@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from artifactstore import usage as _usage
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.errors import CorruptObject, one_line
+from artifactstore.formats import usage as _usage
+from artifactstore.formats.journal import Journal, check_journal_name
 from artifactstore.index.accesses import ROW_HITS_MAX, append_accesses, clean_touches
-from artifactstore.journal import Journal, check_journal_name
 from artifactstore.store import Store
 
 log = logging.getLogger("artifactstore")

@@ -18,12 +18,12 @@ import threading
 import time
 
 from artifactstore.errors import LeaseHeld, one_line
+from artifactstore.formats.sizes import format_size
 from artifactstore.gc.collect import collect
 from artifactstore.gc.policy import Policy
 from artifactstore.gc.report import GcReport
 from artifactstore.index.eviction import EvictionIndex
 from artifactstore.index.quotas import get_quota
-from artifactstore.sizes import format_size
 from artifactstore.store import Store
 
 log = logging.getLogger("artifactstore")

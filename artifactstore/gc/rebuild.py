@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from artifactstore import codec
 from artifactstore.blobstores.base import BlobStore
 from artifactstore.config import Settings
 from artifactstore.errors import CorruptObject, IndexDamaged
-from artifactstore.fingerprint import Fingerprint
+from artifactstore.formats import codec
+from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.manifest import Manifest
 from artifactstore.index import health
 from artifactstore.index.repo import NewEntry
-from artifactstore.manifest import Manifest
 from artifactstore.store import Store
 
 CountProgress = Callable[[int], None]

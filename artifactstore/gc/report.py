@@ -38,7 +38,7 @@ class GcReport:
     limit_bytes: int | None
     bytes_before: int = 0
     bytes_after: int = 0
-    journals_folded: int = 0  # readers' hit journals (artifactstore.journal)
+    journals_folded: int = 0  # readers' hit journals (artifactstore.formats.journal)
     journals_refused: int = 0  # malformed or oversized: deleted unread
     journals_set_aside: int = 0  # not named as journals, or unreadable: left alone
     accesses_folded: int = 0

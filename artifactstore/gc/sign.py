@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from artifactstore import codec, interrupts
+from artifactstore import interrupts
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit, ReadOnlyError
+from artifactstore.formats import codec
+from artifactstore.formats.signing import SigningKey, TrustedKeys
 from artifactstore.index.repo import EntryInfo
-from artifactstore.signing import SigningKey, TrustedKeys
 from artifactstore.store import Store
 
 CountProgress = Callable[[int], None]

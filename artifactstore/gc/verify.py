@@ -36,13 +36,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from artifactstore import codec, interrupts
+from artifactstore import interrupts
 from artifactstore.errors import CorruptObject
+from artifactstore.formats import codec
+from artifactstore.formats.manifest import Manifest
 from artifactstore.gc import reconcile
 from artifactstore.gc.policy import DEFAULT_GRACE_SECS
 from artifactstore.index.eviction import EvictionIndex
 from artifactstore.index.repo import EntryInfo
-from artifactstore.manifest import Manifest
 from artifactstore.store import Store
 
 CountProgress = Callable[[int], None]  # objects checked since the last call

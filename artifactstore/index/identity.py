@@ -1,4 +1,4 @@
-"""The index's side of the store identity (artifactstore.identity): which object store,
+"""The index's side of the store identity (artifactstore.store.identity): which object store,
 by its id, each namespace of this index belongs to, and the entries that say whether
 an unbound pair plausibly belongs together."""
 

@@ -197,7 +197,7 @@ class LeaseRow(Base):
 
 
 class IdentityRow(Base):
-    """The id of the object store a namespace of this index belongs to (artifactstore.identity)."""
+    """The id of the object store a namespace of this index belongs to (store/identity.py)."""
 
     __tablename__ = "identities"
 

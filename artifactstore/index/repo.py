@@ -17,12 +17,12 @@ from sqlalchemy import Engine, Float, and_, bindparam, cast, delete, func, selec
 from sqlalchemy.orm import Session
 
 from artifactstore.config import check_namespace
-from artifactstore.fingerprint import Fingerprint
+from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.usage import Usage
 from artifactstore.index.accesses import append_accesses, saturating_hits
 from artifactstore.index.models import CounterRow, Entry, FingerprintRow, StoredObject, utcnow
 from artifactstore.index.sql import upsert
 from artifactstore.index.usage import write_usage
-from artifactstore.usage import Usage
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Usage rows (migration 0004): written with the counters, grouped for `artstore stats --by`.
 
 Rows are per (namespace, UTC day, fingerprint digest) and only ever added to
-(artifactstore.usage lists the fields). Per-module figures come from `entries`
+(artifactstore.formats.usage lists the fields). Per-module figures come from `entries`
 instead (module names are not a usage dimension: there are thousands of them).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Float, cast, func, select
 
-from artifactstore import usage as _usage
+from artifactstore.formats import usage as _usage
 from artifactstore.index.models import Entry, FingerprintRow, UsageRow
 from artifactstore.index.sql import upsert
 

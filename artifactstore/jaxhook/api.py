@@ -7,11 +7,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from artifactstore import config as _config
-from artifactstore import fingerprint as _fp
 from artifactstore.errors import ArtstoreError
+from artifactstore.formats import fingerprint as _fp
 from artifactstore.jaxhook import compat
 from artifactstore.jaxhook import compile as _compile
-from artifactstore.session import Session, warn_once
+from artifactstore.runtime.session import Session, warn_once
 
 if TYPE_CHECKING:
     from artifactstore.store import Store

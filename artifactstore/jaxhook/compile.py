@@ -17,15 +17,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from artifactstore import fingerprint as _fp
 from artifactstore.errors import one_line
+from artifactstore.formats import fingerprint as _fp
 from artifactstore.jaxhook import compat
 from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
-from artifactstore.session import Session, warn_once
+from artifactstore.runtime.session import Session, warn_once
 
 if TYPE_CHECKING:
-    from artifactstore.singleflight import Held
     from artifactstore.store import Store
+    from artifactstore.store.flight import Held
 
 log = logging.getLogger("artifactstore")
 

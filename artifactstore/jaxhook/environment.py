@@ -4,7 +4,7 @@
 `activate()` once the program imports JAX. Nothing here may stop the program: a bad
 setting or an unreachable store is one log line, and the program compiles as usual.
 Under `artstore run` (or the pytest plugin) the process also keeps its record
-(`artifactstore.summary`) up to date: after every load or compile, since
+(`artifactstore.runtime.summary`) up to date: after every load or compile, since
 multiprocessing workers end without atexit, and once more at exit.
 """
 
@@ -15,10 +15,10 @@ import os
 import sys
 from pathlib import Path
 
-from artifactstore import summary
 from artifactstore.jaxhook import api
 from artifactstore.jaxhook import compile as _compile
-from artifactstore.session import warn_once
+from artifactstore.runtime import summary
+from artifactstore.runtime.session import warn_once
 
 
 def activate() -> None:

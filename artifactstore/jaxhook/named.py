@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from artifactstore import fingerprint as _fp
-from artifactstore.background import call_with_timeout
 from artifactstore.errors import (
     ArtstoreError,
     CorruptObject,
@@ -27,6 +25,7 @@ from artifactstore.errors import (
     NamedNotFound,
     one_line,
 )
+from artifactstore.formats import fingerprint as _fp
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.jaxhook import named_portable
 from artifactstore.jaxhook.named_call import NamedExecutable, _sharding_json
@@ -36,7 +35,8 @@ from artifactstore.named.signature import (
     NamedCallError,
     Signature,
 )
-from artifactstore.session import Session, warn_once
+from artifactstore.runtime.session import Session, warn_once
+from artifactstore.store.background import call_with_timeout
 
 log = logging.getLogger("artifactstore")
 

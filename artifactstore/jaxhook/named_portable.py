@@ -15,7 +15,7 @@ from typing import Any
 from artifactstore.errors import NamedNotFound, one_line
 from artifactstore.jaxhook.named_call import _sharding
 from artifactstore.named import container
-from artifactstore.session import warn_once
+from artifactstore.runtime.session import warn_once
 
 
 def this_platform() -> str:

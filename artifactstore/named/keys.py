@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 
 from artifactstore.errors import ConfigError
-from artifactstore.fingerprint import FINGERPRINT_VERSION, Fingerprint
+from artifactstore.formats.fingerprint import FINGERPRINT_VERSION, Fingerprint
 
 KEY_FORMAT = "artifactstore-named-v1"
 MODULE_PREFIX = "named:"

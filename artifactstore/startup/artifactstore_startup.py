@@ -31,7 +31,7 @@ from types import ModuleType
 # Not importlib.abc nor typing: they would cost every such process ~15 ms at start-up,
 # more than the rest of it together (bench/activation.py).
 
-# Copies of the names in artifactstore.warm and artifactstore.summary (a unit test keeps
+# Copies of the names in artifactstore.warm and artifactstore.runtime.summary (a unit test keeps
 # them equal): this module cannot import the package before JAX is imported.
 WARM_VAR = "ARTSTORE_WARM"
 ACTIVATE_VAR = "ARTSTORE_ACTIVATE"

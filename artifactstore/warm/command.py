@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from artifactstore.run import RunError, check_command, run_forwarding_signals
+from artifactstore.runtime.run import RunError, check_command, run_forwarding_signals
 from artifactstore.warm import ENV_VAR, WarmError
 from artifactstore.warm.preflight import check_expected, child_env, host_fingerprint_via_subprocess
 from artifactstore.warm.report import Report, aggregate, check_warmed_target

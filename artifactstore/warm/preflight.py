@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from artifactstore import config as _config
-from artifactstore import summary
 from artifactstore.errors import one_line
-from artifactstore.fingerprint import FIELDS, Fingerprint
-from artifactstore.run import store_env
+from artifactstore.formats.fingerprint import FIELDS, Fingerprint
+from artifactstore.runtime import summary
+from artifactstore.runtime.run import store_env
 from artifactstore.warm import ENV_VAR, WarmError
 
 

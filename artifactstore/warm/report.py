@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from artifactstore.sizes import format_seconds, format_size
+from artifactstore.formats.sizes import format_seconds, format_size
 
 
 @dataclass

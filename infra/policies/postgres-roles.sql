@@ -127,7 +127,7 @@ CREATE OR REPLACE FUNCTION artstore_ns_member(ns text) RETURNS boolean
 
 -- Whether the current user may hold the lease `lease`: `gc:NAMESPACE` (one gc per
 -- namespace) or a compile lease `compile:KEY:H` (single-flight), where H is the first
--- 16 hex digits of sha256(NAMESPACE) (artifactstore/singleflight.py, lease_name), of a
+-- 16 hex digits of sha256(NAMESPACE) (artifactstore/store/flight.py, lease_name), of a
 -- namespace it is a member of (artstore_ns_member), or any if of artstore_all_namespaces.
 CREATE OR REPLACE FUNCTION artstore_lease_member(lease text) RETURNS boolean
   LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
@@ -182,7 +182,7 @@ BEGIN
     END IF;
   END LOOP;
 
-  -- The store identity (artifactstore/identity.py): a writer's first entry binds its
+  -- The store identity (artifactstore/store/identity.py): a writer's first entry binds its
   -- namespaces (insert only; rebinding is `artstore db bind --force`, as gc or admin).
   IF to_regclass('public.identities') IS NOT NULL THEN
     GRANT INSERT ON identities TO artstore_writer;

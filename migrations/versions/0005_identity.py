@@ -1,6 +1,6 @@
 """Store identity: the id of the object store each namespace of this index belongs to.
 
-The object store keeps the same id in its `identity` object (artifactstore.identity);
+The object store keeps the same id in its `identity` object (artifactstore.store.identity);
 commands that change the index or delete objects refuse when the two differ. Nothing
 existing changes: a namespace without a row is bound by the first command or writer
 of this version that finds it plausibly one store with its bucket.

@@ -22,7 +22,7 @@ from typing import Any
 from artifactstore import config
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.blobstores.s3 import S3BlobStore
-from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint, compute
 from artifactstore.index.repo import EntryIndex
 from artifactstore.store import Store
 

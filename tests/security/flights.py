@@ -7,9 +7,9 @@ import threading
 import time
 from typing import Any
 
-from artifactstore import fingerprint
-from artifactstore.singleflight import Held
+from artifactstore.formats import fingerprint
 from artifactstore.store import Hit, Store
+from artifactstore.store.flight import Held
 
 
 def fp() -> fingerprint.Fingerprint:

@@ -20,7 +20,7 @@ import boto3
 import pytest
 from conftest import FAKE_AWS, REPO, OpenStore, artstore, clean_env
 
-from artifactstore import fingerprint
+from artifactstore.formats import fingerprint
 from artifactstore.index import db
 from artifactstore.index.identity import bound_id
 from artifactstore.store import Store
@@ -294,7 +294,8 @@ def schema_0004_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 OLD_WORKLOAD = """
 import os
-from artifactstore import config, fingerprint
+from artifactstore import config
+from artifactstore.formats import fingerprint
 from artifactstore.store import Store
 fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
                          device_count=1, jax_version="1", jaxlib_version="0.9.1")

@@ -32,10 +32,10 @@ from conftest import PROGRAMS, OpenStore, _team, artstore, clean_env, devstack
 from faultproxy import FaultProxy
 from sqlalchemy import text
 
-from artifactstore import codec
 from artifactstore.blobstores.base import LEASES
-from artifactstore.fingerprint import compute
-from artifactstore.signing import generate
+from artifactstore.formats import codec
+from artifactstore.formats.fingerprint import compute
+from artifactstore.formats.signing import generate
 from artifactstore.store import Store
 
 SIGNALS = {

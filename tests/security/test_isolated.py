@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, clean_env
 
-from artifactstore.run import STARTUP_DIR
+from artifactstore.runtime.run import STARTUP_DIR
 
 pytestmark = pytest.mark.slow
 

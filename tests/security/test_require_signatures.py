@@ -16,9 +16,10 @@ import boto3
 import pytest
 from conftest import FAKE_AWS, TEAM_KEY, TEAM_PUB, OpenStore, artstore, run_program
 
-from artifactstore import codec, config, fingerprint, signing
+from artifactstore import config
 from artifactstore.errors import ConfigError
-from artifactstore.manifest import Manifest
+from artifactstore.formats import codec, fingerprint, signing
+from artifactstore.formats.manifest import Manifest
 
 SLOW = {"ARTSTORE_MIN_COMPILE_SECS": "0.5", "JOB_SLOW_COMPILE_SECS": "0.6"}
 NO_KEYS_LINE = "requires signatures and no key is trusted"

@@ -27,16 +27,17 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from conftest import OpenStore
 
-from artifactstore import codec, config, gc, identity
+from artifactstore import config, gc
 from artifactstore.blobstores.base import JOURNALS, LEASES, MANIFESTS
 from artifactstore.blobstores.s3 import S3BlobStore
+from artifactstore.bundles.pull import open_puller, pull
+from artifactstore.formats import codec
+from artifactstore.formats.signing import generate, load_signing_key
 from artifactstore.gc.rebuild import rebuild
 from artifactstore.gc.remove import remove
 from artifactstore.gc.sign import sign_entries
 from artifactstore.gc.verify import verify
-from artifactstore.pull import open_puller, pull
-from artifactstore.signing import generate, load_signing_key
-from artifactstore.store import Store
+from artifactstore.store import Store, identity
 from security.flights import fp, key, loaded, publish, put, turn, waiting
 
 POLICIES = Path(__file__).resolve().parents[2] / "infra" / "policies"

@@ -25,7 +25,8 @@ import pytest
 import sqlalchemy as sa
 from conftest import OpenStore, artstore, clean_env
 
-from artifactstore import codec, config, fingerprint
+from artifactstore import config
+from artifactstore.formats import codec, fingerprint
 
 FP = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                          device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip

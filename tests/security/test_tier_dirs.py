@@ -4,7 +4,7 @@ Measured on main: the tier accepted an ancestor directory its group could write,
 and checked its directories once per process, so a directory renamed away and
 replaced (by a link to, or a copy of, an attacker's directory) under a running
 process planted an executable. Now every open walks from `/` through directory
-descriptors (O_NOFOLLOW, each opened relative to the last, artifactstore/safedir.py):
+descriptors (O_NOFOLLOW, each opened relative to the last, artifactstore/blobstores/safedir.py):
 an ancestor writable by its group or by everyone is refused unless it is root's
 and sticky (like /tmp); a link or a directory that is not ours is refused at the
 next open. A refused tier is off for the process (one line); the program still
@@ -28,11 +28,11 @@ import pytest
 from conftest import clean_env, run_program
 from otheruser import OTHER_UID
 
-from artifactstore import config, tier
+from artifactstore import config
 from artifactstore.errors import UnsafeDirectory
-from artifactstore.fingerprint import Fingerprint, compute
-from artifactstore.store import Store
-from artifactstore.tier import LocalTier, TierEntry
+from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.store import Store, tier
+from artifactstore.store.tier import LocalTier, TierEntry
 
 KEY = "a" * 64
 

@@ -22,12 +22,12 @@ from conftest import OpenStore, artstore
 from sqlalchemy import create_engine, select, text
 
 from artifactstore import config
-from artifactstore.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint, compute
 from artifactstore.index.leases import Lease
 from artifactstore.index.models import Entry, LeaseRow
-from artifactstore.session import Session
-from artifactstore.singleflight import SingleFlight, lease_name
+from artifactstore.runtime.session import Session
 from artifactstore.store import Store
+from artifactstore.store.flight import SingleFlight, lease_name
 
 KEY_A = "a" * 64
 KEY_B = "b" * 64

@@ -24,7 +24,7 @@ Format (version 1): one UTF-8 JSON object,
 
 named by 32 random hex digits (`new_name`), so that writers never collide.
 
-"u" (usage per day and fingerprint, artifactstore.usage) was added without a new
+"u" (usage per day and fingerprint, artifactstore.formats.usage) was added without a new
 version: it is optional, so journals of clients that do not write it still fold,
 and a folder that does not know it folds the rest and ignores it (a version 2 would
 be deleted unread by such a folder, losing the hits of readers upgraded before it).
@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from artifactstore.errors import CorruptObject
-from artifactstore.manifest import load_record
-from artifactstore.usage import Usage
+from artifactstore.formats.manifest import load_record
+from artifactstore.formats.usage import Usage
 
 FORMAT_VERSION = 1
 MAX_JOURNAL_BYTES = 1024 * 1024

@@ -2,7 +2,7 @@
 
 Nodes that start many processes, or that may lose the network, start warm: after a
 pull, a process loads this fingerprint's executables from the tier without asking
-the object store or the index (artifactstore.tier). A pull reads the namespace's
+the object store or the index (artifactstore.store.tier). A pull reads the namespace's
 manifests and objects from the object store only, never the database, so it works
 with a reader's read-only credentials and while the index is down.
 
@@ -34,13 +34,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from artifactstore import codec
 from artifactstore.blobstores import open_blobstore
 from artifactstore.config import Settings
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit, StoreUnavailable, one_line
-from artifactstore.manifest import Manifest
+from artifactstore.formats import codec
+from artifactstore.formats.manifest import Manifest
 from artifactstore.store import Store, secure_local_dirs
-from artifactstore.tier import LocalTier, open_tier
+from artifactstore.store.tier import LocalTier, open_tier
 
 log = logging.getLogger("artifactstore")
 

@@ -22,8 +22,9 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from artifactstore import config as _config
-from artifactstore import interrupts, summary
+from artifactstore import interrupts
 from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.runtime import summary
 
 # The startup hook's directory: `sitecustomize.py` and `artifactstore_startup.py`.
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"

@@ -2,7 +2,7 @@
 
 A process adds to these in memory (`store.ProcessCounters`) and writes them with its
 other counters: into the index's `usage` table where it writes the index, or into its
-hit journal (artifactstore.journal) where the index is a database server. No event
+hit journal (artifactstore.formats.journal) where the index is a database server. No event
 costs a database round trip of its own.
 
 The fields, all sums:

@@ -5,7 +5,7 @@ a database round trip) nor for the object store (importing boto3, a GET) to
 load executables this host already holds. The tier keeps, per namespace,
 
     keys/ab/<key>      the entry's manifest, the record the store publishes
-                       (artifactstore.manifest); 0.2 wrote {"d", "f", "c"} only
+                       (artifactstore.formats.manifest); 0.2 wrote {"d", "f", "c"} only
     objects/ab/<dig>   the object itself (for a writable local store: the store's own)
     access/*.json      hits served here, folded into the index by the next Store.open
     below-threshold.json  keys whose compile was too quick to store (see below)
@@ -15,7 +15,7 @@ fingerprint are verified on every read exactly as on the full path, so a stale
 or damaged tier can cause a miss, never a wrong load. Without trusted keys that
 verification cannot tell a planted object from ours, so the tier is used only
 while its directories are this user's, writable and swappable by no one else
-(artifactstore.safedir: checked on every open, through directory descriptors); a
+(artifactstore.blobstores.safedir: checked on every open, through directory descriptors); a
 refused tier is not used again by the process (one warning), and the store works
 without it. The tier is a cache in front of the index, not a second index:
 deleting an entry in a shared store does not reach other hosts' tiers (their
@@ -48,14 +48,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from artifactstore import codec, safedir
+from artifactstore.blobstores import safedir
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
-from artifactstore.manifest import Manifest
+from artifactstore.formats import codec
+from artifactstore.formats.manifest import Manifest
 
 if TYPE_CHECKING:
-    from artifactstore.signing import TrustedKeys
+    from artifactstore.formats.signing import TrustedKeys
 
 log = logging.getLogger("artifactstore")
 T = TypeVar("T")

@@ -16,7 +16,7 @@ read these objects: no envelope version bump, old and new clients share a store.
 Its body is JSON, followed by its length and `META_MAGIC`, so it is found from
 the end without parsing the payload.
 
-The signature frame (optional; see `artifactstore.signing`) is a second skippable
+The signature frame (optional; see `artifactstore.formats.signing`) is a second skippable
 frame after the metadata frame, found from the end by its own footer (`SIG_MAGIC`).
 Its body is JSON {"k": key name, "s": base64 Ed25519 signature} over
 `signing.message(...)`, which covers the sha256 of every byte before the frame (the
@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any
 import zstandard
 
 from artifactstore.errors import CorruptObject, OverLimit
-from artifactstore.sizes import format_size
+from artifactstore.formats.sizes import format_size
 
 if TYPE_CHECKING:
-    from artifactstore.signing import SigningKey, TrustedKeys
+    from artifactstore.formats.signing import SigningKey, TrustedKeys
 
 __all__ = [
     "BadSignature",
@@ -201,7 +201,7 @@ def _signed_message(
     namespace: str,
     content_digest: str | None = None,
 ) -> bytes:
-    from artifactstore.signing import message
+    from artifactstore.formats.signing import message
 
     return message(
         namespace=namespace,

@@ -9,7 +9,7 @@ read-only stores never write.
 A lookup reads the entry's manifest from the object store, never a database
 server: a cluster of any size costs the index nothing (issue 16). The index is
 opened lazily, by the first write (or by commands that query it); hits go to a
-hit journal in the object store (artifactstore.journal) that gc folds in. A
+hit journal in the object store (artifactstore.formats.journal) that gc folds in. A
 SQLite index, a file with no connection limit, is still asked for entries
 without a manifest (stored by 0.2 clients) and takes hits directly.
 """
@@ -33,10 +33,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 from sqlalchemy.exc import DataError, IntegrityError, InterfaceError, OperationalError
 
-from artifactstore import codec, identity, safedir
-from artifactstore import usage as _usage
-from artifactstore.background import Worker, call_with_timeout
-from artifactstore.blobstores import BlobStore, describe_blobstore, open_blobstore
+from artifactstore.blobstores import BlobStore, describe_blobstore, open_blobstore, safedir
 from artifactstore.blobstores.absent import AbsentBlobStore
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.config import Settings, default_cache_dir
@@ -49,16 +46,20 @@ from artifactstore.errors import (
     StoreUnavailable,
     one_line,
 )
-from artifactstore.fingerprint import Fingerprint
+from artifactstore.formats import codec
+from artifactstore.formats import usage as _usage
+from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.journal import MAX_JOURNAL_KEYS, Journal, new_name
+from artifactstore.formats.manifest import Manifest
 from artifactstore.index import db
 from artifactstore.index.accesses import clean_touches
 from artifactstore.index.models import utcnow
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
-from artifactstore.journal import MAX_JOURNAL_KEYS, Journal, new_name
-from artifactstore.manifest import Manifest
 from artifactstore.redact import redact
-from artifactstore.singleflight import SingleFlight, enabled
-from artifactstore.tier import (
+from artifactstore.store import identity
+from artifactstore.store.background import Worker, call_with_timeout
+from artifactstore.store.flight import SingleFlight, enabled
+from artifactstore.store.tier import (
     Accesses,
     LocalTier,
     _warn_once,
@@ -66,7 +67,7 @@ from artifactstore.tier import (
 )
 
 if TYPE_CHECKING:
-    from artifactstore.signing import SigningKey
+    from artifactstore.formats.signing import SigningKey
 
 log = logging.getLogger("artifactstore")
 
@@ -197,7 +198,7 @@ class Store:
         # knows which one hung (the session's per-backend circuit breakers).
         self.using: Callable[[str], None] = _ignore
         self._flight: SingleFlight | bool | None = False  # False: not decided yet
-        self._identity_checked = False  # see artifactstore.identity: first write binds
+        self._identity_checked = False  # see artifactstore.store.identity: first write binds
 
     @property
     def engine(self) -> Engine:

@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from artifactstore.codec import check_digest
 from artifactstore.errors import CorruptObject
+from artifactstore.formats.codec import check_digest
 
 FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 16 * 1024

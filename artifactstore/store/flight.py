@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import func, select
 
-from artifactstore.background import call_with_timeout
 from artifactstore.blobstores.base import LEASES, MANIFESTS
 from artifactstore.errors import (
     CorruptObject,
@@ -52,9 +51,10 @@ from artifactstore.errors import (
     StoreUnavailable,
     one_line,
 )
+from artifactstore.formats.manifest import load_record
 from artifactstore.index.leases import Lease, dead_here
 from artifactstore.index.models import Entry
-from artifactstore.manifest import load_record
+from artifactstore.store.background import call_with_timeout
 
 if TYPE_CHECKING:
     from artifactstore.config import Settings

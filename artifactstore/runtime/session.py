@@ -17,13 +17,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from artifactstore.background import Breaker, call_with_timeout
 from artifactstore.config import Settings
 from artifactstore.errors import ArtstoreError, one_line
-from artifactstore.tier import LocalTier, TierHit, open_tier
+from artifactstore.store.background import Breaker, call_with_timeout
+from artifactstore.store.tier import LocalTier, TierHit, open_tier
 
 if TYPE_CHECKING:
-    from artifactstore.fingerprint import Fingerprint
+    from artifactstore.formats.fingerprint import Fingerprint
     from artifactstore.gc.quota_pass import QuotaPass
     from artifactstore.metrics import Recorder
     from artifactstore.store import Hit, Store

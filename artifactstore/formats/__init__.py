@@ -1,0 +1,1 @@
+"""What bytes look like: JAX-free and I/O-free formats of the store."""

@@ -1,0 +1,1 @@
+"""One process's use of the store: its session, its summary, commands it runs."""
