@@ -27,7 +27,7 @@ from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.runtime import summary
 
 # The startup hook's directory: `sitecustomize.py` and `artifactstore_startup.py`.
-STARTUP_DIR = Path(__file__).resolve().parent / "startup"
+STARTUP_DIR = Path(__file__).resolve().parents[1] / "startup"
 
 
 class RunError(ArtstoreError):
