@@ -34,7 +34,17 @@ from pathlib import Path
 from typing import Any
 
 import _results
-from warm_start import JAX_WARM, NO_CACHE, Config, Result, config_records, interleaved, run_child
+from warm_start import (
+    JAX_WARM,
+    NO_CACHE,
+    Config,
+    Result,
+    ab_lines,
+    config_records,
+    interleaved,
+    run_child,
+    with_before,
+)
 
 STORE_WARM = "artifactstore cache (warm)"
 NAMED = "named executable (load)"
@@ -239,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="timed runs per configuration")
     p.add_argument("--programs", default="diffrax,flax")
     p.add_argument("--out", type=Path, default=_results.default_out("named_first_call"))
+    p.add_argument("--before", metavar="REF", help="also run each store config as git REF "
+                   "(A/B in one run: a refactoring must stay within noise)")  # fmt: skip
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--program", help=argparse.SUPPRESS)
     p.add_argument("--jax-cache", help=argparse.SUPPRESS)
@@ -248,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         child(a)
         return 0
-    report: dict[str, Any] = {**_results.run_info(), "runs": a.runs, "programs": {}}
+    report: dict[str, Any] = {**_results.run_info(), "runs": a.runs, "before": a.before,
+                              "programs": {}}  # fmt: skip
+    configs = with_before(CONFIGS, a.before) if a.before else CONFIGS
     texts = []
     for program in a.programs.split(","):
 
@@ -259,15 +273,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{program} run {i + 1}/{a.runs} {c.name:<28} first "
                   f"{r['first_call_secs']:7.3f}s wall {r['wall_secs']:7.3f}s ({r['source']})",
                   flush=True)  # fmt: skip
-            if c.name == NAMED and (r["source"] != "store" or r["model_modules"]):
+            if c.name.startswith(NAMED) and (r["source"] != "store" or r["model_modules"]):
                 sys.exit(f"[{c.name}] did not load natively without the model: {r}")
 
-        raw, prefills = interleaved(CONFIGS, a.runs, run_once, on_run)
+        raw, prefills = interleaved(configs, a.runs, run_once, on_run)
         losses = {r["loss"] for r in [*prefills, *(r for rs in raw.values() for r in rs)]}
         if len(losses) != 1:
             sys.exit(f"FAIL: {program}: losses differ across configurations: {sorted(losses)}")
         res = {c.name: {k: _results.summary([r[k] for r in raw[c.name]]) for _, k in COLUMNS}
-               for c in CONFIGS}  # fmt: skip
+               for c in configs}  # fmt: skip
         lines, _ = _results.table(res, COLUMNS, RATIO_COLS, [], JAX_WARM)
         named = res[NAMED]["first_call_secs"]["median"]
         verdicts = [
@@ -276,9 +290,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{'met' if named <= TARGET * res[base]['first_call_secs']['median'] else 'NOT met'}"
             for base in (JAX_WARM, STORE_WARM)
         ]
-        texts.append("\n".join([f"## {program}", *lines, "", *verdicts]))
-        report["programs"][program] = {"loss": next(iter(losses)), "verdicts": verdicts,
-                                       "configs": config_records(CONFIGS, res, raw)}  # fmt: skip
+        ab = ab_lines(res, a.before, ["first_call_secs", "wall_secs"]) if a.before else []
+        texts.append("\n".join([f"## {program}", *lines, "", *verdicts, *ab]))
+        report["programs"][program] = {"loss": next(iter(losses)), "verdicts": verdicts, "ab": ab,
+                                       "configs": config_records(configs, res, raw)}  # fmt: skip
     text = "\n\n".join(texts) + f"\n\nmedian (min-max) over {a.runs} interleaved runs"
     print("\n" + text)
     _results.write(a.out, report, text)

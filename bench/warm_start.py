@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,46 @@ CONFIGS: list[Config] = [
 ]
 
 
+def checkout(ref: str) -> Path:
+    """`ref` of this repository in a temporary git worktree, removed at exit."""
+    repo = Path(__file__).resolve().parent.parent
+    tree = Path(tempfile.mkdtemp(prefix="artstore-ab-")) / "tree"
+    git = ["git", "-C", str(repo), "worktree"]
+    subprocess.run([*git, "add", "--detach", "-q", str(tree), ref], check=True)
+    atexit.register(subprocess.run, [*git, "remove", "--force", str(tree)], check=False)
+    return tree
+
+
+def with_before(configs: list[Config], ref: str) -> list[Config]:
+    """A/B in one run: each config that uses the store twice, as this checkout and as
+    `ref` (first on PYTHONPATH, so its processes import that artifactstore), adjacent in
+    the round-robin so that both meet the same machine noise."""
+    tree = checkout(ref)
+    out = []
+    for c in configs:
+        out.append(c)
+        if "ARTSTORE_URL" in c.env(Path("<tmp>")):
+            Env = Callable[[Path], dict[str, str]]
+
+            def before_env(tmp: Path, env: Env = c.env) -> dict[str, str]:  # c bound now
+                return {**env(tmp), "PYTHONPATH": str(tree)}
+
+            out.append(replace(c, name=f"{c.name} @{ref}", env=before_env))
+    return out
+
+
+def ab_lines(res: dict[str, dict[str, Any]], ref: str, metrics: list[str]) -> list[str]:
+    """Each A/B pair's medians as ratios this checkout / `ref`: ~1.00x is within noise."""
+    lines = []
+    for name in res:
+        if name.endswith(f" @{ref}"):
+            now = name.removesuffix(f" @{ref}")
+            got = [f"{k} {ratio(res[now][k]['median'], res[name][k]['median']):.3f}x"
+                   for k in metrics]  # fmt: skip
+            lines.append(f"A/B {now}: this checkout / {ref}: " + ", ".join(got))
+    return lines
+
+
 def run_once(cfg: Config, tmp: Path, layers: int, small_jits: int = 0) -> dict[str, Any]:
     out = run_child(cfg, tmp, [*EXAMPLE, "--layers", str(layers), "--small-jits", str(small_jits)])
     return {"wall_secs": out["wall_secs"], "first_call_secs": out["first_call_secs"],
@@ -258,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--platform", default="cpu", help="JAX_PLATFORMS of the runs (cuda on a GPU)")
     p.add_argument("--configs", help="comma-separated substrings of config names to run "
                    f"(default all: {'; '.join(c.name for c in CONFIGS)})")  # fmt: skip
+    p.add_argument("--before", metavar="REF", help="also run each store config as git REF "
+                   "(A/B in one run: a refactoring must stay within noise)")  # fmt: skip
     a = p.parse_args(argv)
     PLATFORM[0] = a.platform
     wanted = [w.strip().lower() for w in a.configs.split(",")] if a.configs else None
@@ -272,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c for c in configs if c.name not in skipped]
     if not configs:
         sys.exit("FAIL: every configuration asked for was skipped")
+    if a.before:
+        configs = with_before(configs, a.before)
 
     def on_run(i: int, c: Config, r: Result) -> None:
         print(f"run {i + 1}/{a.runs} {c.name:<54} first {r['first_call_secs']:7.3f}s"
@@ -308,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         f"small jits={a.small_jits}; "
         f"identical checksum in all {n_runs} runs (prefills too): {next(iter(checksums))}",
         *_results.target_lines(targets, JAX_WARM),
+        *(ab_lines(res, a.before, ["first_call_secs", "wall_secs"]) if a.before else []),
         *(f"SKIPPED {name}: {why}" for name, why in skipped.items()),
     ]
     text = "\n".join(lines)
@@ -316,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         **_results.run_info(),
         "runs": a.runs, "layers": a.layers, "small_jits": a.small_jits, "platform": a.platform,
+        "before": a.before,
         "target": {k: v for k, v in targets[0].items() if k != "config"},  # embedded
         "targets": targets,
         "checksum": next(iter(checksums)),
