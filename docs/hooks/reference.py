@@ -6,8 +6,12 @@ two disagree (a setting added in the code but not described, a description of a 
 that is gone, a `DEFAULT_*` constant no row shows, an `ARTSTORE_*` variable in the source
 that is neither a setting nor listed), so the page cannot drift from the code.
 
-A page asks for a table with a marker line: `<!-- generated: settings -->` or
-`<!-- generated: variables -->`.
+The metrics tables come from artifactstore.metrics the same way (names, labels, help), and
+`<!-- bench: FILE -->` shows bench/results/FILE as committed, so no number on the
+performance page is typed by hand.
+A page asks for a table with a marker line: `<!-- generated: settings -->`,
+`<!-- generated: variables -->`, `<!-- generated: metrics -->` or
+`<!-- generated: index-metrics -->`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ from mkdocs.exceptions import PluginError
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-_MARKERS = ("<!-- generated: settings -->", "<!-- generated: variables -->")
+_MARKERS = (
+    "<!-- generated: settings -->",
+    "<!-- generated: variables -->",
+    "<!-- generated: metrics -->",
+    "<!-- generated: index-metrics -->",
+)
+_BENCH = re.compile(r"^<!-- bench: ([\w.-]+) -->$", re.MULTILINE)
 _PLACEHOLDER = re.compile(r"\{(DEFAULT_[A-Z0-9_]+)\}")
 _ENV_NAME = re.compile(r"\bARTSTORE_[A-Z0-9_]*[A-Z0-9]\b")
 
@@ -133,6 +143,50 @@ def variables_table() -> str:
     return "\n".join(rows)
 
 
+def _labels(labels: tuple[str, ...]) -> str:
+    return ", ".join(f"`{label}`" for label in labels)
+
+
+def metrics_table() -> str:
+    """What a process exports: counters and histograms, their labels and help, and the
+    kinds of `artstore_errors_total`."""
+    metrics = importlib.import_module("artifactstore.metrics")
+    docs: dict[str, str] = getattr(metrics, "_DOCS", {})
+    rows = ["| metric | labels | meaning |", "|---|---|---|"]
+    for name, labels in metrics.COUNTERS.items():
+        rows.append(f"| `{name}_total` | {_labels(labels)} | {_cell(docs.get(name, ''))} |")
+    for name, labels in metrics.HISTOGRAMS.items():
+        rows.append(f"| `{name}` (histogram) | {_labels(labels)} | {_cell(docs.get(name, ''))} |")
+    kinds = ", ".join(f"`{kind}`" for kind in dict.fromkeys(metrics.ERROR_KINDS.values()))
+    return "\n".join(rows) + (
+        f"\n\nKinds of `artstore_errors_total`: {kinds}, and the local tier's refusals as "
+        "`tier_<reason>`."
+    )
+
+
+def index_metrics_table() -> str:
+    """What `artstore metrics` prints from the index."""
+    metrics = importlib.import_module("artifactstore.metrics")
+    rows = ["| metric | meaning |", "|---|---|"]
+    rows += [f"| `{name}` | {_cell(text)} |" for name, text in metrics.INDEX_GAUGES.items()]
+    for name, labels in metrics.INDEX_COUNTERS.items():
+        rows.append(
+            f"| `{name}_total` ({_labels(labels)}) | The index's persistent event counters. |"
+        )
+    return "\n".join(rows)
+
+
+def bench_result(match: re.Match[str]) -> str:
+    """A committed benchmark result: markdown tables as they are, other text verbatim."""
+    path = REPO / "bench" / "results" / match.group(1)
+    if not path.is_file():
+        raise PluginError(f"performance page: no bench/results/{match.group(1)}")
+    text = path.read_text(encoding="utf-8").strip()
+    if re.search(r"^\|[-| ]+\|$", text, re.MULTILINE):
+        return text
+    return f"```text\n{text}\n```"
+
+
 def on_config(config: Any) -> Any:
     """The pages (this hook's tables, mkdocs-click's CLI reference) describe this checkout's
     code, not whatever version is installed elsewhere. (MkDocs restores sys.path after
@@ -148,4 +202,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = markdown.replace(_MARKERS[0], settings_table())
     if _MARKERS[1] in markdown:
         markdown = markdown.replace(_MARKERS[1], variables_table())
-    return markdown
+    if _MARKERS[2] in markdown:
+        markdown = markdown.replace(_MARKERS[2], metrics_table())
+    if _MARKERS[3] in markdown:
+        markdown = markdown.replace(_MARKERS[3], index_metrics_table())
+    return _BENCH.sub(bench_result, markdown)
