@@ -100,16 +100,13 @@ def settings_table() -> str:
         if option not in described:
             continue
         text = described[option]
-
-        def constant(match: re.Match[str]) -> str:
-            name = match.group(1)
+        default = str(text["default"])
+        for name in _PLACEHOLDER.findall(default):
             if not hasattr(config, name):
                 problems.append(f"{option}: artifactstore.config has no {name}")
-                return name
+                continue
             shown.add(name)
-            return _render(getattr(config, name))
-
-        default = _PLACEHOLDER.sub(constant, str(text["default"]))
+            default = default.replace(f"{{{name}}}", _render(getattr(config, name)))
         rows.append(
             f"| `{option}` | `{prefix}{suffix}` | {_cell(default)} | {_cell(text['meaning'])} |"
         )
