@@ -79,7 +79,8 @@ def _cell(text: str) -> str:
 
 
 def settings_table() -> str:
-    """One row per setting, in the code's order; fails on any disagreement."""
+    """An overview table, then one section per setting, in the code's order; fails on any
+    disagreement between the code and settings.yml."""
     config = importlib.import_module("artifactstore.config")
     prefix = str(config.ENV_PREFIX)
     options = _option_table()
@@ -92,10 +93,8 @@ def settings_table() -> str:
     if stale:
         problems.append(f"settings in settings.yml but not in the code: {', '.join(stale)}")
     shown: set[str] = set()
-    rows = [
-        "| `configure()` | environment | default | meaning |",
-        "|---|---|---|---|",
-    ]
+    table = ["| variable | `configure()` | default |", "|---|---|---|"]
+    sections = []
     for option, suffix in options.items():
         if option not in described:
             continue
@@ -107,15 +106,20 @@ def settings_table() -> str:
                 continue
             shown.add(name)
             default = default.replace(f"{{{name}}}", _render(getattr(config, name)))
-        rows.append(
-            f"| `{option}` | `{prefix}{suffix}` | {_cell(default)} | {_cell(text['meaning'])} |"
+        env = f"{prefix}{suffix}"
+        anchor = env.lower()
+        table.append(f"| [`{env}`](#{anchor}) | `{option}=` | {_cell(default)} |")
+        sections.append(
+            f"### `{env}` {{ #{anchor} }}\n\n"
+            f"`configure({option}=...)`; default: {' '.join(default.split())}\n\n"
+            f"{' '.join(str(text['meaning']).split())}\n"
         )
     unshown = sorted(n for n in dir(config) if n.startswith("DEFAULT_") and n not in shown)
     if unshown:
         problems.append(f"defaults no row of settings.yml shows: {', '.join(unshown)}")
     if problems:
         raise PluginError("configuration reference: " + "; ".join(problems))
-    return "\n".join(rows)
+    return "\n".join(table) + "\n\n## Each setting\n\n" + "\n".join(sections)
 
 
 def variables_table() -> str:
