@@ -98,18 +98,29 @@ def _run_hits(output: str) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.jax
 def test_getting_started_runs(tmp_path: Path) -> None:
-    """About 40 s: the page's own commands, each a fresh process that imports JAX
-    (doctor, the first program twice, `artstore run` twice on the bundled example)."""
+    """The page's commands do what it says: the second run of the example loads both steps.
+
+    Slow: 40-60 s on 2 busy cores; it runs the page as written, where every command is a
+    fresh process and five of them import JAX (doctor, the first program twice, and
+    `artstore run` twice on the bundled example).
+    """
     output = _run_page(DOCS / "getting-started.md", tmp_path)
     hits = _run_hits(output)
     assert len(hits) == 2 and hits[1] >= 2, output[-4000:]  # the second loads both steps
 
 
 @pytest.mark.slow
+@pytest.mark.jax
 def test_team_setup_runs(tmp_path: Path, moto_endpoint: str, postgres: None) -> None:
-    """About 60 s: the page's roles, schema, key, a writer's warm run, the operator's
-    quota and gc, a reader's run and a pull, each command a fresh process."""
+    """The page sets up a signed team store from nothing: a writer stores, and both a reader
+    and a node prepared by `artstore pull` load what it stored.
+
+    Slow: 60-95 s on 2 busy cores; it runs the page as written: roles and schema with psql,
+    a key, a writer's `artstore warm`, the operator's quota, gc and stats, a reader's run
+    and a pull, each command a fresh process.
+    """
     page = DOCS / "team-setup.md"
     tag = uuid.uuid4().hex[:10]
     bucket, database, namespace = f"docs-{tag}", f"artstore_docs_{tag}", f"docs-{tag}"
