@@ -318,11 +318,15 @@ def test_warm_specs_stops_its_workers_and_their_leases(
     """Measured before: a thread's traceback (`FileNotFoundError ... worker0.log`), exit 1."""
     env, tmpdir = _local(tmp_path)
     running = Running(command("warm", "warm_specs:specializations", "-j", "2"), env, PROGRAMS)
-    running.wait_for(lambda: any(line.startswith("[1/") for line in running.err), "a compile")
+
+    def compiled_one() -> bool:
+        return any(line.startswith("warming: 1/") for line in running.err)
+
+    running.wait_for(compiled_one, "a compile")
     running.proc.send_signal(SIGNALS[which][0])
     code, stderr = running.finish()
     # The progress lines of the compiles that ended before the signal landed, then one.
-    progress = re.compile(r"\[\d+/5\] (compiled|present) ")
+    progress = re.compile(r"warming: \d+/5 \(\d+%\)  (compiled|present) ")
     stderr = "".join(line for line in stderr.splitlines(True) if not progress.match(line))
     assert_stopped(code, stderr, which, tmpdir)
     store = open_store(env)
