@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
-from artifactstore.cli.progress import progress_option
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_fields, print_json, print_table, safe, when
 from artifactstore.formats.sizes import format_seconds, format_size
 
@@ -305,7 +305,6 @@ def _print_groups(
 @click.pass_obj
 def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str, progress: bool) -> None:
     """Check every object's digest; cross-check objects, entries and manifests."""
-    from artifactstore.cli.progress import Progress
     from artifactstore.formats.sizes import parse_duration
     from artifactstore.gc.verify import verify
 

@@ -6,7 +6,7 @@ import click
 
 from artifactstore import config as _config
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
-from artifactstore.cli.progress import progress_option
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json, print_table
 from artifactstore.formats.sizes import format_size
 
@@ -76,7 +76,6 @@ def gc_cmd(
     """Evict entries (LRU, quotas, age, old jaxlib), then objects nothing references."""
     from artifactstore import gc
     from artifactstore.cli.gc_output import PHASES, Output
-    from artifactstore.cli.progress import Progress
     from artifactstore.formats.sizes import parse_duration, parse_size
 
     if namespaces and all_namespaces:

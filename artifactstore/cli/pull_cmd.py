@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
-from artifactstore.cli.progress import progress_option
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json, safe
 from artifactstore.errors import one_line
 from artifactstore.formats.sizes import format_size
@@ -64,7 +64,6 @@ def pull_cmd(
     is skipped and counted. Exits 1 if the pull stopped or an entry failed.
     """
     from artifactstore.bundles import pull as _pull
-    from artifactstore.cli.progress import Progress
     from artifactstore.formats.codec import check_digest
 
     if fingerprint is not None:

@@ -9,7 +9,7 @@ import click
 
 from artifactstore import config as _config
 from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
-from artifactstore.cli.progress import progress_option
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import (
     fingerprint_fields,
     json_option,
@@ -137,7 +137,6 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool) -> None:
     moved = health.set_aside(settings.index_url)
     if moved is not None and not as_json:
         click.echo(f"corrupt index moved aside to {moved}")
-    from artifactstore.cli.progress import Progress
 
     labels = {"manifests": "reading manifests", "objects": "reading objects"}
     with obj.store(changes=True) as store, Progress(progress, labels=labels) as shown:
