@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,16 @@ def artstore(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
         timeout=300,
         check=False,
     )
+
+
+# A plain progress line of a long command off a terminal (cli/progress.py: "LABEL: COUNT",
+# "/TOTAL (PCT%)" where known): stderr holds them before whatever the command ends with.
+PROGRESS_LINE = re.compile(r"(?!artstore|artifactstore)[a-z][a-z ()]*: \d")
+
+
+def without_progress(stderr: str) -> str:
+    """`stderr` less its progress lines: what a failure's "one line" checks look at."""
+    return "".join(line for line in stderr.splitlines(True) if not PROGRESS_LINE.match(line))
 
 
 @pytest.fixture

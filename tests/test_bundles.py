@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import zstandard
-from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env, run_program
+from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env, run_program, without_progress
 
 from artifactstore.formats import signing
 from artifactstore.formats.fingerprint import Fingerprint, compute
@@ -45,13 +45,15 @@ def _json(proc: subprocess.CompletedProcess[str]) -> Any:
 
 
 def _refused(proc: subprocess.CompletedProcess[str], *words: str) -> str:
-    """A failure as every failure ends: non-zero, one line on stderr, no traceback."""
+    """A failure as every failure ends: non-zero, one line on stderr (after any progress
+    lines), no traceback."""
     assert proc.returncode != 0, proc.stdout
-    assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith("artstore: error:") and "Traceback" not in proc.stderr
+    stderr = without_progress(proc.stderr)
+    assert stderr.count("\n") == 1, proc.stderr
+    assert stderr.startswith("artstore: error:") and "Traceback" not in proc.stderr
     for word in words:
-        assert word in proc.stderr, proc.stderr
-    return proc.stderr
+        assert word in stderr, proc.stderr
+    return stderr
 
 
 def _empty(store: Store) -> None:

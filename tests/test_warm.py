@@ -240,7 +240,7 @@ def test_warm_specializations_in_parallel_then_skip_then_fresh_hits(
     assert names == [f"embed(f32[{n},8], f32[8,8])" for n in (16, 32, 48, 64, 80)]
     assert all(i["status"] == "compiled" and i["xla_compiles"] == 1 for i in report["items"])
     assert len(json.loads(artstore("ls", "--json", env=store_env).stdout)) == 5
-    assert "[5/5]" in output  # progress, one line per specialization off a terminal
+    assert "warming: 5/5" in output  # progress, one line per specialization off a terminal
 
     code, again, output = warm("warm_specs:specializations", env=store_env, tmp_path=tmp_path)
     assert code == 0, output

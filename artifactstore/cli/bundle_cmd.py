@@ -3,26 +3,17 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
 from artifactstore.cli.context import Ctx
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json
 from artifactstore.formats.sizes import format_size
 
-# Without --progress/--no-progress a bar is shown on a terminal, and only for bundles
-# big enough to take a while (a few entries finish before a bar would draw).
-PROGRESS_ENTRIES = 50
-PROGRESS_BYTES = 64 * 1024 * 1024
-
-
-_progress_option = click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="A progress bar on stderr [default: on a terminal, for large bundles].",
-)
+# What import's phases (bundles/importer.py) are called on its progress display.
+IMPORT_PHASES = {"verifying": "verifying entries", "importing": "importing entries"}
 
 
 @click.command("export")
@@ -51,7 +42,7 @@ _progress_option = click.option(
 @click.option("--all", "everything", is_flag=True, help="Every entry of the namespace.")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @json_option("Print the summary as JSON.")
-@_progress_option
+@progress_option
 @click.pass_obj
 def export_cmd(
     obj: Ctx,
@@ -63,7 +54,7 @@ def export_cmd(
     everything: bool,
     force: bool,
     as_json: bool,
-    progress: bool | None,
+    progress: bool,
 ) -> None:
     """Write chosen entries of a namespace to FILE, one bundle (zstd-compressed tar).
 
@@ -97,12 +88,12 @@ def export_cmd(
         raise BundleError(f"cannot write {file}: no directory {file.parent}")
     if file.exists() and not force:
         raise BundleError(f"{file} exists: give --force to replace it")
-    with obj.store(namespace=export_namespace) as store:
-        bar = _Bar(progress, as_json, "exporting")
-        try:
-            report = export_bundle(store, file, selection, progress=bar.entries)
-        finally:
-            bar.close()
+    with obj.store(namespace=export_namespace) as store, Progress(progress) as shown:
+
+        def exported(_done: int, total: int) -> None:
+            shown.update("exporting entries", 1, total)
+
+        report = export_bundle(store, file, selection, progress=exported)
     if as_json:
         print_json(report.to_json())
         return
@@ -128,7 +119,7 @@ def export_cmd(
     "else 64x the bundle's size + 16 MiB].",
 )
 @json_option("Print the summary as JSON.")
-@_progress_option
+@progress_option
 @click.pass_obj
 def import_cmd(
     obj: Ctx,
@@ -136,7 +127,7 @@ def import_cmd(
     max_entries: int | None,
     max_size: str | None,
     as_json: bool,
-    progress: bool | None,
+    progress: bool,
 ) -> None:
     """Store the entries of the bundle FILE (from `artstore export`) in this store.
 
@@ -162,14 +153,13 @@ def import_cmd(
             raise click.UsageError("--max-size must be at least 1 byte, e.g. 500G")
     if not file.is_file():
         raise BundleError(f"no bundle at {file}: not a file")
-    with obj.store(changes=True) as store:
-        bar = _Bar(progress, as_json, "importing", size=file.stat().st_size)
-        try:
-            report = import_bundle(
-                store, file, progress=bar.phase, max_entries=max_entries, max_bytes=max_bytes
-            )
-        finally:
-            bar.close()
+    with (
+        obj.store(changes=True) as store,
+        Progress(progress, labels=IMPORT_PHASES, byte_phases={"reading bundle"}) as shown,
+    ):
+        report = import_bundle(
+            store, file, progress=shown.update, max_entries=max_entries, max_bytes=max_bytes
+        )
     if as_json:
         print_json(report.to_json())
         return
@@ -178,30 +168,3 @@ def import_cmd(
         f"{report.namespace}; {report.skipped} already present (skipped); "
         f"{report.entries} in the bundle"
     )
-
-
-class _Bar:
-    """click progress bars on stderr, per phase; shown where `show` says (or, by
-    default, on a terminal for large bundles)."""
-
-    def __init__(self, show: bool | None, as_json: bool, label: str, size: int = 0) -> None:
-        from artifactstore.cli.gc_output import Bars
-
-        self.explicit = show
-        self.tty = sys.stderr.isatty() and not as_json
-        self.label = label
-        self.size = size
-        self.bars = Bars(bool(show) if show is not None else self.tty)
-        if show is None and size and size < PROGRESS_BYTES:
-            self.bars.show = False
-
-    def entries(self, done: int, total: int) -> None:
-        if self.explicit is None and done == 1 and total < PROGRESS_ENTRIES:
-            self.bars.show = False
-        self.bars.update(self.label, 1, total)
-
-    def phase(self, name: str, advance: int, total: int | None) -> None:
-        self.bars.update(name, advance, total)
-
-    def close(self) -> None:
-        self.bars.close()

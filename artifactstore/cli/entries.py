@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_fields, print_json, print_table, safe, when
 from artifactstore.formats.sizes import format_seconds, format_size
 
@@ -301,22 +301,19 @@ def _print_groups(
     show_default=True,
     help="Unreferenced objects younger than this are puts in flight, not orphans.",
 )
+@progress_option
 @click.pass_obj
-def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str) -> None:
+def verify_cmd(obj: Ctx, as_json: bool, repair: bool, grace: str, progress: bool) -> None:
     """Check every object's digest; cross-check objects, entries and manifests."""
     from artifactstore.formats.sizes import parse_duration
     from artifactstore.gc.verify import verify
 
     grace_secs = parse_duration(grace)
 
-    with obj.store(changes=repair) as store:
-        show = sys.stderr.isatty() and not as_json
-        with click.progressbar(
-            length=store.index.stats().objects or 1,
-            label="verifying",
-            file=sys.stderr if show else io.StringIO(),
-        ) as bar:
-            report = verify(store, repair=repair, progress=bar.update, grace_secs=grace_secs)
+    with obj.store(changes=repair) as store, Progress(progress) as shown:
+        total = store.index.stats().objects  # the index's count; the listing may hold more
+        count = shown.counter("verifying objects", total)
+        report = verify(store, repair=repair, progress=count, grace_secs=grace_secs)
     if as_json:
         print_json(report.to_json())
     else:

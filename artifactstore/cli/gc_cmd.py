@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from artifactstore import config as _config
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json, print_table
 from artifactstore.formats.sizes import format_size
 
@@ -57,11 +56,7 @@ from artifactstore.formats.sizes import format_size
     "namespace (gc refuses that otherwise: a wrong bucket looks the same).",
 )
 @click.option("--wait", is_flag=True, help="Wait for a running gc instead of failing.")
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="Progress bars on stderr [default: when stderr is a terminal].",
-)
+@progress_option
 @click.pass_obj
 def gc_cmd(
     obj: Ctx,
@@ -76,11 +71,11 @@ def gc_cmd(
     no_reconcile: bool,
     allow_missing: bool,
     wait: bool,
-    progress: bool | None,
+    progress: bool,
 ) -> None:
     """Evict entries (LRU, quotas, age, old jaxlib), then objects nothing references."""
     from artifactstore import gc
-    from artifactstore.cli.gc_output import Bars, Output
+    from artifactstore.cli.gc_output import PHASES, Output
     from artifactstore.formats.sizes import parse_duration, parse_size
 
     if namespaces and all_namespaces:
@@ -103,17 +98,14 @@ def gc_cmd(
         with obj.store(index_only=True, objects=False) as store:
             targets = list(all_ns(store.engine)) or [None]
     out = Output(as_json=as_json, dry_run=dry_run, several=len(targets) > 1)
-    bars = Bars(sys.stderr.isatty() if progress is None else progress)
     out.begin()
     for namespace in targets:
-        with obj.store(namespace=namespace, index_only=dry_run, changes=not dry_run) as store:
+        with (
+            obj.store(namespace=namespace, index_only=dry_run, changes=not dry_run) as store,
+            Progress(progress, labels=PHASES) as shown,
+        ):
             out.begin_namespace(store.namespace)
-            try:
-                report = gc.collect(
-                    store, policy, on_remove=out.item, progress=bars.update, wait=wait
-                )
-            finally:
-                bars.close()
+            report = gc.collect(store, policy, on_remove=out.item, progress=shown.update, wait=wait)
         out.end_namespace(report)
     out.finish()
 

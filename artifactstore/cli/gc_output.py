@@ -1,4 +1,4 @@
-"""How `artstore gc` shows its work: streamed JSON or text, and progress bars on stderr.
+"""How `artstore gc` shows its work: streamed JSON or text (progress: cli/progress.py).
 
 Removals are written as they happen, so a dry run over millions of entries
 prints them all without keeping them in memory: unlike the other commands'
@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from typing import Any, TextIO
-
-import click
+from typing import TextIO
 
 from artifactstore.cli.render import safe
 from artifactstore.formats.sizes import format_size
 from artifactstore.gc.report import GcReport, Removal
 
-_PHASES = {
+# What gc's phases (gc/collect.py, gc/reconcile.py) are called on its progress display.
+PHASES = {
     "jaxlib": "dropping old jaxlib entries",
     "lru": "evicting least recently used",
     "objects": "deleting unreferenced objects",
     "reconcile": "reconciling (prefixes)",
-    "rebuild": "reading manifests and objects",
-    "pull": "pulling into the local tier",
 }
 
 
@@ -103,39 +99,6 @@ class Output:
         if self.as_json:
             self._write("]\n" if self.several else "\n")
         self.out.flush()
-
-
-class Bars:
-    """A click progress bar per gc phase, on stderr; silent when not shown."""
-
-    def __init__(self, show: bool) -> None:
-        self.show = show
-        self.phase: str | None = None
-        self.bar: Any = None
-
-    def update(self, phase: str, advance: int, total: int | None) -> None:
-        if not self.show:
-            return
-        if phase != self.phase:
-            self.close()
-            self.phase = phase
-            label = _PHASES.get(phase, phase)
-            if total is None:
-                self.bar = click.progressbar(_unknown(), label=label, file=sys.stderr)
-            else:
-                self.bar = click.progressbar(length=max(total, 1), label=label, file=sys.stderr)
-            self.bar.__enter__()
-        self.bar.update(advance)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-            self.bar = None
-
-
-def _unknown() -> Iterator[None]:
-    """An iterable without a length, so the bar counts instead of showing a fraction."""
-    yield from ()
 
 
 def fold_line(journals: int, refused: int, set_aside: int = 0) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json, safe
 from artifactstore.errors import one_line
 from artifactstore.formats.sizes import format_size
@@ -40,11 +41,7 @@ if TYPE_CHECKING:
 )
 @click.option("--dry-run", is_flag=True, help="List what would be fetched; fetch nothing.")
 @json_option("Print the summary as JSON.")
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="A progress bar on stderr [default: when stderr is a terminal].",
-)
+@progress_option
 @click.pass_obj
 def pull_cmd(
     obj: Ctx,
@@ -54,7 +51,7 @@ def pull_cmd(
     jobs: int,
     dry_run: bool,
     as_json: bool,
-    progress: bool | None,
+    progress: bool,
 ) -> None:
     """Fill this host's local tier with the namespace's entries for one fingerprint.
 
@@ -67,7 +64,6 @@ def pull_cmd(
     is skipped and counted. Exits 1 if the pull stopped or an entry failed.
     """
     from artifactstore.bundles import pull as _pull
-    from artifactstore.cli.gc_output import Bars
     from artifactstore.formats.codec import check_digest
 
     if fingerprint is not None:
@@ -102,19 +98,16 @@ def pull_cmd(
             would.append({"key": manifest.key, "digest": manifest.digest,
                           "size": manifest.size, "module": manifest.module_name})  # fmt: skip
 
-    bars = Bars(sys.stderr.isatty() if progress is None and not as_json else bool(progress))
-    try:
+    with Progress(progress) as shown:
         report = _pull.pull(
             puller,
             fingerprint,
             module=module,
             jobs=jobs,
             dry_run=dry_run,
-            progress=lambda n: bars.update("pull", n, None),
+            progress=shown.counter("pulling into the local tier"),
             on_fetch=fetched,
         )
-    finally:
-        bars.close()
     if as_json:
         print_json({**report.to_json(), **({"would_fetch": would} if dry_run else {})})
     else:

@@ -9,6 +9,7 @@ import click
 
 from artifactstore import config as _config
 from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import (
     fingerprint_fields,
     json_option,
@@ -114,13 +115,9 @@ def db_check(obj: Ctx, as_json: bool) -> None:
 
 @db_group.command("rebuild")
 @json_option()
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="A progress bar on stderr [default: when stderr is a terminal].",
-)
+@progress_option
 @click.pass_obj
-def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
+def db_rebuild(obj: Ctx, as_json: bool, progress: bool) -> None:
     """Recreate the entries the index lacks from the manifests and the objects' own metadata.
 
     A published manifest decides which object a key's entry is (where several
@@ -140,14 +137,10 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
     moved = health.set_aside(settings.index_url)
     if moved is not None and not as_json:
         click.echo(f"corrupt index moved aside to {moved}")
-    from artifactstore.cli.gc_output import Bars
 
-    bars = Bars(sys.stderr.isatty() if progress is None and not as_json else bool(progress))
-    with obj.store(changes=True) as store:
-        try:
-            report = rebuild.rebuild(store, progress=lambda n: bars.update("rebuild", n, None))
-        finally:
-            bars.close()
+    labels = {"manifests": "reading manifests", "objects": "reading objects"}
+    with obj.store(changes=True) as store, Progress(progress, labels=labels) as shown:
+        report = rebuild.rebuild(store, progress=shown.update)
     if as_json:
         print_json({**report.to_json(), "moved_aside": str(moved) if moved else None})
         return

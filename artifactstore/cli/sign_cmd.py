@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 
 import click
 
 from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
+from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json, safe
 from artifactstore.errors import ConfigError
 from artifactstore.formats.sizes import format_size
@@ -57,9 +57,15 @@ def keygen_cmd(name: str, directory: str) -> None:
     "load does; lists them and asks first.",
 )
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before --adopt-unsigned signs.")
+@progress_option
 @click.pass_obj
 def sign_cmd(
-    obj: Ctx, as_json: bool, signed_by: tuple[str, ...], adopt_unsigned: bool, yes: bool
+    obj: Ctx,
+    as_json: bool,
+    signed_by: tuple[str, ...],
+    adopt_unsigned: bool,
+    yes: bool,
+    progress: bool,
 ) -> None:
     """Re-sign what a trusted key signed with ARTSTORE_SIGNING_KEY (key rotation).
 
@@ -94,12 +100,11 @@ def sign_cmd(
             "to confirm the list, or add --yes; nothing was signed"
         )
     listing = sys.stderr if as_json else sys.stdout
-    show = sys.stderr.isatty() and not as_json  # the progress bar
+    shown = Progress(progress)
 
     def adopt(found: list[Candidate]) -> bool:
         """List what will be signed; on a terminal, ask (unless --yes)."""
-        if show:
-            click.echo(err=True)  # below the progress bar's line
+        shown.break_line()
         click.echo(
             f"unsigned entries to adopt (sign with key {signing_key.name!r}): {len(found)}",
             file=listing,
@@ -114,19 +119,14 @@ def sign_cmd(
             return True
         return click.confirm(f"sign these {len(found)} unsigned entries?", err=True)
 
-    with obj.store(changes=True) as store:
-        with click.progressbar(
-            length=store.index.stats().entries or 1,
-            label="signing",
-            file=sys.stderr if show else io.StringIO(),
-        ) as bar:
-            report = sign_entries(
-                store,
-                signing_key,
-                signed_by=set(signed_by),
-                adopt=adopt if adopt_unsigned else None,
-                progress=bar.update,
-            )
+    with obj.store(changes=True) as store, shown:
+        report = sign_entries(
+            store,
+            signing_key,
+            signed_by=set(signed_by),
+            adopt=adopt if adopt_unsigned else None,
+            progress=shown.counter("signing entries", store.index.stats().entries),
+        )
     if as_json:
         print_json(report.to_json())
     else:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from artifactstore.cli.context import EXIT_FAIL, Ctx, PassThroughCommand
+from artifactstore.cli.progress import Progress
 
 
 class _WarmCommand(PassThroughCommand):
@@ -69,11 +72,8 @@ def warm_cmd(
         report = warm.run_command(command, obj.overrides, expected)
     else:
         assert target is not None
-        display = warm.ProgressDisplay()
-        try:
+        with _SpecsProgress() as display:
             report = warm.run_specs(target, jobs, obj.overrides, expected, display.start)
-        finally:
-            display.close()
     click.echo(report.render())
     if report_json:
         with open(report_json, "w") as out:
@@ -82,3 +82,40 @@ def warm_cmd(
         sys.exit(report.exit_code)
     if report.failed or report.problems:
         sys.exit(EXIT_FAIL)
+
+
+class _SpecsProgress(Progress):
+    """Each specialization compiled: a bar with the running counts on a terminal, else a
+    line for each (one is seconds of compiling) saying how it went."""
+
+    def __init__(self) -> None:
+        super().__init__(every_secs=0)
+        self.hits = self.compiled = self.failed = 0
+        self.compile_secs = 0.0
+
+    def _counts(self) -> str:
+        return (
+            f"hits {self.hits}  compiled {self.compiled}  failed {self.failed}  "
+            f"compile {self.compile_secs:.1f} s"
+        )
+
+    def start(self, total: int) -> Callable[[dict[str, Any], int, int], None]:
+        """The callback of `warm.run_specs`, once it knows how many there are."""
+        self.update("warming", 0, total, item=self._counts())
+        return self.result
+
+    def result(self, res: dict[str, Any], _done: int, total: int) -> None:
+        status = res["status"]
+        if status == "present":
+            self.hits += 1
+        elif status == "compiled":
+            self.compiled += 1
+            self.compile_secs += res["compile_secs"]
+        else:
+            self.failed += 1
+        item = self._counts()
+        if not self.bar:
+            secs = res["compile_secs"]
+            texts = {"compiled": f"compiled in {secs:.2f} s", "present": f"saves {secs:.2f} s"}
+            item = f"{status} {res['name']}  {texts.get(status, res['error'])}  ({item})"
+        self.update("warming", 1, total, item=item)

@@ -183,6 +183,7 @@ def delete_unreferenced_objects(run: GcRun) -> None:
     """Sweep the object rows in digest ranges of `object_batch` rows each."""
     delete_blobs = None if run.policy.dry_run else run.store.blobs.delete_many
     total = run.ix.count_objects()
+    swept = 0
     after: str | None = ""
     while after is not None:
         start, rows = after, run.object_batch.size
@@ -197,5 +198,6 @@ def delete_unreferenced_objects(run: GcRun) -> None:
         )
         for digest, size in gone:
             run.removed(Removal("object", digest, size, "unreferenced"))
-        run.progress("objects", rows, total)
+        run.progress("objects", min(rows, total - swept), total)  # the last range: fewer
+        swept = min(swept + rows, total)
         run.keep_lease()

@@ -14,7 +14,6 @@ entry the index lacks back into entries instead of deleting them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from artifactstore.blobstores.base import BlobStore
@@ -23,11 +22,10 @@ from artifactstore.errors import CorruptObject, IndexDamaged
 from artifactstore.formats import codec
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.manifest import Manifest
+from artifactstore.gc.report import PhaseProgress
 from artifactstore.index import health
 from artifactstore.index.repo import NewEntry
 from artifactstore.store import Store
-
-CountProgress = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -114,10 +112,11 @@ class RebuildReport:
         }
 
 
-def rebuild(store: Store, *, progress: CountProgress | None = None) -> RebuildReport:
+def rebuild(store: Store, *, progress: PhaseProgress | None = None) -> RebuildReport:
     """Give every entry the index lacks its row back: first those a published manifest
     names (its object read and checked as `recover` does, and bound to the manifest's
-    key), then those of every other object that carries one."""
+    key), then those of every other object that carries one. `progress`: phases
+    "manifests" and "objects", one per item read (how many is not known ahead)."""
     report = RebuildReport()
     try:
         _from_manifests(store, report, progress)
@@ -128,7 +127,7 @@ def rebuild(store: Store, *, progress: CountProgress | None = None) -> RebuildRe
     return report
 
 
-def _from_objects(store: Store, report: RebuildReport, progress: CountProgress | None) -> None:
+def _from_objects(store: Store, report: RebuildReport, progress: PhaseProgress | None) -> None:
     """Restore the rows of entries that only an object still carries."""
     for info in store.blobs.iter_blobs():
         report.objects += 1
@@ -147,15 +146,15 @@ def _from_objects(store: Store, report: RebuildReport, progress: CountProgress |
             else:
                 report.superseded += 1
         if progress is not None:
-            progress(1)
+            progress("objects", 1, None)
 
 
-def _from_manifests(store: Store, report: RebuildReport, progress: CountProgress | None) -> None:
+def _from_manifests(store: Store, report: RebuildReport, progress: PhaseProgress | None) -> None:
     """Restore the rows of entries whose manifest is published and whose object verifies."""
     for key in store.blobs.iter_manifest_keys():
         report.manifests += 1
         if progress is not None:
-            progress(1)
+            progress("manifests", 1, None)
         if store.index.lookup(key) is not None:
             continue
         found = _follow(store, key)

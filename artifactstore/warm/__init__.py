@@ -25,13 +25,12 @@ if TYPE_CHECKING:
     from artifactstore.warm.command import run_command
     from artifactstore.warm.preflight import check_store, load_expected
     from artifactstore.warm.report import Report
-    from artifactstore.warm.specs import ProgressDisplay, run_specs
+    from artifactstore.warm.specs import run_specs
 
 __all__ = [
     "ENV_VAR",
     "SUMMARY_FIELDS",
     "TARGET_RE",
-    "ProgressDisplay",
     "Report",
     "WarmError",
     "check_store",
@@ -60,7 +59,6 @@ _LAZY = {
     "check_store": "preflight",
     "load_expected": "preflight",
     "Report": "report",
-    "ProgressDisplay": "specs",
     "run_specs": "specs",
 }
 

@@ -3,8 +3,8 @@
 Each worker (`python -m artifactstore.warm.worker`, a fresh interpreter: JAX
 does not support fork) imports MODULE, announces the specializations' names
 and fingerprint, then compiles the item indices it is sent, one JSON reply per
-line. This module is the parent's side: the pool, its progress display and the
-report.
+line. This module is the parent's side: the pool and the report (its progress
+display is the CLI's, cli/warm_cmd.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, TextIO
-
-import click
+from typing import IO, Any
 
 from artifactstore.errors import one_line
 from artifactstore.warm import SUMMARY_FIELDS, TARGET_RE, WarmError
@@ -104,60 +102,6 @@ def run_specs(
     report.elapsed_secs = time.monotonic() - started
     check_warmed_target(report, expected)
     return report
-
-
-class ProgressDisplay:
-    """A progress bar on a terminal; one line per specialization in a CI log."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.hits = self.compiled = self.failed = 0
-        self.compile_secs = 0.0
-        self._bar: Any = None
-
-    def _status(self, _: Any = None) -> str:
-        return (
-            f"hits {self.hits}  compiled {self.compiled}  failed {self.failed}  "
-            f"compile {self.compile_secs:.1f} s"
-        )
-
-    def start(self, total: int) -> SpecProgress:
-        if self.tty:
-            self._bar = click.progressbar(
-                length=total,
-                label="warming",
-                file=self.stream,
-                show_pos=True,
-                item_show_func=self._status,
-            )
-            self._bar.__enter__()
-        return self.update
-
-    def update(self, res: dict[str, Any], done: int, total: int) -> None:
-        status = res["status"]
-        if status == "present":
-            self.hits += 1
-        elif status == "compiled":
-            self.compiled += 1
-            self.compile_secs += res["compile_secs"]
-        else:
-            self.failed += 1
-        if self._bar is not None:
-            self._bar.update(1, self._status())
-            return
-        secs = res["compile_secs"]
-        texts = {"compiled": f"compiled in {secs:.2f} s", "present": f"saves {secs:.2f} s"}
-        detail = texts.get(status, res["error"])
-        click.echo(
-            f"[{done}/{total}] {status:<8} {res['name']}  {detail}  ({self._status()})",
-            file=self.stream,
-        )
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
 
 
 class SpecWorkerProcess:
