@@ -206,7 +206,7 @@ def test_previous_folder_reads_new_journals(monkeypatch: pytest.MonkeyPatch) -> 
     """A fold of the previous version (schema 0003) folds a journal with usage rows:
     hits and its counters, ignoring "u" (a version 2 journal it would delete unread)."""
     source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{SCHEMA_0003_COMMIT}:artifactstore/formats/journal.py"],
+        ["git", "-C", str(REPO), "show", f"{SCHEMA_0003_COMMIT}:artifactstore/journal.py"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     module = types.ModuleType("old_journal")
@@ -388,7 +388,7 @@ def schema_0003_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 OLD_WORKLOAD = """
 from artifactstore import config
-from artifactstore.formats import fingerprint
+from artifactstore import fingerprint  # the previous release's layout
 from artifactstore.store import Store
 fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
                          device_count=1, jax_version="1", jaxlib_version="0.9.1")

@@ -295,7 +295,7 @@ def schema_0004_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
 OLD_WORKLOAD = """
 import os
 from artifactstore import config
-from artifactstore.formats import fingerprint
+from artifactstore import fingerprint  # the previous release's layout
 from artifactstore.store import Store
 fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
                          device_count=1, jax_version="1", jaxlib_version="0.9.1")
