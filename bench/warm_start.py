@@ -58,13 +58,16 @@ def no_args(_: Path) -> list[str]:
     return []
 
 
+EnvFn = Callable[[Path], dict[str, str]]
+
+
 @dataclass(frozen=True)
 class Config:
     """One configuration; `env` and `args` get this config's private temp dir."""
 
     name: str
     args: Callable[[Path], list[str]] = no_args
-    env: Callable[[Path], dict[str, str]] = no_env
+    env: EnvFn = no_env
     prefill: bool = False  # one untimed run first, so timed runs start warm
     store: bool = False  # passes --store; warm timed runs must get store hits
     # Why this config cannot run here (a missing package), or None: then it is skipped
@@ -203,9 +206,8 @@ def with_before(configs: list[Config], ref: str) -> list[Config]:
     for c in configs:
         out.append(c)
         if "ARTSTORE_URL" in c.env(Path("<tmp>")):
-            Env = Callable[[Path], dict[str, str]]
 
-            def before_env(tmp: Path, env: Env = c.env) -> dict[str, str]:  # c bound now
+            def before_env(tmp: Path, env: EnvFn = c.env) -> dict[str, str]:  # c bound now
                 return {**env(tmp), "PYTHONPATH": str(tree)}
 
             out.append(replace(c, name=f"{c.name} @{ref}", env=before_env))
