@@ -75,7 +75,7 @@ def gc_cmd(
 ) -> None:
     """Evict entries (LRU, quotas, age, old jaxlib), then objects nothing references."""
     from artifactstore import gc
-    from artifactstore.cli.gc_output import PHASES, Output
+    from artifactstore.cli.gc_output import DRY_RUN_PHASES, PHASES, Output
     from artifactstore.formats.sizes import parse_duration, parse_size
 
     if namespaces and all_namespaces:
@@ -102,7 +102,7 @@ def gc_cmd(
     for namespace in targets:
         with (
             obj.store(namespace=namespace, index_only=dry_run, changes=not dry_run) as store,
-            Progress(progress, labels=PHASES) as shown,
+            Progress(progress, labels=DRY_RUN_PHASES if dry_run else PHASES) as shown,
         ):
             out.begin_namespace(store.namespace)
             report = gc.collect(store, policy, on_remove=out.item, progress=shown.update, wait=wait)

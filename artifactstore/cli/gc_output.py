@@ -22,6 +22,13 @@ PHASES = {
     "objects": "deleting unreferenced objects",
     "reconcile": "reconciling (prefixes)",
 }
+# The same phases in a dry run, which removes nothing: the labels must not say it does.
+DRY_RUN_PHASES = {
+    "jaxlib": "finding old jaxlib entries",
+    "lru": "finding least recently used",
+    "objects": "finding unreferenced objects",
+    "reconcile": "reconciling (prefixes, read only)",
+}
 
 
 class Output:

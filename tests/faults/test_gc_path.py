@@ -125,7 +125,7 @@ def test_cli_against_frozen_backends_is_bounded(stack: Stack, warm: str) -> None
     within a bound derived from ARTSTORE_TIMEOUT, with one line and no traceback."""
     timeout = 3.0  # not T: a bound of its own shows that the wait follows the setting
     outcomes = {}
-    commands = (["ls", "--json"], ["verify"], ["gc", "--dry-run"])
+    commands = (["ls", "--json"], ["verify"], ["gc", "--dry-run", "--no-progress"])
     for which, backend_bound in (("s3", timeout), ("pg", max(2.0, timeout))):
         stack.proxy(which).set_mode("freeze")
         try:

@@ -29,7 +29,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import artifactstore  # noqa: E402
-from artifactstore import fingerprint  # noqa: E402
+from artifactstore.formats import fingerprint  # noqa: E402
 
 events: list[str] = []
 stub_events: list[str] = []  # the fast call path's stub (artifactstore.jaxhook.named_call)
