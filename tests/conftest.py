@@ -235,3 +235,26 @@ def open_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenStore]:
     yield _open
     for store in opened:
         store.close()
+
+
+# How CI splits the suite (JAX tests on both ends, timing tests serial) and the 15 s rule:
+# tests/suite_rules.py.
+from suite_rules import (  # noqa: E402
+    pytest_addoption,
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_runtest_makereport,
+    pytest_runtest_protocol,
+    pytest_terminal_summary,
+    pytest_unconfigure,
+)
+
+__all__ = [
+    "pytest_addoption",
+    "pytest_collection_modifyitems",
+    "pytest_configure",
+    "pytest_runtest_makereport",
+    "pytest_runtest_protocol",
+    "pytest_terminal_summary",
+    "pytest_unconfigure",
+]

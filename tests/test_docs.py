@@ -98,7 +98,6 @@ def _run_hits(output: str) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.jax
 def test_getting_started_runs(tmp_path: Path) -> None:
     """The page's commands do what it says: the second run of the example loads both steps.
 
@@ -112,7 +111,6 @@ def test_getting_started_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.jax
 def test_team_setup_runs(tmp_path: Path, moto_endpoint: str, postgres: None) -> None:
     """The page sets up a signed team store from nothing: a writer stores, and both a reader
     and a node prepared by `artstore pull` load what it stored.

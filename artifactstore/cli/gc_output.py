@@ -27,7 +27,7 @@ DRY_RUN_PHASES = {
     "jaxlib": "finding old jaxlib entries",
     "lru": "finding least recently used",
     "objects": "finding unreferenced objects",
-    "reconcile": "reconciling (prefixes, read only)",
+    "reconcile": "reconciling prefixes (read only)",
 }
 
 
