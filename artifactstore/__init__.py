@@ -22,7 +22,7 @@ from artifactstore.redact import install_log_filter
 
 if TYPE_CHECKING:
     from artifactstore.jaxhook import configure, deactivate, flush, process_stats
-    from artifactstore.jaxhook.named import NamedExecutable, compiled, load
+    from artifactstore.named.api import NamedExecutable, compiled, load
 
 __version__ = "0.3.0"
 __all__ = [
@@ -55,7 +55,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(jaxhook, name)
     if name in _NAMED:
-        from artifactstore.jaxhook import named
+        from artifactstore.named import api
 
-        return getattr(named, name)
+        return getattr(api, name)
     raise AttributeError(f"module 'artifactstore' has no attribute {name!r}")

@@ -148,14 +148,14 @@ def child(a: argparse.Namespace) -> None:
         import artifactstore
         from artifactstore.formats import codec
         from artifactstore.jaxhook import compile as hook
-        from artifactstore.jaxhook import named as named_mod
+        from artifactstore.named.context import Context as NamedContext
         from artifactstore.runtime.session import Session
 
         _timed(Session, "tier_get", phases, "fetch+decode")
         _timed(Session, "lookup", phases, "fetch+decode")
         _timed(codec, "decode", phases, "decode")
         _timed(hook._Compile, "load", phases, "deserialize")
-        _timed(named_mod._Context, "find", phases, "named find")
+        _timed(NamedContext, "find", phases, "named find")
         artifactstore.configure(url=a.store or a.named)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, V, size=(B, T + 1), dtype=np.int32)

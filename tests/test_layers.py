@@ -20,9 +20,11 @@ LAYERS: list[set[str]] = [
     {"config", "metrics"},
     {"blobstores", "index"},
     {"store"},
-    {"gc", "named", "bundles"},
+    {"gc"},
     {"runtime"},
     {"jaxhook"},
+    {"named"},  # its JAX half builds and loads through the adapter
+    {"bundles"},  # reads named's key convention
     {"warm", "pytest_plugin", "startup", "cli", "__main__", "__init__"},
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
@@ -92,6 +94,20 @@ def test_lower_layers_load_neither_jax_nor_the_adapter() -> None:
         "import sys, artifactstore.formats.codec, artifactstore.index.db, artifactstore.store; "
         "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', "
         "'artifactstore.jaxhook', 'artifactstore.runtime'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_named_without_jax_loads_no_jax() -> None:
+    """`import artifactstore`, `artstore ls --named` and bundles use named's keys,
+    signature, container and spec: they must not pay for JAX (only `named.api`,
+    `context`, `build`, `call` and `portable` use it)."""
+    code = (
+        "import sys, artifactstore.named.keys, artifactstore.named.signature, "
+        "artifactstore.named.container, artifactstore.named.spec; "
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', "
+        "'jaxlib', 'artifactstore.jaxhook', 'artifactstore.runtime'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

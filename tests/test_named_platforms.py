@@ -87,7 +87,7 @@ def test_export_falls_back_to_this_platform_with_one_warning(
     import jax
     import jax.numpy as jnp
 
-    from artifactstore.jaxhook import named_portable
+    from artifactstore.named import portable
     from artifactstore.named.signature import Leaf, Signature
 
     spec = jax.ShapeDtypeStruct((4, 4), jnp.float32)
@@ -97,16 +97,16 @@ def test_export_falls_back_to_this_platform_with_one_warning(
         jax_version=jax.__version__, devices=(0,), platform="cpu",
     )  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="artifactstore"):
-        payload = named_portable.export(_eig, (spec,), frozenset(), header, ("cpu", "tpu"))
+        payload = portable.export(_eig, (spec,), frozenset(), header, ("cpu", "tpu"))
         assert payload is not None
-        again = named_portable.export(_eig, (spec,), frozenset(), header, ("cpu", "tpu"))
+        again = portable.export(_eig, (spec,), frozenset(), header, ("cpu", "tpu"))
     assert container.decode(payload)[0].platform == "cpu"
     assert again is not None and container.decode(again)[0].platform == "cpu"
     said = [r.getMessage() for r in caplog.records if "eig@1" in r.getMessage()]
     assert len(said) == 1, said
     assert "portable form exported for cpu alone (not for tpu" in said[0]
     # Asked for tpu alone, where it has no lowering: no portable form, said once.
-    assert named_portable.export(_eig, (spec,), frozenset(), header, ("tpu",)) is None
+    assert portable.export(_eig, (spec,), frozenset(), header, ("tpu",)) is None
 
 
 def test_platforms_are_checked_in_one_line() -> None:

@@ -144,3 +144,18 @@ def expects_pgle() -> bool:
         return bool(jax_config.compilation_cache_expect_pgle.value)
     except Exception:
         return False
+
+
+def backend(name: str | None = None) -> Any:
+    """JAX's client for the default (or named) platform: it compiles, and deserializes
+    stored executables, which JAX's public API does not offer."""
+    from jax._src import xla_bridge
+
+    return xla_bridge.get_backend(name)
+
+
+def device_list(devices: tuple[Any, ...]) -> Any:
+    """The device list a client's `deserialize_executable` takes, for `devices`."""
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
+
+    return xc.DeviceList(devices)

@@ -83,7 +83,7 @@ def fresh_compiles() -> Iterator[list[tuple[_Compile, Any, float]]]:
 def provided(executable: Any) -> Iterator[None]:
     """Compiles in this thread return `executable` (a loaded named executable), so that
     JAX wraps it as it wraps its own compiles: a `Compiled` with jit's C++ call path
-    (artifactstore.jaxhook.named_call). Nothing is compiled, looked up or stored."""
+    (artifactstore.named.call). Nothing is compiled, looked up or stored."""
     previous = getattr(_local, "provided", None)
     _local.provided = executable
     try:

@@ -263,7 +263,7 @@ def warm_one(item: Item, recorder: child.Recorder, warnings: Warnings) -> dict[s
     mark, warned = recorder.mark(), len(warnings.messages)
     before = _ji.process_stats()
     if item.named is not None:
-        from artifactstore.jaxhook.named import compiled
+        from artifactstore.named.api import compiled
 
         spec = item.named
         try:

@@ -32,7 +32,7 @@ import artifactstore  # noqa: E402
 from artifactstore.formats import fingerprint  # noqa: E402
 
 events: list[str] = []
-stub_events: list[str] = []  # the fast call path's stub (artifactstore.jaxhook.named_call)
+stub_events: list[str] = []  # the fast call path's stub (artifactstore.named.call)
 
 
 def _listen(name: str, _secs: float, **kw: Any) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from artifactstore.errors import NamedNotFound, one_line
-from artifactstore.jaxhook.named_call import _sharding
 from artifactstore.named import container
+from artifactstore.named.call import sharding_from_json
 from artifactstore.runtime.session import warn_once
 
 
@@ -107,7 +107,7 @@ def lowering(
         )
     devices = {d.id: d for d in backend.devices()}
     args = header.inputs.unflatten([
-        jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=_sharding(leaf, devices))  # type: ignore[no-untyped-call]
+        jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding_from_json(leaf, devices))  # type: ignore[no-untyped-call]
         for leaf in header.inputs.leaves
     ])  # fmt: skip
     static = frozenset(i for i, _ in header.inputs.static_values())

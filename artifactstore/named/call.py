@@ -44,8 +44,8 @@ class NamedExecutable:
         self.source = source
         self._executable = executable
         devices = {d.id: d for d in executable.local_devices()}
-        self._in_shardings = [_sharding(leaf, devices) for leaf in header.inputs.leaves]
-        self._out_shardings = [_sharding(leaf, devices) for leaf in header.outputs.leaves]
+        self._in_shardings = [sharding_from_json(leaf, devices) for leaf in header.inputs.leaves]
+        self._out_shardings = [sharding_from_json(leaf, devices) for leaf in header.outputs.leaves]
         self._assemble = jax.make_array_from_single_device_arrays
         self._device_put = jax.device_put
         self._array = jax.Array
@@ -178,7 +178,7 @@ def _arity(named: NamedExecutable) -> int:
     return len(tree.get("tuple", [])) if isinstance(tree, dict) else 0
 
 
-def _sharding_json(sharding: Any, name: str) -> dict[str, Any]:
+def sharding_to_json(sharding: Any, name: str) -> dict[str, Any]:
     from jax.sharding import NamedSharding
 
     devices = sorted(sharding.device_set, key=lambda d: d.id)
@@ -202,7 +202,7 @@ def _sharding_json(sharding: Any, name: str) -> dict[str, Any]:
     )
 
 
-def _sharding(leaf: Leaf, devices: dict[int, Any]) -> Any:
+def sharding_from_json(leaf: Leaf, devices: dict[int, Any]) -> Any:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 

@@ -1,0 +1,136 @@
+"""Named executables with JAX: build once, then load and call with no trace at all.
+
+`compiled(fn, *specs, name=, version=)` looks NAME@VERSION up for this host's
+fingerprint (`context`); on a hit it deserializes the executable and never calls,
+traces or lowers `fn`. On a miss it rebuilds from the stored `jax.export` form if
+there is one, else lowers and compiles `fn` (always freshly: see `build`), checks
+that the bytes load, and stores the native executable and its portable form
+(`portable`). Calls go through JAX's own C++ call path, as a jitted function's do
+(`call`); a call that does not fit is checked against the stored declarative
+signature, which names the first mismatch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from artifactstore.errors import (
+    ArtstoreError,
+    CorruptObject,
+    NamedBuildError,
+    NamedNotFound,
+)
+from artifactstore.named import container, keys
+from artifactstore.named import portable as _portable
+from artifactstore.named.build import build, spec_leaf, static_check
+from artifactstore.named.call import NamedExecutable
+from artifactstore.named.context import Context
+from artifactstore.named.signature import Leaf, NamedCallError, Signature
+from artifactstore.runtime.session import warn_once
+
+
+def compiled(
+    fn: Any = None,
+    *specs: Any,
+    name: str,
+    version: str,
+    static_argnums: int | Sequence[int] = (),
+    portable: bool = True,
+    platforms: str | Sequence[str] | None = None,
+) -> Any:
+    """The named executable NAME@VERSION: loaded from the store when it holds one for
+    this host (no trace), else built from `fn` and `specs` and stored.
+
+    `specs`: one per positional argument of `fn`: `jax.ShapeDtypeStruct`s (with
+    `sharding=` where the inputs are sharded), or dicts/tuples/lists/None of them;
+    the values of `static_argnums` positions are passed as they are. As a decorator:
+    `@compiled(*specs, name=..., version=...)`. `portable=False` skips storing the
+    `jax.export` form; `platforms` are those it is exported for (default: this
+    host's and "cpu"; any of "cpu", "cuda", "rocm", "tpu").
+    """
+    keys.check_name(name)
+    keys.check_version(version)
+    chosen = keys.check_platforms(platforms)
+    if fn is None or not callable(fn) or _is_spec(fn):
+        given = specs if fn is None else (fn, *specs)
+        return functools.partial(
+            _compiled, specs=given, name=name, version=version,
+            static_argnums=static_argnums, portable=portable, platforms=chosen,
+        )  # fmt: skip
+    return _compiled(
+        fn, specs=specs, name=name, version=version, static_argnums=static_argnums,
+        portable=portable, platforms=chosen,
+    )  # fmt: skip
+
+
+def _compiled(
+    fn: Callable[..., Any],
+    *,
+    specs: Sequence[Any],
+    name: str,
+    version: str,
+    static_argnums: int | Sequence[int],
+    portable: bool,
+    platforms: tuple[str, ...] | None = None,
+) -> NamedExecutable:
+    static = _static_positions(static_argnums, len(specs))
+    wanted = Signature.of(tuple(specs), spec_leaf, path="args", static=static_check(static))
+    context = Context.open()
+    try:
+        found = context.find(name, version)
+    except (NamedNotFound, CorruptObject) as exc:  # unusable as stored; the source is here
+        warn_once("named-rebuild", "%s; compiling it from the function", exc)
+        found = None
+    if found is not None:
+        _check_same_inputs(found.header, wanted)
+        return found
+    built = build(fn, specs, static, name=name, version=version, backend=context.backend)
+    context.store_native(built)
+    if portable:
+        exported = _portable.export(fn, specs, static, built.executable.header, platforms)
+        if exported is not None:
+            context.store_portable(name, version, exported)
+    return built.executable
+
+
+def load(name: str, version: str) -> NamedExecutable:
+    """NAME@VERSION from the store, without the function or its source: the native
+    executable for this host, else rebuilt from the portable form (and stored for
+    this host). NamedNotFound when the store holds neither."""
+    keys.check_name(name)
+    keys.check_version(version)
+    context = Context.open()
+    found = context.find(name, version)
+    if found is None:
+        raise NamedNotFound(context.not_found(name, version))
+    return found
+
+
+def _is_spec(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _static_positions(static_argnums: int | Sequence[int], count: int) -> frozenset[int]:
+    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    out = set()
+    for n in nums:
+        if not -count <= n < count:
+            raise NamedBuildError(f"static_argnums {n} is out of range for {count} specs")
+        out.add(n % count)
+    return frozenset(out)
+
+
+def _check_same_inputs(header: container.Header, wanted: Signature) -> None:
+    stored = Signature(
+        header.inputs.tree, tuple(Leaf(x.shape, x.dtype) for x in header.inputs.leaves)
+    )
+    if stored != wanted:
+        raise NamedCallError(
+            f"{header.name}@{header.version} in the store takes {stored.describe()}, but these "
+            f"specs are {wanted.describe()}: give the new specs a new version"
+        )
+
+
+__all__ = ["ArtstoreError", "NamedExecutable", "compiled", "load"]

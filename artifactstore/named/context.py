@@ -1,0 +1,155 @@
+"""The store side of named executables: find NAME@VERSION for this host, store builds.
+
+A lookup tries the native executable for this host's fingerprint (tier, then store),
+then the portable form, which it rebuilds for this host and stores natively. Why a
+lookup found nothing is kept for the NamedNotFound message.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from artifactstore.errors import CorruptObject, NamedBuildError, one_line
+from artifactstore.formats import fingerprint as _fp
+from artifactstore.jaxhook import compat
+from artifactstore.jaxhook import compile as _compile
+from artifactstore.named import container, keys
+from artifactstore.named.build import Built, device_list, rebuild
+from artifactstore.named.call import NamedExecutable
+from artifactstore.runtime.session import Session, warn_once
+from artifactstore.store.background import call_with_timeout
+
+
+class Context:
+    """This process's session, backend and fingerprint, for one lookup or build."""
+
+    def __init__(self, session: Session | None, backend: Any) -> None:
+        self.session = session
+        self.backend = backend
+        self.fingerprint = _compile.backend_fingerprint(backend)
+        self.problems: list[str] = []  # why a lookup found nothing, for the error
+
+    @classmethod
+    def open(cls) -> Context:
+        import jax  # noqa: F401  (before configure: activation without code sees it first)
+
+        from artifactstore.jaxhook import api
+
+        session = _compile.current()
+        if session is None:
+            api.configure()  # from ARTSTORE_* or the embedded default, as documented
+            session = _compile.current()
+        hooks = api.jax_hooks()
+        if hooks is None:
+            raise NamedBuildError(
+                "this JAX's internals do not match what artifactstore supports; "
+                "named executables need them (see `artstore doctor`)"
+            )
+        _compile.ensure_installed(hooks)
+        return cls(session, compat.backend())
+
+    def _store(self) -> Any:
+        return self.session.store() if self.session is not None else None
+
+    def fetch(self, key: str, fingerprint_digest: str) -> bytes | None:
+        """The verified payload of `key` from this host's tier or the store, or None."""
+        session = self.session
+        if session is None:
+            return None
+        hit = session.tier_get(key, fingerprint_digest)
+        if hit is not None:
+            session.tier_hit()
+            return bytes(hit.payload)
+        store = self._store()
+        if store is None:
+            self.problems.append("the store is unavailable (see the log)")
+            return None
+        try:
+            got = session.lookup(store, key, fingerprint_digest)
+        except Exception as exc:
+            self.problems.append(f"the store did not answer ({one_line(exc)})")
+            return None
+        if got is None:
+            reason = store.refused(key)
+            if reason:
+                self.problems.append(f"refused: {reason}")
+            return None
+        return bytes(got.payload)
+
+    def find(self, name: str, version: str) -> NamedExecutable | None:
+        fp = self.fingerprint
+        payload = self.fetch(keys.key(name, version, fp.digest), fp.digest)
+        if payload is not None:
+            started = time.monotonic()
+            header, body = _decode(payload, name, version, "native")
+            try:
+                executable = self.backend.deserialize_executable(body, device_list(header), None)
+            except Exception as exc:
+                warn_once(
+                    "named-load", "stored %s@%s did not load (%s)", name, version, one_line(exc)
+                )
+            else:
+                if self.session is not None:
+                    self.session.observe_load(time.monotonic() - started)
+                    self.session.loads += 1
+                return NamedExecutable(header, executable, "store")
+        payload = self.fetch(keys.portable_key(name, version), keys.PORTABLE.digest)
+        if payload is None:
+            return None
+        header, body = _decode(payload, name, version, "portable")
+        built = rebuild(header, body, self.backend)
+        self.store_native(built)
+        return built.executable
+
+    def not_found(self, name: str, version: str) -> str:
+        fp = self.fingerprint
+        where = self._store()
+        place = where.describe() if where is not None else "no store (see the log)"
+        why = f" ({'; '.join(sorted(set(self.problems)))})" if self.problems else ""
+        return (
+            f"no executable {name}@{version} for this host ({fp.platform} "
+            f"{fp.device_kind} x{fp.device_count}, jaxlib {fp.jaxlib_version}) and no portable "
+            f"form in {place}{why}: build it with artifactstore.compiled(...) or "
+            "`artstore warm` with artifactstore.NamedSpec items"
+        )
+
+    def _put(self, key: str, payload: bytes, fingerprint: _fp.Fingerprint, module: str,
+             secs: float) -> None:  # fmt: skip
+        session = self.session
+        store = self._store()
+        if session is None or store is None:
+            warn_once("named-put", "no store: %s built but not stored", module)
+            return
+        if session.settings.read_only:
+            store.counters.add("skipped_read_only")
+            return
+        try:
+            call_with_timeout(
+                lambda: store.put(key, payload, fingerprint=fingerprint, module_name=module,
+                                  compile_secs=secs, callbacks=0),
+                session.settings.timeout_secs,
+            )  # fmt: skip
+        except Exception as exc:
+            session.fail(exc)
+            warn_once("named-put", "%s not stored (%s)", module, one_line(exc))
+
+    def store_native(self, built: Built) -> None:
+        header = built.executable.header
+        fp = self.fingerprint
+        self._put(keys.key(header.name, header.version, fp.digest), built.payload, fp,
+                  keys.module_name(header.name, header.version), built.compile_secs)  # fmt: skip
+
+    def store_portable(self, name: str, version: str, payload: bytes) -> None:
+        self._put(keys.portable_key(name, version), payload, keys.PORTABLE,
+                  keys.module_name(name, version), 0.0)  # fmt: skip
+
+
+def _decode(payload: bytes, name: str, version: str, kind: str) -> tuple[container.Header, bytes]:
+    header, body = container.decode(payload)
+    if (header.name, header.version, header.kind) != (name, version, kind):
+        # Signed and bound to its key, so only a forged or mis-written entry gets here.
+        raise CorruptObject(
+            f"entry for {name}@{version} holds {header.kind} {header.name}@{header.version}"
+        )
+    return header, body
