@@ -11,8 +11,10 @@ first mismatch (`NamedCallError`) or places the arguments itself.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import time
 from typing import Any
 
 from artifactstore.errors import CorruptObject, NamedNotFound, one_line
@@ -53,6 +55,7 @@ class NamedExecutable:
         # first call never waits for it; calls take the checked path until it is ready.
         self._fast: _FastCall | None = None
         self._ready = threading.Event()
+        _SETTING_UP.add(self._ready)
         threading.Thread(target=self._set_up_fast, name="artifactstore-named-call",
                          daemon=True).start()  # fmt: skip
 
@@ -61,6 +64,7 @@ class NamedExecutable:
             self._fast = _FastCall.build(self)
         finally:
             self._ready.set()
+            _SETTING_UP.discard(self._ready)
 
     @property
     def in_signature(self) -> Any:
@@ -117,6 +121,19 @@ class NamedExecutable:
             )
         ]
         return self.header.outputs.unflatten(outs)
+
+
+# Set-ups still running. One still tracing when the interpreter finalizes would abort the
+# process ("terminate called without an active exception"), so exit waits for them.
+_SETTING_UP: set[threading.Event] = set()
+EXIT_WAIT_SECS = 30.0
+
+
+@atexit.register
+def _wait_for_set_ups() -> None:
+    deadline = time.monotonic() + EXIT_WAIT_SECS
+    for ready in list(_SETTING_UP):
+        ready.wait(max(0.0, deadline - time.monotonic()))
 
 
 class _FastCall:
