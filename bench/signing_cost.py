@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _results
 
+from artifactstore.config.host import compute
 from artifactstore.formats import codec, signing
-from artifactstore.formats.fingerprint import compute
 from artifactstore.store import encode_entry
 
 SIZES = {"1MB": 10**6, "100MB": 100 * 10**6}

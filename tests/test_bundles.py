@@ -25,8 +25,9 @@ import pytest
 import zstandard
 from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env, run_program, without_progress
 
+from artifactstore.config.host import compute
 from artifactstore.formats import signing
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.index.repo import Filters
 from artifactstore.named import keys as named_keys
 from artifactstore.store import Store

@@ -25,6 +25,7 @@ from conftest import clean_env, run_program
 
 from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore
+from artifactstore.config import host
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit
 from artifactstore.formats import codec, fingerprint
 from artifactstore.store import Store
@@ -36,8 +37,8 @@ KEY = "b0" * 32
 
 
 def _fp() -> fingerprint.Fingerprint:
-    return fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                               device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    return host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                        device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
 
 
 def open_store(tmp_path: Path, **env: str) -> Store:

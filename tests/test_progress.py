@@ -26,11 +26,12 @@ from conftest import TEAM_PUB, TEAM_SIGNING, OpenStore, artstore, clean_env
 
 from artifactstore.bundles.export import Selection, export_bundle
 from artifactstore.cli.progress import Progress
-from artifactstore.formats import fingerprint, signing
+from artifactstore.config import host
+from artifactstore.formats import signing
 
 N = 6  # entries in the store
-FP = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu-progress",
-                         device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+FP = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu-progress",
+                  device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
 
 # Each command: its arguments (BUNDLE: a bundle path), the plain lines it must end
 # with (off a terminal), and what its --json report says of the N entries.

@@ -25,8 +25,9 @@ from conftest import REPO, artstore, clean_env, run_program
 import artifactstore
 from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore
+from artifactstore.config import host
 from artifactstore.errors import ConfigError
-from artifactstore.formats import codec, fingerprint, signing
+from artifactstore.formats import codec, signing
 from artifactstore.index import db
 from artifactstore.store import Store
 
@@ -231,8 +232,8 @@ def test_bad_key_settings_are_one_line_errors_without_key_material(
 def test_codec_verifies_before_inflating_and_binds_namespace_and_key(
     keys: dict[str, tuple[Path, Path]],
 ) -> None:
-    fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                             device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                      device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     key_a, key_b = "a1" * 32, "b2" * 32
     signer = signing.load_signing_key(keys["ci-1"][0])
     trusted = signing.TrustedKeys.parse(str(keys["ci-1"][1]))
@@ -516,8 +517,8 @@ def test_rebuild_carries_the_signer(tmp_path: Path, keys: dict[str, tuple[Path, 
         {"url": str(tmp_path / "s")}, {"ARTSTORE_SIGNING_KEY": str(keys["ci-1"][0])}
     )
     store = Store.open(settings)
-    fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                             device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                      device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     try:
         assert store.put("c3" * 32, b"x" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
         before = store.index.lookup("c3" * 32)

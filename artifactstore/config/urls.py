@@ -116,4 +116,3 @@ def parse_index_url(url: str) -> str:
     if backend == "postgresql" and driver is None:
         text = "postgresql+psycopg" + text[len(match.group(1)) :]
     return text
-

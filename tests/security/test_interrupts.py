@@ -33,8 +33,8 @@ from faultproxy import FaultProxy
 from sqlalchemy import text
 
 from artifactstore.blobstores.base import LEASES
+from artifactstore.config.host import compute
 from artifactstore.formats import codec
-from artifactstore.formats.fingerprint import compute
 from artifactstore.formats.signing import generate
 from artifactstore.store import Store
 

@@ -17,8 +17,9 @@ import pytest
 from conftest import FAKE_AWS, TEAM_KEY, TEAM_PUB, OpenStore, artstore, run_program
 
 from artifactstore import config
+from artifactstore.config import host
 from artifactstore.errors import ConfigError
-from artifactstore.formats import codec, fingerprint, signing
+from artifactstore.formats import codec, signing
 from artifactstore.formats.manifest import Manifest
 
 SLOW = {"ARTSTORE_MIN_COMPILE_SECS": "0.5", "JOB_SLOW_COMPILE_SECS": "0.6"}
@@ -176,8 +177,8 @@ def test_a_writer_without_a_key_warns_once_and_a_keyless_reader_fetches_nothing(
     team_env: dict[str, str], open_store: OpenStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     writer = open_store(_without_keys(team_env))
-    fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                             device_count=1, jax_version="0", jaxlib_version="0")  # fmt: skip
+    fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                      device_count=1, jax_version="0", jaxlib_version="0")  # fmt: skip
     for n in range(3):
         writer.put(f"{n:02d}" * 32, b"x" * 100, fingerprint=fp, module_name="m",
                    compile_secs=1.0)  # fmt: skip
