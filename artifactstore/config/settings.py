@@ -298,7 +298,8 @@ def _parse_signing_key(value: Any) -> SigningKey | None:
     """ARTSTORE_SIGNING_KEY: the path of a .key file (never the key itself)."""
     if value is None or value == "":
         return None
-    from artifactstore.formats.signing import SigningKey, load_signing_key
+    from artifactstore.config.keyfiles import load_signing_key
+    from artifactstore.formats.signing import SigningKey
 
     if isinstance(value, SigningKey):
         return value
@@ -309,13 +310,14 @@ def _parse_trusted_keys(value: Any) -> TrustedKeys | None:
     """ARTSTORE_TRUSTED_KEYS: comma-separated .pub files or NAME:BASE64 public keys."""
     if value is None or value == "":
         return None
+    from artifactstore.config.keyfiles import load_trusted_keys
     from artifactstore.formats.signing import TrustedKeys
 
     if isinstance(value, TrustedKeys):
         return value
     if isinstance(value, (list, tuple)):
         value = ",".join(str(v) for v in value)
-    return TrustedKeys.parse(str(value))
+    return load_trusted_keys(str(value))
 
 
 def _trust(

@@ -17,9 +17,9 @@ import pytest
 from conftest import FAKE_AWS, TEAM_KEY, TEAM_PUB, OpenStore, artstore, run_program
 
 from artifactstore import config
-from artifactstore.config import host
+from artifactstore.config import host, keyfiles
 from artifactstore.errors import ConfigError
-from artifactstore.formats import codec, signing
+from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
 
 SLOW = {"ARTSTORE_MIN_COMPILE_SECS": "0.5", "JOB_SLOW_COMPILE_SECS": "0.6"}
@@ -168,7 +168,7 @@ def test_a_process_trusts_its_own_key(tmp_path: Path) -> None:
     team = {"url": "s3://team-jax/cache", "index": "postgresql://u@h/db"}
     own = config.resolve({**team, "signing_key": str(TEAM_KEY)}, environ={})
     assert own.trusted_keys is not None and own.trusted_keys.names == ["team-tests"]
-    key, _pub = signing.generate("other", tmp_path)
+    key, _pub = keyfiles.generate("other", tmp_path)
     both = config.resolve({**team, "signing_key": str(key), "trusted_keys": str(TEAM_PUB)}, {})
     assert both.trusted_keys is not None and both.trusted_keys.names == ["other", "team-tests"]
 
