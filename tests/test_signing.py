@@ -27,7 +27,7 @@ from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore
 from artifactstore.config import host, keyfiles
 from artifactstore.errors import ConfigError
-from artifactstore.formats import codec
+from artifactstore.formats import codec, frames
 from artifactstore.index import db
 from artifactstore.store import Store
 
@@ -261,7 +261,7 @@ def test_codec_verifies_before_inflating_and_binds_namespace_and_key(
     # signature, so nothing was inflated first.
     unsigned = codec.encode(b"payload", fp.digest, meta(key_a, 7)).data
     broken = bytearray(unsigned)
-    broken[codec._HEADER_LEN + 6] ^= 0xFF
+    broken[frames.HEADER_LEN + 6] ^= 0xFF
     with pytest.raises(codec.Unsigned):
         decode(bytes(broken))
     # Another key's signature frame grafted onto this object.

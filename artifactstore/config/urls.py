@@ -79,7 +79,7 @@ def parse_index_url(url: str) -> str:
 
     Checked with the standard library's URL parser rather than SQLAlchemy's so
     that configuring a process does not import SQLAlchemy: a process whose
-    compiles all hit the local tier never needs it. `index.db.open_engine`
+    compiles all hit the local tier never needs it. `index.engine.open_engine`
     parses the URL fully when the index is opened.
     """
     text = url.strip()
