@@ -29,7 +29,7 @@ import _results
 import numpy as np
 
 from artifactstore import config
-from artifactstore.formats.fingerprint import compute
+from artifactstore.config.host import compute
 from artifactstore.index import db
 from artifactstore.store import Store
 

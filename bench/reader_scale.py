@@ -55,9 +55,9 @@ from hit_latency import payload
 
 from artifactstore import config
 from artifactstore.blobstores import open_blobstore
+from artifactstore.config.host import compute
 from artifactstore.errors import one_line
 from artifactstore.formats import codec
-from artifactstore.formats.fingerprint import compute
 from artifactstore.index import db
 from artifactstore.index.repo import EntryIndex
 from artifactstore.store import Store

@@ -23,8 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _results
 
-from artifactstore.formats import codec, signing
-from artifactstore.formats.fingerprint import compute
+from artifactstore.config import keyfiles
+from artifactstore.config.host import compute
+from artifactstore.formats import codec
 from artifactstore.store import encode_entry
 
 SIZES = {"1MB": 10**6, "100MB": 100 * 10**6}
@@ -46,9 +47,9 @@ def main() -> None:
     fp = compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                  device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        secret, public = signing.generate("bench", tmp)
-        key = signing.load_signing_key(secret)
-        trusted = signing.TrustedKeys.parse(str(public))
+        secret, public = keyfiles.generate("bench", tmp)
+        key = keyfiles.load_signing_key(secret)
+        trusted = keyfiles.load_trusted_keys(str(public))
     configs = (("unsigned", None, None), ("signed", key, trusted))
     samples: dict[str, dict[str, list[float]]] = {}
     for label, size in SIZES.items():

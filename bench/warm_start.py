@@ -165,7 +165,7 @@ def default_threshold_env(tmp: Path) -> dict[str, str]:
 
 def signed_env(tmp: Path) -> dict[str, str]:
     """Issue 15: every entry signed on write and its signature verified on every load."""
-    from artifactstore.formats.signing import generate
+    from artifactstore.config.keyfiles import generate
 
     keys = tmp.parent / f"{tmp.name}-keys"
     if tmp.is_absolute() and not (keys / "bench.key").exists():  # not the "<tmp>" in records

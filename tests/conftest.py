@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from artifactstore import config
-from artifactstore.formats import signing
+from artifactstore.config import keyfiles
 from artifactstore.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ os.environ["ARTSTORE_ACTIVATE"] = "0"
 # The writer key of every team store the tests make: team stores require signatures by
 # default, and a process trusts its own key, so a test's writers and readers share it
 # (tests of trust itself set ARTSTORE_SIGNING_KEY / ARTSTORE_TRUSTED_KEYS over it).
-TEAM_KEY, TEAM_PUB = signing.generate("team-tests", TEST_CACHE)
+TEAM_KEY, TEAM_PUB = keyfiles.generate("team-tests", TEST_CACHE)
 TEAM_SIGNING = {"ARTSTORE_SIGNING_KEY": str(TEAM_KEY)}
 
 

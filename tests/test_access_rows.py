@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from conftest import OpenStore
 from sqlalchemy import select
 
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.config.host import compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.gc.journals import fold_journals
 from artifactstore.index.accesses import ROW_HITS_MAX, fold_accesses
 from artifactstore.index.models import Entry

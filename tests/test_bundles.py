@@ -25,8 +25,9 @@ import pytest
 import zstandard
 from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env, run_program, without_progress
 
-from artifactstore.formats import signing
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.config import keyfiles
+from artifactstore.config.host import compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.index.repo import Filters
 from artifactstore.named import keys as named_keys
 from artifactstore.store import Store
@@ -230,8 +231,8 @@ def test_signatures_are_checked_where_the_target_trusts_keys(
 ) -> None:
     """A target listing trusted keys refuses a bundle with an unsigned entry, or one
     signed by another key, and takes one signed by a key it trusts (signatures kept)."""
-    key_a, pub_a = signing.generate("team-a", tmp_path)
-    _, pub_b = signing.generate("team-b", tmp_path)
+    key_a, pub_a = keyfiles.generate("team-a", tmp_path)
+    _, pub_b = keyfiles.generate("team-b", tmp_path)
     unsigned = _signed_source(tmp_path / "u", open_store, None)
     signed = _signed_source(tmp_path / "s", open_store, key_a)
 
@@ -251,7 +252,7 @@ def test_a_signature_moved_to_another_record_is_refused(
     tmp_path: Path, open_store: OpenStore
 ) -> None:
     """A manifest whose record claims another signature than its object carries."""
-    key_a, _ = signing.generate("team-a", tmp_path)
+    key_a, _ = keyfiles.generate("team-a", tmp_path)
     signed = _signed_source(tmp_path / "s", open_store, key_a)
 
     def forge(ms: list[tuple[tarfile.TarInfo, bytes]]) -> list[tuple[tarfile.TarInfo, bytes]]:

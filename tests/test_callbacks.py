@@ -142,10 +142,11 @@ def test_stored_callback_count_is_checked_before_loading(store_env: dict[str, st
 
 def test_callback_count_in_object_metadata() -> None:
     """Objects record the count; those written before it (0.2.0) load by their key alone."""
-    from artifactstore.formats import codec, fingerprint
+    from artifactstore.config import host
+    from artifactstore.formats import codec, frames
 
-    fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                             device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                      device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     key = "c" * 64
 
     def obj(callbacks: int | None) -> bytes:
@@ -159,7 +160,7 @@ def test_callback_count_in_object_metadata() -> None:
             data, expected_digest=digest, fingerprint_digest=fp.digest, key=key, callbacks=callbacks
         )
 
-    _, body = codec._split(obj(None))
+    _, body = frames.split(obj(None))
     assert body is not None and b"callbacks" not in body  # 0.2.0's bytes, unchanged
     assert load(obj(2), 2) == load(obj(None), 2) == load(obj(0), 0) == b"exe"
     assert load(obj(2), None) == b"exe"  # callers that bind no callbacks do not ask

@@ -159,7 +159,7 @@ def test_index_fields_cannot_drive_the_terminal(store_env: dict[str, str]) -> No
     """Anyone who may write the index chooses module and host names: `ls` and a gc
     dry run print their control characters escaped."""
     from artifactstore import config
-    from artifactstore.formats.fingerprint import compute
+    from artifactstore.config.host import compute
     from artifactstore.store import Store
 
     evil = "f\x1b]0;owned\x07\x1b[2J\nnext"

@@ -20,6 +20,7 @@ import pytest
 from conftest import OpenStore, artstore, clean_env, run_program, start_program
 
 from artifactstore import gc
+from artifactstore.config import host
 from artifactstore.errors import ConfigError
 from artifactstore.formats import codec, fingerprint, sizes
 from artifactstore.gc.quota_pass import QuotaPass
@@ -33,8 +34,8 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _fp(jaxlib: str = "0.4.30") -> fingerprint.Fingerprint:
-    return fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                               device_count=1, jax_version="1", jaxlib_version=jaxlib)  # fmt: skip
+    return host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                        device_count=1, jax_version="1", jaxlib_version=jaxlib)  # fmt: skip
 
 
 def _key(i: int) -> str:

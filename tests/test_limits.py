@@ -25,8 +25,9 @@ from conftest import clean_env, run_program
 
 from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore
+from artifactstore.config import host
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit
-from artifactstore.formats import codec, fingerprint
+from artifactstore.formats import codec, fingerprint, frames
 from artifactstore.store import Store
 from artifactstore.store.tier import open_tier
 
@@ -36,8 +37,8 @@ KEY = "b0" * 32
 
 
 def _fp() -> fingerprint.Fingerprint:
-    return fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                               device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    return host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                        device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
 
 
 def open_store(tmp_path: Path, **env: str) -> Store:
@@ -77,7 +78,7 @@ def envelope(frame: bytes, fp: fingerprint.Fingerprint, *, key: str, raw_size: i
         fingerprint=fp.to_dict(),
     )
     empty = codec.encode(b"", fp.digest).data
-    head, empty_frame = empty[: codec._HEADER_LEN], empty[codec._HEADER_LEN :]
+    head, empty_frame = empty[: frames.HEADER_LEN], empty[frames.HEADER_LEN :]
     with_meta = codec.encode(b"", fp.digest, meta).data
     return head + frame + with_meta[len(head) + len(empty_frame) :]
 

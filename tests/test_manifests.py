@@ -14,8 +14,9 @@ from sqlalchemy import delete
 
 from artifactstore.blobstores import BlobStore, LocalBlobStore, ReadOnlyBlobStore
 from artifactstore.blobstores.s3 import S3BlobStore
+from artifactstore.config.host import compute
 from artifactstore.errors import CorruptObject, ReadOnlyError
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, Manifest
 from artifactstore.index.models import Entry
 from artifactstore.index.repo import NewEntry

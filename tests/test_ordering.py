@@ -25,7 +25,7 @@ from conftest import PROGRAMS, OpenStore, artstore
 from programs.crash_at import fingerprint, payload
 from sqlalchemy import delete
 
-from artifactstore.formats import signing
+from artifactstore.config import keyfiles
 from artifactstore.formats.manifest import Manifest
 from artifactstore.index.models import Entry, StoredObject
 from artifactstore.store import Store, encode_entry
@@ -49,7 +49,7 @@ class Team:
 def team(team_env: dict[str, str], tmp_path: Path) -> Team:
     keys = tmp_path / "keys"
     keys.mkdir()
-    secret, public = signing.generate("ci", keys)
+    secret, public = keyfiles.generate("ci", keys)
     # No local tier: every load below comes through the manifest (or row) under test.
     base = {**team_env, "ARTSTORE_LOCAL_TIER": "off", "ARTSTORE_TRUSTED_KEYS": str(public)}
     return Team({**base, "ARTSTORE_SIGNING_KEY": str(secret)},
@@ -202,7 +202,7 @@ def test_a_manifest_leading_to_an_unsigned_or_forged_object_is_a_counted_miss(
     keyless = {k: v for k, v in team_env.items() if k != "ARTSTORE_SIGNING_KEY"}
     _put(open_store({**keyless, "ARTSTORE_LOCAL_TIER": "off"}), unsigned, 30)
     (team.keys / "forger").mkdir()
-    stolen_name, _ = signing.generate("ci", team.keys / "forger")  # `ci`, but not its key
+    stolen_name, _ = keyfiles.generate("ci", team.keys / "forger")  # `ci`, but not its key
     _put(open_store({**team.writer, "ARTSTORE_SIGNING_KEY": str(stolen_name)}), forged, 31)
     _put(open_store(team.writer), genuine, 32)
 

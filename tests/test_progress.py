@@ -26,11 +26,11 @@ from conftest import TEAM_PUB, TEAM_SIGNING, OpenStore, artstore, clean_env
 
 from artifactstore.bundles.export import Selection, export_bundle
 from artifactstore.cli.progress import Progress
-from artifactstore.formats import fingerprint, signing
+from artifactstore.config import host, keyfiles
 
 N = 6  # entries in the store
-FP = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu-progress",
-                         device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+FP = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu-progress",
+                  device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
 
 # Each command: its arguments (BUNDLE: a bundle path), the plain lines it must end
 # with (off a terminal), and what its --json report says of the N entries.
@@ -72,7 +72,7 @@ def case(
                          module_name=f"jit_p{i}", compile_secs=1.0)  # fmt: skip
     bundle = tmp_path / "entries.tar.zst"
     if name == "sign":  # re-sign what the team key signed with a new key
-        new, _ = signing.generate("progress-new", tmp_path)
+        new, _ = keyfiles.generate("progress-new", tmp_path)
         env = dict(env, ARTSTORE_SIGNING_KEY=str(new), ARTSTORE_TRUSTED_KEYS=str(TEAM_PUB))
     elif name == "import":  # the entries, as a bundle, into another store
         export_bundle(store, bundle, Selection(everything=True))

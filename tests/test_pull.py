@@ -17,7 +17,8 @@ from conftest import OpenStore, artstore, clean_env, run_program
 from faultproxy import FaultProxy
 
 from artifactstore.config import resolve
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.config.host import compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.store import Store
 from artifactstore.store.tier import LocalTier, open_tier
 

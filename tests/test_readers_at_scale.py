@@ -19,7 +19,8 @@ from faultproxy import FaultProxy
 from faults.harness import Job
 from sqlalchemy.engine import make_url
 
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.config.host import compute
+from artifactstore.formats.fingerprint import Fingerprint
 
 CLOSED_INDEX = "postgresql+psycopg://postgres:pw-s3cret@127.0.0.1:1/closed"
 # Lightweight readers started at once (each a process with its own store and boto3

@@ -8,7 +8,8 @@ from conftest import OpenStore, artstore
 from sqlalchemy import func, select
 
 from artifactstore.blobstores.base import JOURNALS
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.config.host import compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.gc.journals import fold_journals
 from artifactstore.index.models import Access, Entry
 

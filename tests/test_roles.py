@@ -28,6 +28,7 @@ from sqlalchemy.exc import DBAPIError
 
 from artifactstore import gc
 from artifactstore.blobstores.base import JOURNALS
+from artifactstore.config import host
 from artifactstore.errors import PrivilegeRefused, StoreUnavailable
 from artifactstore.formats import fingerprint
 from artifactstore.gc.quota_pass import QuotaPass
@@ -46,8 +47,8 @@ REFUSED = (DBAPIError, PrivilegeRefused)
 
 
 def _fp() -> fingerprint.Fingerprint:
-    return fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                               device_count=1, jax_version="1", jaxlib_version="0.4")  # fmt: skip
+    return host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                        device_count=1, jax_version="1", jaxlib_version="0.4")  # fmt: skip
 
 
 def _key(i: int) -> str:

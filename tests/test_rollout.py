@@ -54,7 +54,7 @@ def _env(tmp_path: Path, old: Path | None) -> dict[str, str]:
     else:  # this version signs what it writes (readers that trust no key ignore that)
         key = tmp_path / "rollout.key"
         if not key.exists():
-            from artifactstore.formats.signing import generate
+            from artifactstore.config.keyfiles import generate
 
             generate("rollout", tmp_path)
         env["ARTSTORE_SIGNING_KEY"] = str(key)

@@ -70,7 +70,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(moto_endpoint: str, postgres: None, tmp_path_factory: pytest.TempPathFactory) -> World:
-    from artifactstore.formats.signing import generate
+    from artifactstore.config.keyfiles import generate
 
     tmp = tmp_path_factory.mktemp("secrets")
     key_dir = tmp / "keys"
@@ -453,17 +453,17 @@ def test_errors_and_log_records_are_redacted(caplog: pytest.LogCaptureFixture) -
 def test_signing_key_file_readers_are_one_helper(tmp_path: Path) -> None:
     """Secret and public key files are read by the same code (one place to keep
     contents out of messages); a .pub is not a signing key, a .key not a trusted key."""
+    from artifactstore.config import keyfiles
     from artifactstore.errors import ConfigError
-    from artifactstore.formats import signing
 
-    secret_file, public_file = signing.generate("one", tmp_path)
-    assert signing.load_signing_key(secret_file).name == "one"
-    assert signing.TrustedKeys.parse(str(public_file)).names == ["one"]
+    secret_file, public_file = keyfiles.generate("one", tmp_path)
+    assert keyfiles.load_signing_key(secret_file).name == "one"
+    assert keyfiles.load_trusted_keys(str(public_file)).names == ["one"]
     seed = secret_file.read_text().split(":", 1)[1].strip()
     for value in (str(public_file), seed):
         with pytest.raises(ConfigError) as err:
-            signing.load_signing_key(value)
+            keyfiles.load_signing_key(value)
         assert seed not in str(err.value)
     with pytest.raises(ConfigError) as err:
-        signing.TrustedKeys.parse(base64.b64encode(os.urandom(48)).decode())
+        keyfiles.load_trusted_keys(base64.b64encode(os.urandom(48)).decode())
     assert "not echoed" in str(err.value)

@@ -25,8 +25,9 @@ from conftest import REPO, artstore, clean_env, run_program
 import artifactstore
 from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore
+from artifactstore.config import host, keyfiles
 from artifactstore.errors import ConfigError
-from artifactstore.formats import codec, fingerprint, signing
+from artifactstore.formats import codec, frames
 from artifactstore.index import db
 from artifactstore.store import Store
 
@@ -178,7 +179,7 @@ def test_keygen_writes_into_the_current_directory_by_default(tmp_path: Path) -> 
 
 def test_trusted_keys_parse_files_and_inline_keys(keys: dict[str, tuple[Path, Path]]) -> None:
     inline = keys["ci-2"][1].read_text().strip()
-    trusted = signing.TrustedKeys.parse(f"{keys['ci-1'][1]}, {inline}")
+    trusted = keyfiles.load_trusted_keys(f"{keys['ci-1'][1]}, {inline}")
     assert trusted.names == ["ci-1", "ci-2"]
     settings = config.resolve(
         {"url": "/tmp/x"},
@@ -231,11 +232,11 @@ def test_bad_key_settings_are_one_line_errors_without_key_material(
 def test_codec_verifies_before_inflating_and_binds_namespace_and_key(
     keys: dict[str, tuple[Path, Path]],
 ) -> None:
-    fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                             device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                      device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     key_a, key_b = "a1" * 32, "b2" * 32
-    signer = signing.load_signing_key(keys["ci-1"][0])
-    trusted = signing.TrustedKeys.parse(str(keys["ci-1"][1]))
+    signer = keyfiles.load_signing_key(keys["ci-1"][0])
+    trusted = keyfiles.load_trusted_keys(str(keys["ci-1"][1]))
 
     def meta(key: str, size: int) -> codec.ObjectMeta:
         return codec.ObjectMeta(key=key, module_name="m", compile_secs=1.0, raw_size=size,
@@ -260,7 +261,7 @@ def test_codec_verifies_before_inflating_and_binds_namespace_and_key(
     # signature, so nothing was inflated first.
     unsigned = codec.encode(b"payload", fp.digest, meta(key_a, 7)).data
     broken = bytearray(unsigned)
-    broken[codec._HEADER_LEN + 6] ^= 0xFF
+    broken[frames.HEADER_LEN + 6] ^= 0xFF
     with pytest.raises(codec.Unsigned):
         decode(bytes(broken))
     # Another key's signature frame grafted onto this object.
@@ -270,7 +271,7 @@ def test_codec_verifies_before_inflating_and_binds_namespace_and_key(
     grafted = unsigned + other.data[len(codec.split_signature(other.data)[0]) :]
     with pytest.raises(codec.BadSignature):
         decode(grafted)
-    untrusted = codec.sign(unsigned, signing.load_signing_key(keys["evil"][0]), "ns")
+    untrusted = codec.sign(unsigned, keyfiles.load_signing_key(keys["evil"][0]), "ns")
     with pytest.raises(codec.UntrustedKey):
         decode(untrusted.data)
     # Re-signing replaces the signature; the same key signs to the same bytes.
@@ -332,7 +333,7 @@ def test_forged_object_signed_by_an_untrusted_key_is_not_loaded(
                            fingerprint_digest=other["fingerprint"])  # fmt: skip
     forged_meta = codec.ObjectMeta(**{**meta.__dict__, "key": victim["key"]})
     forged = codec.encode(payload, other["fingerprint"], forged_meta,
-                          signer=signing.load_signing_key(keys["evil"][0]),
+                          signer=keyfiles.load_signing_key(keys["evil"][0]),
                           namespace="default")  # fmt: skip
     _point(tampered, victim["key"], _put_object(tampered, forged.data), len(forged.data))
     out = run_program("job.py", _reader(tampered, str(keys["ci-1"][1])))
@@ -516,8 +517,8 @@ def test_rebuild_carries_the_signer(tmp_path: Path, keys: dict[str, tuple[Path, 
         {"url": str(tmp_path / "s")}, {"ARTSTORE_SIGNING_KEY": str(keys["ci-1"][0])}
     )
     store = Store.open(settings)
-    fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                             device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                      device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     try:
         assert store.put("c3" * 32, b"x" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
         before = store.index.lookup("c3" * 32)

@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO, OpenStore, artstore, clean_env, run_program
 
 from artifactstore.blobstores.base import JOURNALS
-from artifactstore.formats import fingerprint
+from artifactstore.config import host
 from artifactstore.formats.journal import Journal, new_name
 from artifactstore.formats.usage import today
 from artifactstore.gc.journals import fold_journals
@@ -29,10 +29,10 @@ from artifactstore.index import db
 from artifactstore.index.accesses import fold_accesses
 from artifactstore.store import Store
 
-FP1 = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
-                          device_count=1, jax_version="1", jaxlib_version="0.9.1")  # fmt: skip
-FP2 = fingerprint.compute(platform_name="gpu", platform_version="v", device_kind="H200",
-                          device_count=8, jax_version="1", jaxlib_version="0.10.2")  # fmt: skip
+FP1 = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
+                   device_count=1, jax_version="1", jaxlib_version="0.9.1")  # fmt: skip
+FP2 = host.compute(platform_name="gpu", platform_version="v", device_kind="H200",
+                   device_count=8, jax_version="1", jaxlib_version="0.10.2")  # fmt: skip
 K1, K2, K3, K4, K5 = (f"{i:02x}" * 32 for i in range(1, 6))
 
 # The last commit at schema 0003 (before usage rows): the previous client.

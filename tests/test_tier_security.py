@@ -30,8 +30,9 @@ from otheruser import OTHER_UID, other_user
 from artifactstore import config
 from artifactstore.blobstores import safedir
 from artifactstore.blobstores.local import LocalBlobStore
+from artifactstore.config.host import compute
 from artifactstore.errors import CorruptObject, UnsafeDirectory
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.store import Store, tier
 from artifactstore.store.tier import LocalTier, TierEntry, open_tier
 

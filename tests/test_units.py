@@ -9,6 +9,7 @@ import pytest
 
 from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore, ReadOnlyBlobStore
+from artifactstore.config import host
 from artifactstore.errors import ConfigError, CorruptObject, ReadOnlyError
 from artifactstore.formats import codec, fingerprint, sizes
 from artifactstore.index import db
@@ -176,8 +177,8 @@ def test_migrations_concurrent_and_idempotent(tmp_path: Path) -> None:
 
 
 def _fp(**changes: object) -> fingerprint.Fingerprint:
-    base = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                               device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    base = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                        device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     return fingerprint.Fingerprint.from_dict({**base.to_dict(), **changes})
 
 
@@ -315,7 +316,7 @@ def test_a_probe_that_misses_lets_the_next_call_probe(tmp_path: Path) -> None:
     bench/soak.py, then for the object store)."""
     import time
 
-    from artifactstore.formats.fingerprint import compute
+    from artifactstore.config.host import compute
     from artifactstore.runtime.session import Session
 
     settings = {"url": str(tmp_path / "s"), "local_tier": "off", "breaker_cooldown_secs": 0.2}

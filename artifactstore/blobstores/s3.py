@@ -17,26 +17,18 @@ S3 makes an object visible only once its upload (single or multipart) has
 completed, so readers never see partial bytes and no temp-file dance is needed.
 Every botocore failure except "not found" becomes `StoreUnavailable` with one
 line that names the bucket, the problem and the fix, so callers can degrade to
-a compile (invariant 2) without leaking credentials (invariant 5).
+a compile (invariant 2) without leaking credentials (invariant 5): the lines are
+`s3errors.py`, the client and its bounded retries `s3client.py`.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import random
-import re
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import boto3
-import botocore.exceptions as bce
-from boto3.exceptions import Boto3Error
 from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
 
 from artifactstore.blobstores.base import (
     IDENTITY,
@@ -45,6 +37,14 @@ from artifactstore.blobstores.base import (
     BlobStore,
     RecordKind,
     check_digest,
+)
+from artifactstore.blobstores.s3client import make_client
+from artifactstore.blobstores.s3errors import (
+    DENIED,
+    NOT_FOUND,
+    error_code,
+    is_backend_error,
+    message,
 )
 from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit, StoreUnavailable
@@ -55,31 +55,7 @@ MiB = 1024 * 1024
 # parallel and retries a failed part instead of the whole executable.
 DEFAULT_MULTIPART_THRESHOLD = 64 * MiB
 DEFAULT_MULTIPART_CHUNKSIZE = 16 * MiB
-# Few attempts: a store that is down must degrade to a compile quickly. ARTSTORE_TIMEOUT
-# bounds a whole call, retries included (see `call_budget`), so each attempt gets a
-# share of it, and a bound too short for MAX_ATTEMPTS shares of MIN_ATTEMPT_SECS gets
-# fewer attempts rather than shares too short to answer in.
-MAX_ATTEMPTS = 3
-MIN_ATTEMPT_SECS = 2.0
-MAX_CONNECT_SECS = 2.0  # a TCP + TLS connect takes milliseconds; the rest of a share reads
-# Transient S3 answers, retried within the bound (as botocore's standard mode does).
-_RETRY_STATUS = {500, 502, 503, 504}
-_RETRY_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
-                "RequestTimeoutException", "InternalError", "ServiceUnavailable"}  # fmt: skip
 DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
-
-_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
-_BAD_CREDENTIALS = {
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-    "TokenRefreshRequired",
-    "InvalidClientTokenId",
-    "AuthorizationHeaderMalformed",
-}
-_DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
-_NO_BUCKET = {"NoSuchBucket"}
 
 
 class S3BlobStore(BlobStore):
@@ -131,32 +107,7 @@ class S3BlobStore(BlobStore):
         return self._client
 
     def _make_client(self) -> Any:
-        session = boto3.session.Session()
-        # Explicit endpoint, else whatever boto3 resolves from AWS_ENDPOINT_URL_S3 /
-        # AWS_ENDPOINT_URL / its config file. Custom endpoints (MinIO, moto) rarely
-        # have wildcard DNS for virtual-hosted buckets, so use path-style there.
-        custom = self.endpoint_url is not None or _configured_endpoint(session) is not None
-        budget = call_budget(self.timeout_secs)
-        config = Config(
-            connect_timeout=budget.connect_secs,
-            read_timeout=budget.read_secs,
-            # botocore's own retries are off: `_Retries` retries within the bound.
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            s3={"addressing_style": "path"} if custom else None,
-            max_pool_connections=16,
-        )
-        try:
-            client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
-            retries = _Retries(budget)
-            client.meta.events.register("before-call.s3", retries.start)
-            client.meta.events.register_first("needs-retry.s3", retries.needs_retry)
-            return client
-        except (bce.BotoCoreError, ValueError) as exc:
-            raise StoreUnavailable(
-                f"cannot set up S3 client for bucket '{self.bucket}' "
-                f"({type(exc).__name__}): check AWS_DEFAULT_REGION, AWS_PROFILE and "
-                "AWS_ENDPOINT_URL_S3 / ARTSTORE_S3_ENDPOINT_URL"
-            ) from None
+        return make_client(self.bucket, self.endpoint_url, self.timeout_secs)
 
     def _endpoint(self) -> str:
         try:
@@ -191,7 +142,7 @@ class S3BlobStore(BlobStore):
             body: bytes = response["Body"].read()
             return body
         except Exception as exc:
-            if _code(exc) in _NOT_FOUND or self._denied_but_absent(key, exc):
+            if error_code(exc) in NOT_FOUND or self._denied_but_absent(key, exc):
                 return None
             self._fail("get", exc)
 
@@ -258,7 +209,7 @@ class S3BlobStore(BlobStore):
                     Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
                 )
             except Exception as exc:
-                if _code(exc) == "NotImplemented":
+                if error_code(exc) == "NotImplemented":
                     one_by_one([k.rsplit("/", 1)[-1] for k in chunk])
                     continue
                 self._fail("delete", exc)
@@ -283,7 +234,7 @@ class S3BlobStore(BlobStore):
             response["Body"].close()
             return body
         except Exception as exc:
-            if _code(exc) in _NOT_FOUND or self._denied_but_absent(key, exc):
+            if error_code(exc) in NOT_FOUND or self._denied_but_absent(key, exc):
                 return None
             self._fail(f"get {kind.name}", exc)
 
@@ -321,7 +272,7 @@ class S3BlobStore(BlobStore):
             response["Body"].close()
             return body
         except Exception as exc:
-            if _code(exc) in _NOT_FOUND or self._denied_but_absent(key, exc):
+            if error_code(exc) in NOT_FOUND or self._denied_but_absent(key, exc):
                 return None
             self._fail("get identity", exc)
 
@@ -332,9 +283,9 @@ class S3BlobStore(BlobStore):
             self.client.put_object(**put, IfNoneMatch="*")  # created only where none is
             return True
         except Exception as exc:
-            if _code(exc) in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
+            if error_code(exc) in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
                 return False
-            if _code(exc) not in {"NotImplemented", "InvalidArgument"}:
+            if error_code(exc) not in {"NotImplemented", "InvalidArgument"}:
                 self._fail("put identity", exc)
         # A store without conditional writes: look, then write (a narrow race between
         # two first writers, which the index's one row per namespace then settles).
@@ -358,7 +309,7 @@ class S3BlobStore(BlobStore):
                 Config=self.transfer_config,
             )
         except Exception as exc:
-            if _code(exc) in _NOT_FOUND:
+            if error_code(exc) in NOT_FOUND:
                 return  # already gone: nothing to serve, nothing to keep
             self._fail("quarantine", exc)
         try:
@@ -380,12 +331,12 @@ class S3BlobStore(BlobStore):
             self.client.head_bucket(Bucket=self.bucket)
         except Exception as exc:
             # HEAD has no body, so a missing bucket shows up only as a bare 404.
-            if _code(exc) in {"404", "NotFound", "NoSuchBucket"}:
+            if error_code(exc) in {"404", "NotFound", "NoSuchBucket"}:
                 raise StoreUnavailable(
                     f"S3 bucket '{self.bucket}' does not exist at {self._endpoint()}: "
                     "create it or fix ARTSTORE_URL"
                 ) from None
-            if _code(exc) not in _DENIED:
+            if error_code(exc) not in DENIED:
                 self._fail("check", exc)
             # Per-namespace policies (infra/policies/) allow ListBucket only under the
             # namespace's prefix, and HeadBucket needs an unconditioned ListBucket: a
@@ -404,7 +355,7 @@ class S3BlobStore(BlobStore):
             self.client.head_object(Bucket=self.bucket, Key=key)
             return True
         except Exception as exc:
-            if _code(exc) in _NOT_FOUND or self._denied_but_absent(key, exc):
+            if error_code(exc) in NOT_FOUND or self._denied_but_absent(key, exc):
                 return False
             self._fail("head", exc)
 
@@ -415,7 +366,7 @@ class S3BlobStore(BlobStore):
         bucket, and per-namespace policies allow listing under their prefix only,
         so a miss may arrive as 403. One listing of exactly that key tells a miss
         (True) from a real denial (False: the caller reports it)."""
-        if _code(exc) not in _DENIED:
+        if error_code(exc) not in DENIED:
             return False
         try:
             found = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
@@ -441,138 +392,16 @@ class S3BlobStore(BlobStore):
 
     def _fail(self, op: str, exc: BaseException) -> NoReturn:
         """Re-raise a backend failure as one secret-free line naming the fix."""
-        if not isinstance(exc, (bce.BotoCoreError, bce.ClientError, Boto3Error)):
+        if not is_backend_error(exc):
             raise exc
         raise StoreUnavailable(self._message(op, exc)) from None
 
     def _message(self, op: str, exc: BaseException) -> str:
-        bucket = f"'{self.bucket}'"
-        kind = type(exc).__name__
-        if isinstance(exc, (bce.EndpointConnectionError, bce.ProxyConnectionError)):
-            return (
-                f"S3 bucket {bucket} not reachable at {self._endpoint()} ({kind}): "
-                "check ARTSTORE_URL / AWS_ENDPOINT_URL_S3 and the network"
-            )
-        if isinstance(exc, (bce.ConnectTimeoutError, bce.ReadTimeoutError)):
-            return (
-                f"S3 bucket {bucket} at {self._endpoint()} did not answer within "
-                f"{self.timeout_secs:g} s during {op} ({kind}): check the network "
-                "or raise ARTSTORE_TIMEOUT"
-            )
-        if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError)):
-            return (
-                f"no usable S3 credentials for bucket {bucket} ({kind}): set AWS_PROFILE "
-                "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or use an instance role)"
-            )
-        if isinstance(exc, bce.NoRegionError):
-            return f"no AWS region configured for bucket {bucket} ({kind}): set AWS_DEFAULT_REGION"
-        code = _code(exc)
-        if code in _BAD_CREDENTIALS:
-            return (
-                f"S3 credentials rejected for bucket {bucket} ({code}): "
-                "check AWS_ACCESS_KEY_ID/AWS_PROFILE"
-            )
-        if code in _NO_BUCKET:
-            return (
-                f"S3 bucket {bucket} does not exist at {self._endpoint()} ({code}): "
-                "create it or fix ARTSTORE_URL"
-            )
-        if code in _DENIED:
-            return (
-                f"S3 access denied for {op} in bucket {bucket} under '{self.base}/' ({code}): "
-                "check the IAM policy for these credentials (see infra/policies/)"
-            )
-        detail = code or kind
-        return (
-            f"S3 {op} failed for bucket {bucket} at {self._endpoint()} ({detail}): "
-            "check the S3 service and ARTSTORE_URL"
+        return message(
+            op,
+            exc,
+            bucket=self.bucket,
+            base=self.base,
+            timeout_secs=self.timeout_secs,
+            endpoint=self._endpoint,
         )
-
-
-@dataclass(frozen=True)
-class CallBudget:
-    """How one S3 call spends ARTSTORE_TIMEOUT: `attempts` tries of at most
-    `connect_secs` + `read_secs` each, so that attempts x (connect + read) <= the bound."""
-
-    bound_secs: float
-    attempts: int
-    connect_secs: float
-    read_secs: float
-
-    @property
-    def attempt_secs(self) -> float:
-        return self.connect_secs + self.read_secs
-
-
-def call_budget(bound_secs: float) -> CallBudget:
-    """Split the bound on one call (connect + read, retries included) into attempts.
-
-    T = 10 s (the default): 3 attempts of 1.1 s connect + 2.2 s read; T = 2 s: one
-    attempt of 0.7 + 1.3 s. The read timeout is botocore's per socket read, so a large
-    transfer that keeps moving is never cut; a server that stops answering is.
-    """
-    attempts = max(1, min(MAX_ATTEMPTS, int(bound_secs // MIN_ATTEMPT_SECS)))
-    share = bound_secs / attempts
-    connect = min(share / 3, MAX_CONNECT_SECS)
-    return CallBudget(bound_secs, attempts, connect, share - connect)
-
-
-class _Retries:
-    """botocore's `needs-retry` hook: retry transient failures (connection errors,
-    timeouts, 5xx, throttling) while another whole attempt fits before the call's
-    deadline, with a short jittered back-off; never past the bound."""
-
-    def __init__(self, budget: CallBudget) -> None:
-        self.budget = budget
-
-    def start(self, context: dict[str, Any], **_: Any) -> None:
-        context["artstore_deadline"] = time.monotonic() + self.budget.bound_secs
-
-    def needs_retry(
-        self,
-        attempts: int,
-        request_dict: dict[str, Any] | None = None,
-        response: Any = None,
-        caught_exception: BaseException | None = None,
-        **_: Any,
-    ) -> float | None:
-        if attempts >= self.budget.attempts or not _transient(response, caught_exception):
-            return None
-        deadline = ((request_dict or {}).get("context") or {}).get("artstore_deadline")
-        delay = random.uniform(0, min(0.05 * 2**attempts, 0.5))
-        if deadline is None or time.monotonic() + delay + self.budget.attempt_secs > deadline:
-            return None
-        return delay
-
-
-def _transient(response: Any, caught: BaseException | None) -> bool:
-    if caught is not None:
-        return isinstance(caught, (bce.ConnectionError, bce.HTTPClientError))
-    if not response:
-        return False
-    http, parsed = response
-    code = str((parsed or {}).get("Error", {}).get("Code", ""))
-    return getattr(http, "status_code", 0) in _RETRY_STATUS or code in _RETRY_CODES
-
-
-def _code(exc: BaseException) -> str:
-    """The S3 error code of a ClientError (or of a boto3 wrapper around one)."""
-    if isinstance(exc, bce.ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    if isinstance(exc, Boto3Error):  # e.g. S3UploadFailedError keeps only the text
-        match = re.search(r"An error occurred \(([A-Za-z0-9]+)\)", str(exc))
-        return match.group(1) if match else ""
-    return ""
-
-
-def _configured_endpoint(session: Any) -> str | None:
-    """The endpoint boto3 would use from env/config, if any (for addressing style)."""
-    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
-        if os.environ.get(name):
-            return os.environ[name]
-    try:
-        scoped = session._session.get_scoped_config()
-    except Exception:
-        return None
-    value = scoped.get("endpoint_url") if isinstance(scoped, dict) else None
-    return str(value) if value else None

@@ -31,7 +31,7 @@ def keygen_cmd(name: str, directory: str) -> None:
     (or its NAME:BASE64 line) in ARTSTORE_TRUSTED_KEYS. Existing files are never
     overwritten.
     """
-    from artifactstore.formats.signing import generate
+    from artifactstore.config.keyfiles import generate
 
     secret, public = generate(name, directory)
     click.echo(f"secret key: {secret} (mode 0600; set ARTSTORE_SIGNING_KEY={secret} on writers)")

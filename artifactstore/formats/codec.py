@@ -25,6 +25,9 @@ size. The object is still named by the sha256 of all its bytes. Readers with tru
 keys verify it before inflating anything; readers without ignore it, and so do
 readers that predate it (0.1 reads one frame; 0.2 finds no metadata footer at the
 end and reads the payload frame).
+
+Where each frame starts and ends (header, footers, zstd) is `formats.frames`; this
+module says what they mean and checks them.
 """
 
 from __future__ import annotations
@@ -33,14 +36,29 @@ import base64
 import hashlib
 import json
 import re
-import struct
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import zstandard
 
 from artifactstore.errors import CorruptObject, OverLimit
+from artifactstore.formats.frames import (
+    FORMAT_VERSION,
+    HEADER_LEN,
+    MAGIC,
+    META_MAGIC,
+    META_VERSION,
+    SIG_MAGIC,
+    bounds,
+    compressor,
+    declared_size,
+    decompressor,
+    envelope_fingerprint,
+    signature_bounds,
+    skippable,
+    split_signature,
+)
+from artifactstore.formats.frames import digests as frame_digests
 from artifactstore.formats.sizes import format_size
 
 if TYPE_CHECKING:
@@ -56,38 +74,9 @@ __all__ = [
     "Unsigned",
     "UntrustedKey",
     "WrongEntry",
+    "envelope_fingerprint",
+    "split_signature",
 ]
-
-MAGIC = b"ARTX"
-FORMAT_VERSION = 1
-_HEADER_LEN = len(MAGIC) + 1 + 32
-META_MAGIC = b"ARTM"
-META_VERSION = 1
-_SKIPPABLE = 0x184D2A5E  # one of zstd's skippable-frame magic numbers (0x184D2A5?)
-_FOOTER = struct.Struct("<I4s")  # body length, META_MAGIC
-_FRAME_HEAD = struct.Struct("<II")  # skippable magic, frame size
-MAX_META_BYTES = 1 << 20
-SIG_MAGIC = b"ARTS"
-MAX_SIG_BYTES = 4096
-# Level 3 is zstd's default: ~3-4x on XLA executables at several hundred MB/s,
-# so compression never costs more than a small fraction of the compile it saves.
-ZSTD_LEVEL = 3
-
-_local = threading.local()
-
-
-def _compressor() -> zstandard.ZstdCompressor:
-    comp = getattr(_local, "comp", None)
-    if comp is None:
-        comp = _local.comp = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return comp
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    dec = getattr(_local, "dec", None)
-    if dec is None:
-        dec = _local.dec = zstandard.ZstdDecompressor()
-    return dec
 
 
 def digest_of(data: bytes) -> str:
@@ -184,11 +173,9 @@ def encode(
         raise ValueError("fingerprint digest must be a sha256 hex digest")
     if signer is not None and namespace is None:
         raise ValueError("signing needs the namespace the entry is stored in")
-    data = MAGIC + bytes([FORMAT_VERSION]) + fp + _compressor().compress(payload)
+    data = MAGIC + bytes([FORMAT_VERSION]) + fp + compressor().compress(payload)
     if meta is not None:
-        body = meta.to_bytes()
-        frame = body + _FOOTER.pack(len(body), META_MAGIC)
-        data += _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
+        data += skippable(meta.to_bytes(), META_MAGIC)
     if signer is not None:
         assert namespace is not None
         return sign(data, signer, namespace)
@@ -207,7 +194,7 @@ def _signed_message(
         namespace=namespace,
         key=meta.key,
         content_digest=content_digest or hashlib.sha256(unsigned).hexdigest(),
-        fingerprint_digest=bytes(unsigned[len(MAGIC) + 1 : _HEADER_LEN]).hex(),
+        fingerprint_digest=bytes(unsigned[len(MAGIC) + 1 : HEADER_LEN]).hex(),
         callbacks=meta.callbacks,
         raw_size=meta.raw_size,
     )
@@ -216,8 +203,8 @@ def _signed_message(
 def sign(data: bytes, signer: SigningKey, namespace: str) -> Encoded:
     """`data` (an object, signed or not) with a signature by `signer` for `namespace`
     in place of any it had. The object must carry its metadata. One sha256 pass."""
-    _, meta_body, end = _bounds(data)
-    if meta_body is None or not data.startswith(MAGIC) or len(data) < _HEADER_LEN:
+    _, meta_body, end = bounds(data)
+    if meta_body is None or not data.startswith(MAGIC) or len(data) < HEADER_LEN:
         raise CorruptObject("only objects that carry their entry's metadata can be signed")
     meta = ObjectMeta.from_bytes(meta_body)
     unsigned = memoryview(data)[:end]
@@ -225,34 +212,10 @@ def sign(data: bytes, signer: SigningKey, namespace: str) -> Encoded:
     signed = _signed_message(unsigned, meta, namespace, h.hexdigest())
     sig = Signature(signer.name, signer.sign(signed))
     body = json.dumps({"k": sig.signer, "s": sig.b64}, sort_keys=True).encode()
-    frame = body + _FOOTER.pack(len(body), SIG_MAGIC)
-    tail = _FRAME_HEAD.pack(_SKIPPABLE, len(frame)) + frame
+    tail = skippable(body, SIG_MAGIC)
     h.update(tail)
     out = data + tail if end == len(data) else bytes(unsigned) + tail
     return Encoded(out, h.hexdigest(), meta.raw_size, signer=sig.signer, signature=sig.b64)
-
-
-def _signature_bounds(data: bytes) -> tuple[int, bytes | None]:
-    """(where the bytes before the signature frame end, the signature body or None);
-    no copy of the object is made."""
-    body_end = len(data) - _FOOTER.size
-    if body_end < _HEADER_LEN or data[body_end + 4 :] != SIG_MAGIC:
-        return len(data), None
-    (length,) = struct.unpack_from("<I", data, body_end)
-    start = body_end - length
-    head = start - _FRAME_HEAD.size
-    if length > MAX_SIG_BYTES or head < _HEADER_LEN:
-        return len(data), None
-    magic, size = _FRAME_HEAD.unpack_from(data, head)
-    if magic != _SKIPPABLE or size != length + _FOOTER.size:
-        return len(data), None
-    return head, data[start:body_end]
-
-
-def split_signature(data: bytes) -> tuple[bytes, bytes | None]:
-    """(the object's bytes before its signature frame, the signature body or None)."""
-    end, body = _signature_bounds(data)
-    return (data if end == len(data) else data[:end]), body
 
 
 def _parse_signature(body: bytes) -> Signature | None:
@@ -285,9 +248,9 @@ def check_signature(
     `Unsigned`, `UntrustedKey` or `BadSignature`. Reads no payload. `digests`: (the
     object's digest, the digest of its bytes before the signature frame) where the
     caller has them (`decode` hashes the object once for both)."""
-    end, body = _signature_bounds(data)
+    end, body = signature_bounds(data)
     if digests is None:
-        digests = _digests(data, end)
+        digests = frame_digests(data, end)
     short, content = digests[0][:12], digests[1]
     if body is None:
         raise Unsigned(f"object {short} is unsigned")
@@ -296,7 +259,7 @@ def check_signature(
         raise BadSignature(f"object {short} has an unreadable signature")
     if not trusted.knows(sig.signer):
         raise UntrustedKey(f"object {short} is signed by key {sig.signer!r}, which is not trusted")
-    _, meta_body, _ = _bounds(data)
+    _, meta_body, _ = bounds(data)
     if meta_body is None:
         raise BadSignature(f"object {short} is signed but carries no entry metadata")
     meta = ObjectMeta.from_bytes(meta_body)
@@ -311,45 +274,9 @@ def check_signature(
     return sig
 
 
-def _digests(data: bytes, end: int) -> tuple[str, str]:
-    """(sha256 of all of `data`, sha256 of its first `end` bytes), in one pass."""
-    view = memoryview(data)
-    h = hashlib.sha256(view[:end])
-    content = h.hexdigest()
-    if end == len(data):
-        return content, content
-    h.update(view[end:])
-    return h.hexdigest(), content
-
-
-def _bounds(data: bytes) -> tuple[int, bytes | None, int]:
-    """(where the payload's zstd frame ends, the metadata body or None, where the bytes
-    before any signature frame end); no copy of the object is made."""
-    end, _ = _signature_bounds(data)
-    body_end = end - _FOOTER.size
-    if body_end < _HEADER_LEN or data[body_end + 4 : end] != META_MAGIC:
-        return end, None, end
-    (length,) = struct.unpack_from("<I", data, body_end)
-    start = body_end - length
-    head = start - _FRAME_HEAD.size
-    if length > MAX_META_BYTES or head < _HEADER_LEN:
-        return end, None, end
-    magic, size = _FRAME_HEAD.unpack_from(data, head)
-    if magic != _SKIPPABLE or size != length + _FOOTER.size:
-        return end, None, end
-    return head, data[start:body_end], end
-
-
-def _split(data: bytes) -> tuple[bytes, bytes | None]:
-    """(the payload's zstd frame, the metadata body or None); any signature frame is
-    left out."""
-    frame_end, body, _ = _bounds(data)
-    return data[_HEADER_LEN:frame_end], body
-
-
 def read_meta(data: bytes) -> ObjectMeta | None:
     """The entry `data` was stored for; None for objects that predate metadata."""
-    _, body, _ = _bounds(data)
+    _, body, _ = bounds(data)
     return None if body is None else ObjectMeta.from_bytes(body)
 
 
@@ -386,18 +313,18 @@ def decode(
     another reader may trust that key). Checked before anything is decompressed.
     """
     short = expected_digest[:12]
-    frame_end, body, unsigned_end = _bounds(data)
+    frame_end, body, unsigned_end = bounds(data)
     if trusted is not None:  # one pass for the object's digest and the signed content's
-        actual, content = _digests(data, unsigned_end)
+        actual, content = frame_digests(data, unsigned_end)
     else:
         actual = digest_of(data)
     if actual != expected_digest:
         raise CorruptObject(f"object {short} has digest {actual[:12]}")
-    if len(data) < _HEADER_LEN or not data.startswith(MAGIC):
+    if len(data) < HEADER_LEN or not data.startswith(MAGIC):
         raise CorruptObject(f"object {short} has no artifactstore envelope")
     if data[len(MAGIC)] != FORMAT_VERSION:
         raise CorruptObject(f"object {short} has envelope version {data[len(MAGIC)]}")
-    stored_fp = data[len(MAGIC) + 1 : _HEADER_LEN].hex()
+    stored_fp = data[len(MAGIC) + 1 : HEADER_LEN].hex()
     if stored_fp != fingerprint_digest:
         raise FingerprintMismatch(
             f"object {short} was built for fingerprint {stored_fp[:12]}, "
@@ -410,13 +337,13 @@ def decode(
         if namespace is None:
             raise ValueError("checking signatures needs the namespace the entry came from")
         check_signature(data, trusted, namespace, key=key, digests=(actual, content))
-    frame = memoryview(data)[_HEADER_LEN:frame_end]
+    frame = memoryview(data)[HEADER_LEN:frame_end]
     if callbacks is not None and meta is not None and meta.callbacks not in (None, callbacks):
         raise CallbackMismatch(
             f"object {short} expects {meta.callbacks} host callback(s), "
             f"this program provides {callbacks}"
         )
-    declared = _declared_size(frame, short)
+    declared = declared_size(frame, short)
     recorded = None if meta is None else meta.raw_size
     for what, size in (("its metadata", recorded), ("its entry", expected_raw_size)):
         if size is not None and size != declared:
@@ -430,30 +357,12 @@ def decode(
         )
     try:
         # The output buffer is the declared size: a frame holding more fails here.
-        payload = _decompressor().decompress(frame, max_output_size=declared)
+        payload = decompressor().decompress(frame, max_output_size=declared)
     except zstandard.ZstdError as exc:
         raise CorruptObject(f"object {short} does not decompress: {exc}") from None
     if len(payload) != declared:
         raise CorruptObject(f"object {short} declares {declared} bytes, holds {len(payload)}")
     return payload
-
-
-def _declared_size(frame: bytes | memoryview, short: str) -> int:
-    """The executable's size as the payload frame's header declares it (our encoder
-    always writes it); a frame without one is refused rather than inflated blind."""
-    try:
-        size = zstandard.frame_content_size(frame)
-    except zstandard.ZstdError as exc:
-        raise CorruptObject(f"object {short} has an unreadable payload frame: {exc}") from None
-    if size < 0:
-        raise CorruptObject(f"object {short} does not declare its executable's size")
-    return int(size)
-
-
-def envelope_fingerprint(data: bytes) -> str | None:
-    if len(data) < _HEADER_LEN or not data.startswith(MAGIC):
-        return None
-    return data[len(MAGIC) + 1 : _HEADER_LEN].hex()
 
 
 class FingerprintMismatch(CorruptObject):

@@ -6,18 +6,17 @@ yet XLA:CPU compiles for the features of the host it runs on: an executable
 built with AVX-512 must never reach a host without it. The fingerprint adds
 those facts and is also stored as index metadata, so the index can answer
 "what do we hold for this device and jaxlib".
+
+Pure functions of the facts: reading them from this host (/proc/cpuinfo, sysctl,
+the platform module) is `artifactstore.config.host`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import platform
-import sys
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 FINGERPRINT_VERSION = 1
@@ -97,11 +96,8 @@ FIELDS: tuple[str, ...] = (
 )
 
 
-def _read_cpuinfo() -> tuple[set[str], str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return set(), ""
+def parse_cpuinfo(text: str) -> tuple[set[str], str]:
+    """The CPU flags and model name in the text of Linux's /proc/cpuinfo (first CPU)."""
     flags: set[str] = set()
     model = ""
     for line in text.splitlines():
@@ -114,72 +110,13 @@ def _read_cpuinfo() -> tuple[set[str], str]:
     return flags, model
 
 
-def _macos_features() -> set[str]:
-    import subprocess
-
-    feats: set[str] = set()
-    for key in ("machdep.cpu.features", "machdep.cpu.leaf7_features"):
-        try:
-            out = subprocess.run(
-                ["sysctl", "-n", key], capture_output=True, text=True, timeout=2, check=False
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            continue
-        feats.update(f.lower().replace(".", "_") for f in out.split())
-    return feats
-
-
-@cache
-def host_cpu_features() -> tuple[str, ...]:
-    """The sorted code-generation-relevant CPU features of this host."""
-    arch = platform.machine().lower()
-    flags, _ = _read_cpuinfo()
-    if not flags and sys.platform == "darwin":
-        flags = _macos_features()
+def relevant_cpu_features(arch: str, flags: Iterable[str]) -> tuple[str, ...]:
+    """The sorted flags of a CPU of architecture `arch` that change generated code."""
     relevant = _ARM_FEATURES if arch in ("aarch64", "arm64") else _X86_FEATURES
-    return tuple(sorted(flags & relevant))
+    return tuple(sorted(set(flags) & relevant))
 
 
-# Test and cross-target seam: a function that may rewrite the computed fields.
-Provider = Callable[[dict[str, Any]], dict[str, Any]]
-_providers: list[Provider] = []
-
-
-def register_provider(provider: Provider) -> None:
-    """Add a function that adjusts the fingerprint fields (applied in order)."""
-    _providers.append(provider)
-
-
-def compute(
-    *,
-    platform_name: str,
-    platform_version: str,
-    device_kind: str,
-    device_count: int,
-    jax_version: str,
-    jaxlib_version: str,
-) -> Fingerprint:
-    fields: dict[str, Any] = {
-        "cpu_arch": platform.machine().lower(),
-        "cpu_features": list(host_cpu_features()),
-        "os": sys.platform,
-        "jax_version": jax_version,
-        "jaxlib_version": jaxlib_version,
-        "platform": platform_name,
-        "platform_version": platform_version,
-        "device_kind": device_kind,
-        "device_count": int(device_count),
-        "version": FINGERPRINT_VERSION,
-    }
-    for provider in _providers:
-        fields = provider(dict(fields))
-    return Fingerprint.from_dict(fields)
-
-
-def host_cpu_digest() -> str:
+def cpu_digest(arch: str, features: Iterable[str]) -> str:
     """Digest of the host-only part (arch and features), for keys made without a backend."""
-    text = json.dumps(
-        {"cpu_arch": platform.machine().lower(), "cpu_features": list(host_cpu_features())},
-        sort_keys=True,
-    )
+    text = json.dumps({"cpu_arch": arch, "cpu_features": list(features)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -21,7 +21,8 @@ its callback count and raw size), the fingerprint digest, the callback count
 and the raw size. Messages name key files and key names, never key material.
 
 `cryptography` is imported only when a key is loaded or checked, so processes
-without keys (and warm processes answered by the tier) never pay for it.
+without keys (and warm processes answered by the tier) never pay for it. This module
+reads no files: key files are read and written by `artifactstore.config.keyfiles`.
 """
 
 from __future__ import annotations
@@ -29,10 +30,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from artifactstore.errors import ConfigError
@@ -45,17 +44,16 @@ if TYPE_CHECKING:
 __all__ = [
     "SigningKey",
     "TrustedKeys",
-    "generate",
-    "load_signing_key",
     "message",
+    "public_key_from_text",
+    "signing_key_from_text",
 ]
 
 DOMAIN = b"artifactstore-entry-signature-v1\x00"
 KEY_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-_SEED_LEN = 32
-_PUBLIC_LEN = 32
+SEED_LEN = 32
+PUBLIC_LEN = 32
 SIGNATURE_LEN = 64
-_MAX_KEY_FILE = 4096
 
 
 def check_key_name(name: str) -> str:
@@ -82,7 +80,7 @@ def message(
     return DOMAIN + json.dumps(fields, separators=(",", ":")).encode()
 
 
-def _decode_b64(text: str, length: int) -> bytes | None:
+def decode_b64(text: str, length: int) -> bytes | None:
     try:
         raw = base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError):
@@ -115,29 +113,13 @@ class SigningKey:
         return f"signing key {self.name!r} ({self.path})"
 
 
-def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
-    """The secret key in `path` (`NAME:BASE64(seed)`); a one-line ConfigError otherwise."""
+def signing_key_from_text(text: str | None, path: str) -> SigningKey:
+    """The secret key in the text of the key file `path` (`NAME:BASE64(seed)`); a one-line
+    ConfigError, which never shows the text, when it is not one."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    where = str(path)
-    if not os.path.exists(where) and _looks_like_key_material(where):
-        # The key itself pasted into the variable: never echo it.
-        raise ConfigError(
-            "ARTSTORE_SIGNING_KEY must be the path of a .key file (`artstore keygen NAME`), "
-            "not the key itself"
-        )
-    if where.endswith(".pub"):
-        raise ConfigError(
-            f"signing key file {_show_path(where)} is a public key: ARTSTORE_SIGNING_KEY "
-            "names the secret NAME.key file"
-        )
-    text = _read_key_file(
-        where,
-        f"signing key file {_show_path(where)}",
-        "(ARTSTORE_SIGNING_KEY must be the path of a .key file from `artstore keygen`)",
-    )
     bad = ConfigError(
-        f"signing key file {_show_path(where)} is not an artifactstore/Nix secret key "
+        f"signing key file {show_path(path)} is not an artifactstore/Nix secret key "
         "(expected one line NAME:BASE64 of a 32-byte Ed25519 seed, as `artstore keygen` "
         "writes it)"
     )
@@ -146,56 +128,23 @@ def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
     name, b64 = text.split(":", 1)
     if not KEY_NAME_RE.fullmatch(name):
         raise bad
-    seed = _decode_b64(b64, _SEED_LEN)
+    seed = decode_b64(b64, SEED_LEN)
     if seed is None:
         # Nix writes 64 bytes (seed followed by the public key); accept that too.
-        both = _decode_b64(b64, _SEED_LEN + _PUBLIC_LEN)
+        both = decode_b64(b64, SEED_LEN + PUBLIC_LEN)
         if both is None:
             raise bad
-        seed = both[:_SEED_LEN]
-    _check_private_mode(where)
-    return SigningKey(name, where, Ed25519PrivateKey.from_private_bytes(seed))
+        seed = both[:SEED_LEN]
+    return SigningKey(name, path, Ed25519PrivateKey.from_private_bytes(seed))
 
 
-def _looks_like_key_material(value: str) -> bool:
+def looks_like_key_material(value: str) -> bool:
     """A setting that names no file and reads like a key (NAME:BASE64, or bare base64
     of 32 bytes or more): refused without being echoed."""
     return re.fullmatch(r"(?:[A-Za-z0-9._-]+:)?[A-Za-z0-9+/]{40,}={0,2}", value.strip()) is not None
 
 
-def _read_key_file(path: str | os.PathLike[str], what: str, fix: str) -> str | None:
-    """The text of a key file (secret or public): None when it is not one short ASCII
-    line, a one-line ConfigError naming `what` and `fix` when it cannot be read. The
-    contents never reach a message: callers say only that the format is wrong."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_KEY_FILE + 1)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ConfigError(f"cannot read {what}: {reason} {fix}") from None
-    if len(raw) > _MAX_KEY_FILE:
-        return None
-    try:
-        return raw.decode("ascii").strip()
-    except UnicodeDecodeError:
-        return None
-
-
-def _check_private_mode(path: str) -> None:
-    """A secret key others can read is no longer secret, as ssh says of its own keys."""
-    try:
-        mode = os.stat(path).st_mode & 0o777
-    except OSError:  # read a moment ago; the read itself is what matters
-        return
-    if mode & 0o077:
-        raise ConfigError(
-            f"signing key file {_show_path(path)} is readable or writable by other users "
-            f"(mode {mode:04o}): run `chmod 600 {path}` (and rotate the key if others "
-            "may have read it)"
-        )
-
-
-def _show_path(path: str) -> str:
+def show_path(path: str) -> str:
     return repr(path[:200])
 
 
@@ -204,20 +153,6 @@ class TrustedKeys:
     """The public keys a reader accepts signatures from (several while rotating)."""
 
     keys: tuple[tuple[str, bytes], ...]  # (name, 32-byte public key)
-
-    @classmethod
-    def parse(cls, spec: str) -> TrustedKeys:
-        """A comma-separated list of `.pub` file paths or `NAME:BASE64` public keys."""
-        items = [part.strip() for part in spec.split(",") if part.strip()]
-        if not items:
-            raise ConfigError(
-                "ARTSTORE_TRUSTED_KEYS is empty: give .pub files or NAME:BASE64 public keys, "
-                "comma-separated"
-            )
-        keys: list[tuple[str, bytes]] = []
-        for n, item in enumerate(items, 1):
-            keys.append(_parse_public(item, n))
-        return cls(tuple(keys))
 
     @property
     def names(self) -> list[str]:
@@ -249,25 +184,10 @@ class TrustedKeys:
         return "trusted keys " + ", ".join(self.names)
 
 
-def _parse_public(item: str, n: int) -> tuple[str, bytes]:
-    where = f"entry {n} of ARTSTORE_TRUSTED_KEYS"
-    text = item
-    looks_inline = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}:[A-Za-z0-9+/=]+", item)
-    if not looks_inline and not os.path.exists(item) and _looks_like_key_material(item):
-        raise ConfigError(
-            f"{where} is neither a file nor NAME:BASE64 (not echoed: it may be key "
-            "material): list NAME.pub files or NAME:BASE64 public keys"
-        )
-    if not looks_inline:
-        text = (
-            _read_key_file(
-                Path(item).expanduser(),
-                f"public key file {_show_path(item)} ({where})",
-                "(use .pub files or NAME:BASE64 public keys, comma-separated)",
-            )
-            or ""
-        )
-        where = f"public key file {_show_path(item)}"
+def public_key_from_text(text: str, where: str, item: str) -> tuple[str, bytes]:
+    """(name, raw key) of the public key `text` (`NAME:BASE64`), entry `item` of
+    ARTSTORE_TRUSTED_KEYS; a one-line ConfigError naming `where` when it is not one,
+    or when it looks like a secret key (a .key file, or 64 bytes: seed and public key)."""
     bad = ConfigError(
         f"{where} is not a public key: expected NAME:BASE64 of a 32-byte Ed25519 public key, "
         "as `artstore keygen` writes it into NAME.pub"
@@ -277,9 +197,9 @@ def _parse_public(item: str, n: int) -> tuple[str, bytes]:
     name, b64 = text.split(":", 1)
     if not KEY_NAME_RE.fullmatch(name):
         raise bad
-    raw_key = _decode_b64(b64, _PUBLIC_LEN)
+    raw_key = decode_b64(b64, PUBLIC_LEN)
     if raw_key is None:
-        if _decode_b64(b64, _SEED_LEN + _PUBLIC_LEN) is not None or _looks_secret(item):
+        if decode_b64(b64, SEED_LEN + PUBLIC_LEN) is not None or _looks_secret(item):
             raise ConfigError(
                 f"{where} looks like a secret key: list public keys (NAME.pub) in "
                 "ARTSTORE_TRUSTED_KEYS, never .key files"
@@ -301,46 +221,3 @@ def _parse_public(item: str, n: int) -> tuple[str, bytes]:
 
 def _looks_secret(item: str) -> bool:
     return item.endswith(".key")
-
-
-def generate(name: str, directory: str | os.PathLike[str] = ".") -> tuple[Path, Path]:
-    """Write NAME.key (mode 0600, never overwritten) and NAME.pub into `directory`."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from cryptography.hazmat.primitives.serialization import (
-        Encoding,
-        NoEncryption,
-        PrivateFormat,
-        PublicFormat,
-    )
-
-    check_key_name(name)
-    base = Path(directory)
-    if not base.is_dir():
-        raise ConfigError(f"no such directory {_show_path(str(base))}: create it first")
-    secret_path, public_path = base / f"{name}.key", base / f"{name}.pub"
-    for path in (secret_path, public_path):
-        if path.exists() or path.is_symlink():
-            raise ConfigError(f"{path} exists: refusing to overwrite a key (choose another NAME)")
-    private = Ed25519PrivateKey.generate()
-    seed = private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    public = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(secret_path, flags, 0o600)
-    except FileExistsError:
-        raise ConfigError(
-            f"{secret_path} exists: refusing to overwrite a key (choose another NAME)"
-        ) from None
-    with os.fdopen(fd, "wb") as f:
-        os.fchmod(f.fileno(), 0o600)  # whatever the umask
-        f.write(f"{name}:{base64.b64encode(seed).decode()}\n".encode())
-    try:
-        fd = os.open(public_path, flags, 0o644)
-    except FileExistsError:
-        secret_path.unlink()
-        raise ConfigError(
-            f"{public_path} exists: refusing to overwrite a key (choose another NAME)"
-        ) from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(f"{name}:{base64.b64encode(public).decode()}\n".encode())
-    return secret_path, public_path

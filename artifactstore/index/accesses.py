@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine, bindparam, case, delete, func, insert, select, update
 
-from artifactstore.index.db import allow_access_append
+from artifactstore.index.engine import allow_access_append
 from artifactstore.index.models import Access, Entry, utcnow
 from artifactstore.index.sql import write_transaction
 

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from artifactstore.config import host as _host
 from artifactstore.errors import one_line
 from artifactstore.formats import fingerprint as _fp
 from artifactstore.jaxhook import compat
@@ -111,7 +112,7 @@ def key_hook() -> str:
     """Added to every JAX cache key: our fingerprint when we compute the key,
     the host CPU features otherwise (so JAX's own cache gains them too)."""
     previous = _previous_hook() if _previous_hook is not None else ""
-    ours = getattr(_local, "fingerprint", None) or _fp.host_cpu_digest()
+    ours = getattr(_local, "fingerprint", None) or _host.host_cpu_digest()
     return f"{previous}|artifactstore:{ours}" if previous else f"artifactstore:{ours}"
 
 
@@ -407,7 +408,7 @@ def backend_fingerprint(backend: Any, devices: Any = None) -> _fp.Fingerprint:
     ident = (id(backend), str(first.device_kind), int(backend.device_count()))
     found = _fingerprints.get(ident)
     if found is None:
-        found = _fingerprints[ident] = _fp.compute(
+        found = _fingerprints[ident] = _host.compute(
             platform_name=str(backend.platform),
             platform_version=str(backend.platform_version),
             device_kind=str(first.device_kind),

@@ -22,7 +22,8 @@ from typing import Any
 from artifactstore import config
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.blobstores.s3 import S3BlobStore
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.config.host import compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.index.repo import EntryIndex
 from artifactstore.store import Store
 

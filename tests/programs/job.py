@@ -37,10 +37,10 @@ slow_secs = float(os.environ.get("JOB_SLOW_COMPILE_SECS", "0"))
 xla_compiles = count_compiles(("mlp", "loss_and_grad"), slow_secs)
 
 if os.environ.get("JOB_FAKE_CPU_FEATURES"):
-    from artifactstore.formats import fingerprint
+    from artifactstore.config import host
 
     fake = sorted(os.environ["JOB_FAKE_CPU_FEATURES"].split(","))
-    fingerprint.register_provider(lambda fields: {**fields, "cpu_features": fake})
+    host.register_provider(lambda fields: {**fields, "cpu_features": fake})
 
 if not os.environ.get("JOB_NO_STORE"):
     import artifactstore

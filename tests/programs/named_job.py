@@ -29,7 +29,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import artifactstore  # noqa: E402
-from artifactstore.formats import fingerprint  # noqa: E402
+from artifactstore.config import host  # noqa: E402
 
 events: list[str] = []
 stub_events: list[str] = []  # the fast call path's stub (artifactstore.named.call)
@@ -45,7 +45,7 @@ jax.monitoring.register_event_duration_secs_listener(_listen)
 if os.environ.get("NAMED_MIN_CCV"):  # as if this JAX no longer read older exports
     jax.export.minimum_supported_calling_convention_version = int(os.environ["NAMED_MIN_CCV"])
 if os.environ.get("NAMED_OTHER_FP"):
-    fingerprint.register_provider(lambda f: {**f, "device_kind": "cpu-other-kind"})
+    host.register_provider(lambda f: {**f, "device_kind": "cpu-other-kind"})
 
 model: Any = None
 try:

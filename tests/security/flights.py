@@ -7,14 +7,15 @@ import threading
 import time
 from typing import Any
 
+from artifactstore.config import host
 from artifactstore.formats import fingerprint
 from artifactstore.store import Hit, Store
 from artifactstore.store.flight import Held
 
 
 def fp() -> fingerprint.Fingerprint:
-    return fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                               device_count=1, jax_version="1", jaxlib_version="0.4")  # fmt: skip
+    return host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                        device_count=1, jax_version="1", jaxlib_version="0.4")  # fmt: skip
 
 
 def key(i: int) -> str:

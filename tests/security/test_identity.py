@@ -20,13 +20,13 @@ import boto3
 import pytest
 from conftest import FAKE_AWS, REPO, OpenStore, artstore, clean_env
 
-from artifactstore.formats import fingerprint
+from artifactstore.config import host
 from artifactstore.index import db
 from artifactstore.index.identity import bound_id
 from artifactstore.store import Store
 
-FP = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
-                         device_count=1, jax_version="1", jaxlib_version="0.9.1")  # fmt: skip
+FP = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
+                  device_count=1, jax_version="1", jaxlib_version="0.9.1")  # fmt: skip
 KEYS = [f"{i:02x}" * 32 for i in range(1, 11)]
 MISMATCH = "do not belong together"
 # The last commit at schema 0004 (before the store identity): the previous client.

@@ -33,9 +33,9 @@ from faultproxy import FaultProxy
 from sqlalchemy import text
 
 from artifactstore.blobstores.base import LEASES
+from artifactstore.config.host import compute
+from artifactstore.config.keyfiles import generate
 from artifactstore.formats import codec
-from artifactstore.formats.fingerprint import compute
-from artifactstore.formats.signing import generate
 from artifactstore.store import Store
 
 SIGNALS = {

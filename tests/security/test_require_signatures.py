@@ -17,8 +17,9 @@ import pytest
 from conftest import FAKE_AWS, TEAM_KEY, TEAM_PUB, OpenStore, artstore, run_program
 
 from artifactstore import config
+from artifactstore.config import host, keyfiles
 from artifactstore.errors import ConfigError
-from artifactstore.formats import codec, fingerprint, signing
+from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
 
 SLOW = {"ARTSTORE_MIN_COMPILE_SECS": "0.5", "JOB_SLOW_COMPILE_SECS": "0.6"}
@@ -167,7 +168,7 @@ def test_a_process_trusts_its_own_key(tmp_path: Path) -> None:
     team = {"url": "s3://team-jax/cache", "index": "postgresql://u@h/db"}
     own = config.resolve({**team, "signing_key": str(TEAM_KEY)}, environ={})
     assert own.trusted_keys is not None and own.trusted_keys.names == ["team-tests"]
-    key, _pub = signing.generate("other", tmp_path)
+    key, _pub = keyfiles.generate("other", tmp_path)
     both = config.resolve({**team, "signing_key": str(key), "trusted_keys": str(TEAM_PUB)}, {})
     assert both.trusted_keys is not None and both.trusted_keys.names == ["other", "team-tests"]
 
@@ -176,8 +177,8 @@ def test_a_writer_without_a_key_warns_once_and_a_keyless_reader_fetches_nothing(
     team_env: dict[str, str], open_store: OpenStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     writer = open_store(_without_keys(team_env))
-    fp = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                             device_count=1, jax_version="0", jaxlib_version="0")  # fmt: skip
+    fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                      device_count=1, jax_version="0", jaxlib_version="0")  # fmt: skip
     for n in range(3):
         writer.put(f"{n:02d}" * 32, b"x" * 100, fingerprint=fp, module_name="m",
                    compile_secs=1.0)  # fmt: skip

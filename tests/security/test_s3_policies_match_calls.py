@@ -31,8 +31,8 @@ from artifactstore import config, gc
 from artifactstore.blobstores.base import JOURNALS, LEASES, MANIFESTS
 from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.bundles.pull import open_puller, pull
+from artifactstore.config.keyfiles import generate, load_signing_key
 from artifactstore.formats import codec
-from artifactstore.formats.signing import generate, load_signing_key
 from artifactstore.gc.rebuild import rebuild
 from artifactstore.gc.remove import remove
 from artifactstore.gc.sign import sign_entries

@@ -26,10 +26,11 @@ import sqlalchemy as sa
 from conftest import OpenStore, artstore, clean_env
 
 from artifactstore import config
-from artifactstore.formats import codec, fingerprint
+from artifactstore.config import host
+from artifactstore.formats import codec
 
-FP = fingerprint.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
-                         device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+FP = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                  device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
 # What these tests set themselves (the team fixture may carry a key and trusted keys).
 OURS = ("ARTSTORE_SIGNING_KEY", "ARTSTORE_TRUSTED_KEYS", "ARTSTORE_REQUIRE_SIGNATURES")
 

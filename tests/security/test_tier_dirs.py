@@ -29,8 +29,9 @@ from conftest import clean_env, run_program
 from otheruser import OTHER_UID
 
 from artifactstore import config
+from artifactstore.config.host import compute
 from artifactstore.errors import UnsafeDirectory
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.store import Store, tier
 from artifactstore.store.tier import LocalTier, TierEntry
 

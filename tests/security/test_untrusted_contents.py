@@ -22,7 +22,8 @@ from conftest import OpenStore, artstore
 from sqlalchemy import create_engine, select, text
 
 from artifactstore import config
-from artifactstore.formats.fingerprint import Fingerprint, compute
+from artifactstore.config.host import compute
+from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.index.leases import Lease
 from artifactstore.index.models import Entry, LeaseRow
 from artifactstore.runtime.session import Session

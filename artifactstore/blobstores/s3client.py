@@ -1,0 +1,143 @@
+"""The boto3 client of an S3 store, and how one call spends ARTSTORE_TIMEOUT.
+
+A store that is down must degrade to a compile quickly, so every call (retries
+included) is bounded by ARTSTORE_TIMEOUT: botocore's own retries are off, and
+`_Retries` retries transient failures only while another whole attempt fits.
+Apart from `s3.py` so that the bucket's layout and calls read on their own.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import botocore.exceptions as bce
+from botocore.config import Config
+
+from artifactstore.errors import StoreUnavailable
+
+# Few attempts: a store that is down must degrade to a compile quickly. ARTSTORE_TIMEOUT
+# bounds a whole call, retries included (see `call_budget`), so each attempt gets a
+# share of it, and a bound too short for MAX_ATTEMPTS shares of MIN_ATTEMPT_SECS gets
+# fewer attempts rather than shares too short to answer in.
+MAX_ATTEMPTS = 3
+MIN_ATTEMPT_SECS = 2.0
+MAX_CONNECT_SECS = 2.0  # a TCP + TLS connect takes milliseconds; the rest of a share reads
+# Transient S3 answers, retried within the bound (as botocore's standard mode does).
+_RETRY_STATUS = {500, 502, 503, 504}
+_RETRY_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                "RequestTimeoutException", "InternalError", "ServiceUnavailable"}  # fmt: skip
+
+
+def make_client(bucket: str, endpoint_url: str | None, timeout_secs: float) -> Any:
+    """A boto3 S3 client whose calls are bounded by `timeout_secs`; StoreUnavailable
+    (one line naming the fix) when boto3 cannot set one up."""
+    session = boto3.session.Session()
+    # Explicit endpoint, else whatever boto3 resolves from AWS_ENDPOINT_URL_S3 /
+    # AWS_ENDPOINT_URL / its config file. Custom endpoints (MinIO, moto) rarely
+    # have wildcard DNS for virtual-hosted buckets, so use path-style there.
+    custom = endpoint_url is not None or _configured_endpoint(session) is not None
+    budget = call_budget(timeout_secs)
+    config = Config(
+        connect_timeout=budget.connect_secs,
+        read_timeout=budget.read_secs,
+        # botocore's own retries are off: `_Retries` retries within the bound.
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        s3={"addressing_style": "path"} if custom else None,
+        max_pool_connections=16,
+    )
+    try:
+        client = session.client("s3", endpoint_url=endpoint_url, config=config)
+        retries = _Retries(budget)
+        client.meta.events.register("before-call.s3", retries.start)
+        client.meta.events.register_first("needs-retry.s3", retries.needs_retry)
+        return client
+    except (bce.BotoCoreError, ValueError) as exc:
+        raise StoreUnavailable(
+            f"cannot set up S3 client for bucket '{bucket}' "
+            f"({type(exc).__name__}): check AWS_DEFAULT_REGION, AWS_PROFILE and "
+            "AWS_ENDPOINT_URL_S3 / ARTSTORE_S3_ENDPOINT_URL"
+        ) from None
+
+
+@dataclass(frozen=True)
+class CallBudget:
+    """How one S3 call spends ARTSTORE_TIMEOUT: `attempts` tries of at most
+    `connect_secs` + `read_secs` each, so that attempts x (connect + read) <= the bound."""
+
+    bound_secs: float
+    attempts: int
+    connect_secs: float
+    read_secs: float
+
+    @property
+    def attempt_secs(self) -> float:
+        return self.connect_secs + self.read_secs
+
+
+def call_budget(bound_secs: float) -> CallBudget:
+    """Split the bound on one call (connect + read, retries included) into attempts.
+
+    T = 10 s (the default): 3 attempts of 1.1 s connect + 2.2 s read; T = 2 s: one
+    attempt of 0.7 + 1.3 s. The read timeout is botocore's per socket read, so a large
+    transfer that keeps moving is never cut; a server that stops answering is.
+    """
+    attempts = max(1, min(MAX_ATTEMPTS, int(bound_secs // MIN_ATTEMPT_SECS)))
+    share = bound_secs / attempts
+    connect = min(share / 3, MAX_CONNECT_SECS)
+    return CallBudget(bound_secs, attempts, connect, share - connect)
+
+
+class _Retries:
+    """botocore's `needs-retry` hook: retry transient failures (connection errors,
+    timeouts, 5xx, throttling) while another whole attempt fits before the call's
+    deadline, with a short jittered back-off; never past the bound."""
+
+    def __init__(self, budget: CallBudget) -> None:
+        self.budget = budget
+
+    def start(self, context: dict[str, Any], **_: Any) -> None:
+        context["artstore_deadline"] = time.monotonic() + self.budget.bound_secs
+
+    def needs_retry(
+        self,
+        attempts: int,
+        request_dict: dict[str, Any] | None = None,
+        response: Any = None,
+        caught_exception: BaseException | None = None,
+        **_: Any,
+    ) -> float | None:
+        if attempts >= self.budget.attempts or not _transient(response, caught_exception):
+            return None
+        deadline = ((request_dict or {}).get("context") or {}).get("artstore_deadline")
+        delay = random.uniform(0, min(0.05 * 2**attempts, 0.5))
+        if deadline is None or time.monotonic() + delay + self.budget.attempt_secs > deadline:
+            return None
+        return delay
+
+
+def _transient(response: Any, caught: BaseException | None) -> bool:
+    if caught is not None:
+        return isinstance(caught, (bce.ConnectionError, bce.HTTPClientError))
+    if not response:
+        return False
+    http, parsed = response
+    code = str((parsed or {}).get("Error", {}).get("Code", ""))
+    return getattr(http, "status_code", 0) in _RETRY_STATUS or code in _RETRY_CODES
+
+
+def _configured_endpoint(session: Any) -> str | None:
+    """The endpoint boto3 would use from env/config, if any (for addressing style)."""
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(name):
+            return os.environ[name]
+    try:
+        scoped = session._session.get_scoped_config()
+    except Exception:
+        return None
+    value = scoped.get("endpoint_url") if isinstance(scoped, dict) else None
+    return str(value) if value else None

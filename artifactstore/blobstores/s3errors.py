@@ -1,0 +1,95 @@
+"""What an S3 failure means, in one secret-free line that names the fix.
+
+Every botocore failure except "not found" becomes `StoreUnavailable`, so callers
+degrade to a compile (invariant 2) without leaking credentials (invariant 5).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import botocore.exceptions as bce
+from boto3.exceptions import Boto3Error
+
+NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+BAD_CREDENTIALS = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "InvalidClientTokenId",
+    "AuthorizationHeaderMalformed",
+}
+DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
+NO_BUCKET = {"NoSuchBucket"}
+
+
+def is_backend_error(exc: BaseException) -> bool:
+    """A failure of boto3/botocore (turned into StoreUnavailable), not a bug of ours."""
+    return isinstance(exc, (bce.BotoCoreError, bce.ClientError, Boto3Error))
+
+
+def error_code(exc: BaseException) -> str:
+    """The S3 error code of a ClientError (or of a boto3 wrapper around one)."""
+    if isinstance(exc, bce.ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    if isinstance(exc, Boto3Error):  # e.g. S3UploadFailedError keeps only the text
+        match = re.search(r"An error occurred \(([A-Za-z0-9]+)\)", str(exc))
+        return match.group(1) if match else ""
+    return ""
+
+
+def message(
+    op: str,
+    exc: BaseException,
+    *,
+    bucket: str,
+    base: str,
+    timeout_secs: float,
+    endpoint: Callable[[], str],
+) -> str:
+    """The line for `exc` during `op` on `bucket` (under `base/`); `endpoint()` (redacted)
+    is asked only where the line shows it."""
+    where = f"'{bucket}'"
+    kind = type(exc).__name__
+    if isinstance(exc, (bce.EndpointConnectionError, bce.ProxyConnectionError)):
+        return (
+            f"S3 bucket {where} not reachable at {endpoint()} ({kind}): "
+            "check ARTSTORE_URL / AWS_ENDPOINT_URL_S3 and the network"
+        )
+    if isinstance(exc, (bce.ConnectTimeoutError, bce.ReadTimeoutError)):
+        return (
+            f"S3 bucket {where} at {endpoint()} did not answer within "
+            f"{timeout_secs:g} s during {op} ({kind}): check the network "
+            "or raise ARTSTORE_TIMEOUT"
+        )
+    if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError)):
+        return (
+            f"no usable S3 credentials for bucket {where} ({kind}): set AWS_PROFILE "
+            "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or use an instance role)"
+        )
+    if isinstance(exc, bce.NoRegionError):
+        return f"no AWS region configured for bucket {where} ({kind}): set AWS_DEFAULT_REGION"
+    code = error_code(exc)
+    if code in BAD_CREDENTIALS:
+        return (
+            f"S3 credentials rejected for bucket {where} ({code}): "
+            "check AWS_ACCESS_KEY_ID/AWS_PROFILE"
+        )
+    if code in NO_BUCKET:
+        return (
+            f"S3 bucket {where} does not exist at {endpoint()} ({code}): "
+            "create it or fix ARTSTORE_URL"
+        )
+    if code in DENIED:
+        return (
+            f"S3 access denied for {op} in bucket {where} under '{base}/' ({code}): "
+            "check the IAM policy for these credentials (see infra/policies/)"
+        )
+    detail = code or kind
+    return (
+        f"S3 {op} failed for bucket {where} at {endpoint()} ({detail}): "
+        "check the S3 service and ARTSTORE_URL"
+    )

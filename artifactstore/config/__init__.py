@@ -1,0 +1,68 @@
+"""Settings from `configure()` arguments and `ARTSTORE_*` environment variables, checked
+before anything opens: `resolve()` turns them into one immutable `Settings`.
+
+The parts: `defaults` (every default and why), `values` (one value: booleans, numbers,
+sizes, names), `urls` (where objects and the index live), `settings` (the option table,
+`Settings`, `resolve`); `host` (this host's platform facts, for the fingerprint) and
+`keyfiles` (signing keys read from and written to files) are imported where needed.
+"""
+
+from __future__ import annotations
+
+from artifactstore.config.defaults import (
+    DEFAULT_BREAKER_COOLDOWN_SECS,
+    DEFAULT_BREAKER_FAILURES,
+    DEFAULT_BUNDLE_MAX_ENTRIES,
+    DEFAULT_DB_IDLE_SECS,
+    DEFAULT_DB_POOL_SIZE,
+    DEFAULT_FLUSH_SECS,
+    DEFAULT_JOURNAL_SECS,
+    DEFAULT_LEASE_MAX_HOLD_SECS,
+    DEFAULT_LEASE_TTL_SECS,
+    DEFAULT_LOCAL_TIER_BYTES,
+    DEFAULT_MAX_EXECUTABLE_BYTES,
+    DEFAULT_MAX_OBJECT_BYTES,
+    DEFAULT_METRICS_ADDR,
+    DEFAULT_MIN_COMPILE_SECS,
+    DEFAULT_NAMESPACE,
+    DEFAULT_TIMEOUT_SECS,
+    ENV_PREFIX,
+    MAX_SECS,
+    SINGLE_FLIGHT_MODES,
+)
+from artifactstore.config.settings import Settings, default_cache_dir, resolve
+from artifactstore.config.urls import BlobLocation, parse_blob_url, parse_index_url
+from artifactstore.config.values import check_namespace, parse_bool, parse_float
+from artifactstore.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_BREAKER_COOLDOWN_SECS",
+    "DEFAULT_BREAKER_FAILURES",
+    "DEFAULT_BUNDLE_MAX_ENTRIES",
+    "DEFAULT_DB_IDLE_SECS",
+    "DEFAULT_DB_POOL_SIZE",
+    "DEFAULT_FLUSH_SECS",
+    "DEFAULT_JOURNAL_SECS",
+    "DEFAULT_LEASE_MAX_HOLD_SECS",
+    "DEFAULT_LEASE_TTL_SECS",
+    "DEFAULT_LOCAL_TIER_BYTES",
+    "DEFAULT_MAX_EXECUTABLE_BYTES",
+    "DEFAULT_MAX_OBJECT_BYTES",
+    "DEFAULT_METRICS_ADDR",
+    "DEFAULT_MIN_COMPILE_SECS",
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_TIMEOUT_SECS",
+    "ENV_PREFIX",
+    "MAX_SECS",
+    "SINGLE_FLIGHT_MODES",
+    "BlobLocation",
+    "ConfigError",
+    "Settings",
+    "check_namespace",
+    "default_cache_dir",
+    "parse_blob_url",
+    "parse_bool",
+    "parse_float",
+    "parse_index_url",
+    "resolve",
+]
