@@ -96,6 +96,27 @@ def test_warm_process_opens_neither_index_nor_object_store(any_env: dict[str, st
     assert stats["misses"] == len(a["xla_compiles"])
 
 
+def test_a_key_once_quick_then_stored_is_looked_up_again(team_env: dict[str, str]) -> None:
+    """A key the tier remembered as too quick to store, which a later process compiled
+    slowly and stored, is looked up again once the tier's copy is gone (evicted, or another
+    host stored it): before, the stale "quick" made processes compile a stored key.
+
+    Slow: three fresh JAX processes on a team store, one with compiles slowed by 1.2 s.
+    """
+    env = dict(team_env, ARTSTORE_MIN_COMPILE_SECS="1")
+    quick = run_program("job.py", env)
+    assert quick["store"].get("stored", 0) == 0
+    assert quick["store"]["below_threshold"] == len(quick["xla_compiles"])
+    slow = run_program("job.py", dict(env, JOB_SLOW_COMPILE_SECS="1.2"))
+    assert slow["store"]["stored"] == 2, slow["store"]
+    for path in _tier_objects(env):  # the tier's copies gone; its memory of keys stays
+        path.unlink()
+    again = run_program("job.py", env)
+    main = [m for m in again["xla_compiles"] if "mlp" in m or "loss_and_grad" in m]
+    assert main == [] and again["store"]["hits"] == 2, again["store"]
+    assert again["results"] == quick["results"]
+
+
 def test_tier_hits_reach_the_index_once(team_env: dict[str, str]) -> None:
     a = run_program("job.py", team_env)
     n = len(a["xla_compiles"])

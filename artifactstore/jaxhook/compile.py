@@ -304,6 +304,8 @@ def _compile_then_store(
         fp = request.fingerprint.digest if request.fingerprint is not None else ""
         session.compiled_below_threshold(store, request.key, fp)
         return executable, False
+    if session.tier is not None:
+        session.tier.forget_below_threshold(request.key)  # quick once, stored now
     if store is None:
         store = session.store()  # known quick before, slow now: store it after all
     if store is None and not session.can_keep_locally():

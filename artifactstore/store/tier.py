@@ -129,6 +129,7 @@ class LocalTier:
         self._pruned = False
         self._below: BelowThreshold | None = None  # read on first use
         self._below_added: BelowThreshold = {}
+        self._below_dropped: set[str] = set()  # compiled slowly since: stored after all
 
     # -- is this directory ours? ------------------------------------------------
     def check(self) -> bool:
@@ -344,14 +345,31 @@ class LocalTier:
             if self._below is not None:
                 self._below[key] = item
 
+    def forget_below_threshold(self, key: str) -> None:
+        """`key` compiled above the threshold this time, so it is stored: later processes
+        must look it up again (a stale "quick" would make them compile a stored key)."""
+        with self._lock:
+            if self._below is None:
+                self._below = self._read_below()
+            if key not in self._below and key not in self._below_added:
+                return
+            self._below.pop(key, None)
+            self._below_added.pop(key, None)
+            self._below_dropped.add(key)
+
     def save_below_threshold(self) -> None:
-        """Merge this process's additions into the file (last writer wins on a race)."""
+        """Merge this process's changes into the file (last writer wins on a race)."""
         with self._lock:
             added, self._below_added = self._below_added, {}
-        if not added:
+            dropped, self._below_dropped = self._below_dropped, set()
+        if not added and not dropped:
             return
         now = time.time()
-        merged = {k: v for k, v in {**self._read_below(), **added}.items() if v[1] > now}
+        merged = {
+            k: v
+            for k, v in {**self._read_below(), **added}.items()
+            if v[1] > now and k not in dropped
+        }
         if len(merged) > BELOW_THRESHOLD_MAX:
             newest = sorted(merged.items(), key=lambda kv: kv[1][1])[-BELOW_THRESHOLD_MAX:]
             merged = dict(newest)
