@@ -45,7 +45,8 @@ INSTALL_HINT = "pip install 'artifactstore[metrics]'"
 # -- what a process exports (name without the _total a counter gets) -> labels
 COUNTERS: dict[str, tuple[str, ...]] = {
     "artstore_hits": ("namespace", "tier"),  # tier: local (this host's tier) or store
-    "artstore_misses": ("namespace",),  # store lookups that found nothing it could load
+    "artstore_misses": ("namespace",),  # compiles the store could have served
+    "artstore_quick_compiles": ("namespace",),  # under ARTSTORE_MIN_COMPILE_SECS: not misses
     "artstore_compiles": ("namespace",),  # XLA compiles routed through the store
     "artstore_stored": ("namespace",),  # entries this process created
     "artstore_bytes_fetched": ("namespace",),  # object bytes read from the object store
@@ -63,17 +64,17 @@ COMPILE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 
 
 # The store's counter names (`ProcessCounters`) -> the counter they feed.
 _PLAIN = {
-    "misses": "artstore_misses",
     "stored": "artstore_stored",
     "bytes_fetched": "artstore_bytes_fetched",
     "bytes_uploaded": "artstore_bytes_uploaded",
     "lease_waits": "artstore_lease_waits",
     "lease_takeovers": "artstore_lease_takeovers",
 }
-# The store's counter names -> artstore_errors_total{kind}. Refusals are misses too
-# (artstore_misses_total counts them as well). The local tier's refusals are named
-# `tier_<reason>` (tier_unsigned, tier_wrong_entry, ...) and keep their name as kind;
-# a circuit breaker opening is kind breaker_open_index or breaker_open_object_store.
+# The store's counter names -> artstore_errors_total{kind}. A refusal whose key is then
+# compiled is a miss too (artstore_misses_total counts the compile). The local tier's
+# refusals are named `tier_<reason>` (tier_unsigned, tier_wrong_entry, ...) and keep
+# their name as kind; a circuit breaker opening is kind breaker_open_index or
+# breaker_open_object_store.
 ERROR_KINDS: dict[str, str] = {
     "corrupt": "corrupt",  # an object failed its digest: quarantined
     "missing_object": "missing_object",  # an entry whose object is gone
@@ -150,7 +151,8 @@ class _Metrics:
 _DOCS = {
     "artstore_hits": "Executables loaded instead of compiled, by tier (local: this host's "
     "tier; store: the shared store).",
-    "artstore_misses": "Store lookups that found nothing this process could load.",
+    "artstore_misses": "Compiles the store could have served (quick ones are not misses).",
+    "artstore_quick_compiles": "Compiles under ARTSTORE_MIN_COMPILE_SECS: never stored.",
     "artstore_compiles": "XLA compiles of programs routed through the store.",
     "artstore_stored": "Entries this process stored.",
     "artstore_bytes_fetched": "Object bytes read from the object store.",
@@ -196,9 +198,13 @@ class Recorder:
     def loaded(self, secs: float) -> None:
         self._guard(lambda: self._m.load.labels(self.namespace).observe(max(secs, 0.0)))
 
-    def compiled(self, secs: float) -> None:
+    def compiled(self, secs: float, *, quick: bool = False) -> None:
+        """A compile: a miss, or a quick one (under ARTSTORE_MIN_COMPILE_SECS), not a miss."""
+
         def record() -> None:
             self._m.counters["artstore_compiles"].labels(self.namespace).inc()
+            which = "artstore_quick_compiles" if quick else "artstore_misses"
+            self._m.counters[which].labels(self.namespace).inc()
             self._m.compile.labels(self.namespace).observe(max(secs, 0.0))
 
         self._guard(record)

@@ -22,8 +22,10 @@ from artifactstore.runtime.run import STARTUP_DIR
 pytestmark = pytest.mark.slow
 
 SUMMARY = re.compile(
-    r"artstore run: hits (\d+), misses (\d+) \(compiled in [\d.]+ s, (\d+) stored\), "
-    r"~[\d.]+ s of compiling saved, (\d+) process(?:es)?$"
+    r"artstore run: hits (\d+), misses (\d+) \((\d+) stored\), "
+    r"~[\d.]+ s of compiling saved, (\d+) process(?:es)?"
+    r"(?:; \d+ quick compiles not stored \(ARTSTORE_MIN_COMPILE_SECS\))?"
+    r"(?:; compiling took [\d.]+ s)?$"
 )
 
 

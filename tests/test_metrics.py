@@ -294,17 +294,19 @@ def test_store_counters_reach_their_metrics() -> None:
     rec.tier_hit()
     rec.loaded(0.02)
     rec.compiled(1.5)
+    rec.compiled(0.01, quick=True)  # under the threshold: a quick compile, not a miss
 
     def got(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(name, {"namespace": "team-a", **labels})
 
     assert got("artstore_hits_total", tier="store") == 1
     assert got("artstore_hits_total", tier="local") == 1
-    assert got("artstore_misses_total") == 2
+    assert got("artstore_misses_total") == 1  # compiles, not lookups ("misses" events)
+    assert got("artstore_quick_compiles_total") == 1
     assert got("artstore_bytes_fetched_total") == 1234
     assert got("artstore_lease_waits_total") == got("artstore_lease_takeovers_total") == 1
-    assert got("artstore_compiles_total") == 1
-    assert got("artstore_compile_seconds_bucket", le="2.5") == 1
+    assert got("artstore_compiles_total") == 2
+    assert got("artstore_compile_seconds_bucket", le="2.5") == 2
     assert got("artstore_load_seconds_count") == 1
     errors = {
         s.labels["kind"]: s.value

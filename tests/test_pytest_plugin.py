@@ -71,9 +71,11 @@ import jax  # noqa: F401
 """
 
 SUMMARY = re.compile(
-    r"^artifactstore: hits (?P<loaded>\d+), misses (?P<compiled>\d+) \(compiled in [\d.]+ s, "
-    r"(?P<stored>\d+) stored\), ~[\d.]+ s of compiling saved, "
-    r"(?P<processes>\d+) process(?:es)?$",
+    r"^artifactstore: hits (?P<loaded>\d+), misses (?P<compiled>\d+) "
+    r"\((?P<stored>\d+) stored\), ~[\d.]+ s of compiling saved, "
+    r"(?P<processes>\d+) process(?:es)?"
+    r"(?:; (?P<quick>\d+) quick compiles not stored \(ARTSTORE_MIN_COMPILE_SECS\))?"
+    r"(?:; compiling took [\d.]+ s)?$",
     re.MULTILINE,
 )
 
@@ -131,7 +133,7 @@ def run_suite(root: Path, *args: str, active: bool = True) -> subprocess.Complet
 def counts(proc: subprocess.CompletedProcess[str]) -> Counts:
     found = SUMMARY.findall(proc.stdout)
     assert len(found) == 1, f"expected one summary line:\n{proc.stdout[-4000:]}"
-    loaded, compiled, stored, processes = map(int, found[0])
+    loaded, compiled, stored, processes = map(int, found[0][:4])
     return Counts(loaded=loaded, compiled=compiled, stored=stored, processes=processes)
 
 

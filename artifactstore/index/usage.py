@@ -81,11 +81,15 @@ class UsageGroup:
             name: self.group,
             **self.extra,
             "hits": self.hits,
-            "eligible_misses": self.eligible_misses,
+            # misses: compiles the store could have served (as in summaries, metrics and
+            # process_stats); lookups_missed: every lookup that found nothing.
+            "misses": self.eligible_misses,
+            "eligible_misses": self.eligible_misses,  # the 0.3 name of misses
             "hit_rate": self.hit_rate,
-            "misses": self.misses,
+            "lookups_missed": self.misses,
             "misses_below_threshold": self.misses_below_threshold,
             "below_threshold": self.below_threshold,
+            "quick_compiles": self.below_threshold,
             "bytes_fetched": self.bytes_fetched,
             "compile_secs_saved": self.compile_secs_saved,
             "lease_waits": self.lease_waits,

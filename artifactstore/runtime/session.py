@@ -222,10 +222,10 @@ class Session:
             self.on_change()
 
     def observe_compile(self, secs: float) -> None:
-        """XLA compiled a miss in `secs`."""
+        """XLA compiled a key in `secs`: a miss, or a quick one (never stored)."""
         self.compile_secs += secs
         if self.metrics is not None:
-            self.metrics.compiled(secs)
+            self.metrics.compiled(secs, quick=secs < self.settings.min_compile_secs)
         if self.on_change is not None:
             self.on_change()
 
@@ -283,6 +283,11 @@ class Session:
                 out[f"breaker_opened_{name.replace(' ', '_')}"] = n
         out["loads"] = self.loads
         out["compiles"] = self.compiles
+        # One meaning everywhere (summaries, metrics, `stats`): a miss is a compile the
+        # store could have served; quick ones (`below_threshold`) are counted apart. What
+        # the store's lookups found nothing for, quick or not, is `lookups_missed`.
+        out["lookups_missed"] = out.pop("misses", 0)
+        out["misses"] = max(0, self.compiles - out.get("below_threshold", 0))
         out["compile_ms"] = round(self.compile_secs * 1000)
         out["compile_ms_saved"] = round(self.compile_secs_saved * 1000)
         out["active"] = int(self.active)

@@ -33,7 +33,8 @@ class Summary:
 
     processes: int = 0  # processes that imported JAX with the store active
     hits: int = 0  # executables loaded (from the store or this host's tier)
-    compiles: int = 0  # misses: compiled here
+    compiles: int = 0  # misses: compiles the store could have served
+    quick: int = 0  # compiles under ARTSTORE_MIN_COMPILE_SECS: never stored, not misses
     stored: int = 0
     compile_secs: float = 0.0
     compile_secs_saved: float = 0.0
@@ -44,7 +45,9 @@ class Summary:
             return
         self.processes += 1
         self.hits += int(stats.get("loads", 0))
-        self.compiles += int(stats.get("compiles", 0))
+        quick = int(stats.get("below_threshold", 0))
+        self.compiles += max(0, int(stats.get("compiles", 0)) - quick)
+        self.quick += quick
         self.stored += int(stats.get("stored", 0))
         self.compile_secs += int(stats.get("compile_ms", 0)) / 1000
         self.compile_secs_saved += int(stats.get("compile_ms_saved", 0)) / 1000
@@ -66,10 +69,13 @@ class Summary:
             )
         procs = f"{self.processes} process" + ("es" if self.processes != 1 else "")
         line = (
-            f"{prefix}: hits {self.hits}, misses {self.compiles} (compiled in "
-            f"{self.compile_secs:.1f} s, {self.stored} stored), "
+            f"{prefix}: hits {self.hits}, misses {self.compiles} ({self.stored} stored), "
             f"~{self.compile_secs_saved:.1f} s of compiling saved, {procs}"
         )
+        if self.quick:
+            line += f"; {self.quick} quick compiles not stored (ARTSTORE_MIN_COMPILE_SECS)"
+        if self.compile_secs:
+            line += f"; compiling took {self.compile_secs:.1f} s"
         if self.degraded:
             line += f"; the store failed in {self.degraded} (they compiled as usual)"
         return line
