@@ -65,8 +65,8 @@ def body(xp: Any, x: Any, variant: int) -> Any:
 
 def watch_puts() -> None:
     """Record every put that created an entry: the keys 'reported stored' (a Store's
-    puts, direct or queued, all go through its Writer)."""
-    real = _write_mod.Writer.put
+    puts, direct or queued, all go through its write path)."""
+    real = _write_mod.WritePath.put
 
     def put(self: Any, key: str, *args: Any, **kwargs: Any) -> bool:
         created: bool = real(self, key, *args, **kwargs)
@@ -74,7 +74,7 @@ def watch_puts() -> None:
             record(ev="stored", t=time.time(), key=key)
         return created
 
-    _write_mod.Writer.put = put  # type: ignore[method-assign]
+    _write_mod.WritePath.put = put  # type: ignore[method-assign]
 
 
 def outcome(d: dict[str, int]) -> str:

@@ -38,10 +38,10 @@ from artifactstore.store.backends import (
 from artifactstore.store.background import Worker
 from artifactstore.store.flight import SingleFlight
 from artifactstore.store.lease import enabled
-from artifactstore.store.read import Hit, Reader
+from artifactstore.store.read import Hit, ReadPath
 from artifactstore.store.tier import Accesses, LocalTier
 from artifactstore.store.uploads import Uploads
-from artifactstore.store.write import Writer
+from artifactstore.store.write import WritePath
 
 __all__ = ["Hit", "ProcessCounters", "Store"]
 
@@ -64,8 +64,8 @@ class Store:
         self.counters = ProcessCounters()
         self.accounts = Accounts(self.backends, self.counters)
         refused: dict[str, str] = {}  # keys whose entry this process refused: see `refused`
-        self.writes = Writer(self.backends, self.counters, refused)
-        self.reads = Reader(self.backends, self.accounts, self.writes, refused)
+        self.writes = WritePath(self.backends, self.counters, refused)
+        self.reads = ReadPath(self.backends, self.accounts, self.writes, refused)
         self.worker = worker or Worker("artifactstore-writer", on_tick=self._tick)
         self.uploads = Uploads(self.backends, self.writes, self.worker)
         # Called (on the writing thread) after each entry this process creates;
@@ -196,7 +196,7 @@ class Store:
         return self.reads.get(key, fingerprint_digest, callbacks=callbacks)
 
     def fetch_object(self, entry: EntryInfo | Manifest) -> bytes | None:
-        """`entry`'s object as stored, unverified, or None if gone (see Reader.fetch_object)."""
+        """`entry`'s object as stored, unverified, or None if gone (see ReadPath.fetch_object)."""
         return self.reads.fetch_object(entry)
 
     def verify(
@@ -207,7 +207,7 @@ class Store:
         *,
         callbacks: int | None = None,
     ) -> bytes:
-        """The executable in `data`, verified as every load is (see Reader.verify)."""
+        """The executable in `data`, verified as every load is (see ReadPath.verify)."""
         return self.reads.verify(entry, data, fingerprint_digest, callbacks=callbacks)
 
     def refused(self, key: str) -> str | None:
@@ -277,13 +277,9 @@ class Store:
         created the entry. The caller has verified `encoded` against `key` and
         `fingerprint` (`verify`): it is stored byte for byte, never re-encoded, so its
         signature stays the writer's (bundles imported from another store)."""
-        admitted, existing = self.writes.admit(key)
-        if not admitted:
-            return False
-        return self.writes.commit(
+        return self.writes.put_encoded(
             key,
             encoded,
-            existing,
             fingerprint=fingerprint,
             module_name=module_name,
             compile_secs=compile_secs,
@@ -292,11 +288,11 @@ class Store:
         )
 
     def publish(self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None) -> bool:
-        """Publish `entry`'s manifest (see Writer.publish); False if the store refused."""
+        """Publish `entry`'s manifest (see WritePath.publish); False if the store refused."""
         return self.writes.publish(entry, callbacks=callbacks)
 
     def withdraw(self, keys: list[str]) -> None:
-        """Withdraw the manifests of entries being removed (see Writer.withdraw)."""
+        """Withdraw the manifests of entries being removed (see WritePath.withdraw)."""
         self.writes.withdraw(keys)
 
     def entries_removed(self) -> None:

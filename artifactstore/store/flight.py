@@ -25,7 +25,8 @@ dead holder's row decides exactly one holder); the others wait for its result.
   one is no lease, and how long a waiter waits and trusts a silent holder comes from
   its own settings (and a writer's own index), never from the record's fields.
 
-Any failure here (index or object store unreachable) degrades to compiling.
+Any failure here (index or object store unreachable) degrades to compiling. The
+records, wait bounds and whether single-flight is on here are in store.lease.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from artifactstore.index.repo import EntryInfo
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
 from artifactstore.store.tier import _warn_once
-from artifactstore.store.write import Writer, remember
+from artifactstore.store.write import WritePath, remember
 
 NO_TRUSTED_KEYS = (
     "this store requires signatures and no key is trusted: loading nothing, compiling. "
@@ -36,11 +36,11 @@ class Hit:
     entry: EntryInfo | Manifest  # what led to the object: its manifest, or its index row
 
 
-class Reader:
+class ReadPath:
     """One store's lookups; what they found bad goes to `writes` (withdrawn, quarantined)."""
 
     def __init__(
-        self, backends: Backends, accounts: Accounts, writes: Writer, refused: dict[str, str]
+        self, backends: Backends, accounts: Accounts, writes: WritePath, refused: dict[str, str]
     ) -> None:
         self.backends = backends
         self.accounts = accounts
@@ -121,7 +121,7 @@ class Reader:
         """Where `key`'s object is: its manifest in the object store. A SQLite index (a
         file) is also asked for entries without one (stored by 0.2 clients, or whose
         publication failed); a database server never is: there, a missing manifest is
-        a miss, and a writer that compiles the key publishes it (see `Writer.admit`)."""
+        a miss, and a writer that compiles the key publishes it (see `WritePath.admit`)."""
         backends = self.backends
         backends.using("object store")
         data = backends.blobs.get_manifest(key)

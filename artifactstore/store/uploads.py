@@ -22,7 +22,7 @@ from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
 from artifactstore.store.background import Worker, call_with_timeout
 from artifactstore.store.flight import SingleFlight
-from artifactstore.store.write import Writer, keep_in_tier
+from artifactstore.store.write import WritePath, keep_in_tier
 
 log = logging.getLogger("artifactstore")
 
@@ -30,7 +30,7 @@ log = logging.getLogger("artifactstore")
 class Uploads:
     """One store's queued puts, on `worker`, written by `writes`."""
 
-    def __init__(self, backends: Backends, writes: Writer, worker: Worker) -> None:
+    def __init__(self, backends: Backends, writes: WritePath, worker: Worker) -> None:
         self.backends = backends
         self.writes = writes
         self.counters = writes.counters

@@ -37,7 +37,7 @@ UNSIGNED_WRITE = (
 )
 
 
-class Writer:
+class WritePath:
     """One store's writes: entries stored, published, withdrawn, and bad ones removed."""
 
     def __init__(
@@ -88,6 +88,33 @@ class Writer:
             compile_secs=compile_secs,
             callbacks=callbacks,
             producer_host=socket.gethostname(),
+        )
+
+    def put_encoded(
+        self,
+        key: str,
+        encoded: codec.Encoded,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+        callbacks: int | None = None,
+        producer_host: str,
+    ) -> bool:
+        """Store an object already encoded (and signed) as it will be kept, byte for byte
+        (see Store.put_encoded); True if this call created the entry."""
+        admitted, existing = self.admit(key)
+        if not admitted:
+            return False
+        return self.commit(
+            key,
+            encoded,
+            existing,
+            fingerprint=fingerprint,
+            module_name=module_name,
+            compile_secs=compile_secs,
+            callbacks=callbacks,
+            producer_host=producer_host,
         )
 
     def admit(self, key: str) -> tuple[bool, EntryInfo | None]:
