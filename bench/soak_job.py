@@ -47,7 +47,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import artifactstore  # noqa: E402
-import artifactstore.store as _store_mod  # noqa: E402
+import artifactstore.store.write as _write_mod  # noqa: E402
 
 # 30 shape classes: rows x cols of the input.
 SHAPES = [(n, m) for n in (4, 8, 12, 16, 24, 32) for m in (3, 5, 7, 9, 11)]
@@ -64,8 +64,9 @@ def body(xp: Any, x: Any, variant: int) -> Any:
 
 
 def watch_puts() -> None:
-    """Record every put that created an entry: the keys 'reported stored'."""
-    real = _store_mod.Store.put
+    """Record every put that created an entry: the keys 'reported stored' (a Store's
+    puts, direct or queued, all go through its write path)."""
+    real = _write_mod.WritePath.put
 
     def put(self: Any, key: str, *args: Any, **kwargs: Any) -> bool:
         created: bool = real(self, key, *args, **kwargs)
@@ -73,7 +74,7 @@ def watch_puts() -> None:
             record(ev="stored", t=time.time(), key=key)
         return created
 
-    _store_mod.Store.put = put  # type: ignore[method-assign]
+    _write_mod.WritePath.put = put  # type: ignore[method-assign]
 
 
 def outcome(d: dict[str, int]) -> str:

@@ -57,9 +57,9 @@ def test_a_row_the_index_refuses_does_not_fail_later_flushes(
     store = open_store(any_env, local_tier="off")
     assert store.put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
     before, _ = _hits(store)
-    store._merge_touches({KEY: (2**70, datetime.now(UTC))})  # past BIGINT: refused
+    store.accounts.merge_touches({KEY: (2**70, datetime.now(UTC))})  # past BIGINT: refused
     store.flush_access()  # dropped with one warning, not kept for every later flush
-    store._merge_touches({KEY: (1, datetime.now(UTC))})
+    store.accounts.merge_touches({KEY: (1, datetime.now(UTC))})
     store.flush_access()
     if store.journals_hits:  # a journal's rows are clamped when folded, not refused
         assert before + 1 < _hits(store)[0] <= before + 1 + ROW_HITS_MAX

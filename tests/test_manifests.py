@@ -152,7 +152,7 @@ def test_a_gc_between_row_and_manifest_leaves_no_manifest_behind(
     object (`--grace 0`); the writer then publishes. Its re-check withdraws the manifest,
     which would otherwise lead every reader to a deleted object."""
     store = open_store(any_env, local_tier="off")
-    publish, digests = store.publish, []
+    publish, digests = store.writes.publish, []
 
     def gc_first(entry: NewEntry, **kw: int | None) -> bool:
         digests.append(entry.digest)
@@ -160,7 +160,7 @@ def test_a_gc_between_row_and_manifest_leaves_no_manifest_behind(
         assert gc.returncode == 0, gc.stderr
         return publish(entry, **kw)
 
-    monkeypatch.setattr(store, "publish", gc_first)
+    monkeypatch.setattr(store.writes, "publish", gc_first)
     key = _put(store, 8)
     assert store.index.lookup(key) is None and not store.blobs.exists(digests[0])
     assert _manifest(store, key) is None

@@ -25,7 +25,7 @@ from faultproxy import FaultProxy
 from artifactstore import config
 from artifactstore.blobstores.base import LEASES
 from artifactstore.errors import ConfigError, CorruptObject
-from artifactstore.store.flight import (
+from artifactstore.store.lease import (
     DEFAULT_WAIT_SECS,
     LeaseRecord,
     enabled,

@@ -82,8 +82,8 @@ def _tree(root: Path) -> list[tuple[str, int, int]]:
 def test_tier_and_store_directories_are_created_private(tmp_path: Path) -> None:
     t = _tier(tmp_path / "tiers")
     _remember(t, KEY, b"object")
-    t.remember_below_threshold("c" * 64, 0.01)
-    t.save_below_threshold()
+    t.quick.remember("c" * 64, 0.01)
+    t.quick.save()
     t.record_access(KEY)
     t.write_journal()
     assert _modes(tmp_path / "tiers") == {("d", 0o700), ("f", 0o600)}
@@ -225,7 +225,7 @@ def test_symlinked_tier_files_are_not_followed(tmp_path: Path) -> None:
     # So is the below-threshold list (a link to a file the victim may not mean to share).
     below = t.base / "below-threshold.json"
     below.symlink_to(target)
-    assert _tier(tmp_path / "tiers").below_threshold("c" * 64) is None
+    assert _tier(tmp_path / "tiers").quick.get("c" * 64) is None
 
 
 def test_a_symlinked_tier_directory_is_refused(tmp_path: Path) -> None:

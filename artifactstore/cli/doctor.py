@@ -325,7 +325,7 @@ def _check_signing(settings: _config.Settings) -> Check:
 
 def _check_single_flight(settings: _config.Settings) -> Check:
     """Whether processes that miss one key at once wait for one compile (and why)."""
-    from artifactstore.store.flight import enabled, wait_bound
+    from artifactstore.store.lease import enabled, wait_bound
 
     on, why = enabled(settings)
     if on and settings.read_only:

@@ -49,7 +49,7 @@ MAX_JOURNAL_BYTES = 1024 * 1024
 # Keys per journal: a batch beyond this waits for the next journal (bounds its size:
 # about 100 bytes a row).
 MAX_JOURNAL_KEYS = 8000
-# The counters a journal may carry (Store._miss counts these for the index).
+# The counters a journal may carry (store.account.Accounts.miss counts these for the index).
 COUNTERS = frozenset(
     {
         "misses",

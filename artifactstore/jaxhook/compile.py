@@ -226,7 +226,7 @@ def _known_quick(session: Session, request: _Compile) -> bool:
     """The tier says this key compiled faster than the store threshold: never stored."""
     if session.tier is None or session.settings.min_compile_secs <= 0:
         return False
-    secs = session.tier.below_threshold(request.key)
+    secs = session.tier.quick.get(request.key)
     return secs is not None and secs < session.settings.min_compile_secs
 
 
@@ -299,13 +299,13 @@ def _compile_then_store(
     settings = session.settings
     if compile_secs < settings.min_compile_secs:
         if session.tier is not None:
-            session.tier.remember_below_threshold(request.key, compile_secs)
+            session.tier.quick.remember(request.key, compile_secs)
         # Never stored, so its miss (if it looked up) is not an eligible one.
         fp = request.fingerprint.digest if request.fingerprint is not None else ""
         session.compiled_below_threshold(store, request.key, fp)
         return executable, False
     if session.tier is not None:
-        session.tier.forget_below_threshold(request.key)  # quick once, stored now
+        session.tier.quick.forget(request.key)  # quick once, stored now
     if store is None:
         store = session.store()  # known quick before, slow now: store it after all
     if store is None and not session.can_keep_locally():

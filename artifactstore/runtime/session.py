@@ -306,7 +306,7 @@ class Session:
             self._fold_timer.cancel()
         if self.tier is not None:
             try:
-                self.tier.save_below_threshold()
+                self.tier.quick.save()
             except Exception as exc:
                 log.debug("artifactstore: could not save below-threshold keys: %s", exc)
         store = self._store

@@ -1,8 +1,10 @@
 """The store: verified get / put of executables over a blob store and an index.
 
-The Store itself lives in `facade`; this package keeps its names importable from
-`artifactstore.store` but loads them on first use, so that a warm process that only
-needs the local tier (`store.tier`) never imports SQLAlchemy or boto3 (issue 16).
+`Store` (facade) composes the parts: backends, read, write, account, uploads,
+flight. This package keeps their public names importable from `artifactstore.store`
+but loads them on first use, so that a warm process that only needs the local tier
+(`store.tier`) never imports SQLAlchemy or boto3 (issue 16). It imports nothing
+itself: a part may import the package's lazy names without an import circle.
 """
 
 from __future__ import annotations
@@ -11,16 +13,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from artifactstore.store.facade import (
-        Hit,
-        Store,
-        encode_entry,
-        keep_in_tier,
-        migrates_on_open,
-        open_index,
-        secure_local_dirs,
-    )
+    from artifactstore.store.backends import migrates_on_open, open_index, secure_local_dirs
+    from artifactstore.store.facade import Store
+    from artifactstore.store.read import Hit
+    from artifactstore.store.write import encode_entry, keep_in_tier
 
+# Each lazy name and the module that defines it.
+_HOMES = {
+    "Hit": "artifactstore.store.read",
+    "Store": "artifactstore.store.facade",
+    "encode_entry": "artifactstore.store.write",
+    "keep_in_tier": "artifactstore.store.write",
+    "migrates_on_open": "artifactstore.store.backends",
+    "open_index": "artifactstore.store.backends",
+    "secure_local_dirs": "artifactstore.store.backends",
+}
 __all__ = [
     "Hit",
     "Store",
@@ -33,6 +40,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module("artifactstore.store.facade"), name)
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module 'artifactstore.store' has no attribute {name!r}")

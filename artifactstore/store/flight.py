@@ -25,160 +25,35 @@ dead holder's row decides exactly one holder); the others wait for its result.
   one is no lease, and how long a waiter waits and trusts a silent holder comes from
   its own settings (and a writer's own index), never from the record's fields.
 
-Any failure here (index or object store unreachable) degrades to compiling.
+Any failure here (index or object store unreachable) degrades to compiling. The
+records, wait bounds and whether single-flight is on here are in store.lease.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import replace
+from typing import TypeVar
 
 from sqlalchemy import func, select
 
 from artifactstore.blobstores.base import LEASES, MANIFESTS
-from artifactstore.errors import (
-    CorruptObject,
-    LeaseHeld,
-    PrivilegeRefused,
-    StoreUnavailable,
-    one_line,
-)
-from artifactstore.formats.manifest import load_record
+from artifactstore.errors import LeaseHeld, PrivilegeRefused, StoreUnavailable, one_line
 from artifactstore.index.leases import Lease, dead_here
 from artifactstore.index.models import Entry
+from artifactstore.store.account import ProcessCounters
+from artifactstore.store.backends import Backends
 from artifactstore.store.background import call_with_timeout
-
-if TYPE_CHECKING:
-    from artifactstore.config import Settings
-    from artifactstore.store import Store
+from artifactstore.store.lease import LeaseRecord, lease_name, wait_bound
 
 log = logging.getLogger("artifactstore")
 
 T = TypeVar("T")
-
-FORMAT_VERSION = 1
-MAX_RECORD_BYTES = 1024
-# Without a known compile time, how long a waiter trusts a beating holder: long
-# compiles are what this exists for (simulators take minutes), a hung one is rare.
-DEFAULT_WAIT_SECS = 300.0
-MIN_WAIT_SECS = 30.0
-WAIT_MULTIPLE = 3.0
 _FIRST_POLL = 0.05
 _MAX_POLL = 1.0
-# Network filesystems whose locks SQLite cannot trust: an index there gets no leases.
-_NETWORK_FS = ("nfs", "cifs", "smb", "9p", "lustre", "gpfs", "ceph", "gluster", "fuse", "afs")
-
-
-def lease_name(namespace: str, key: str) -> str:
-    """The index row's name: the key, and the namespace hashed to fit the column."""
-    return f"compile:{key}:{hashlib.sha256(namespace.encode()).hexdigest()[:16]}"
-
-
-@dataclass(frozen=True)
-class LeaseRecord:
-    """The object-store mirror of a compile lease, read by waiters (format version 1):
-    `{"v": 1, "holder": "host:pid", "beat": n, "ttl": secs, "state": "compiling" |
-    "abandoned", "hint": secs | null}`."""
-
-    holder: str
-    beat: int
-    ttl: float
-    state: str = "compiling"
-    hint: float | None = None
-
-    def encode(self) -> bytes:
-        body = {
-            "v": FORMAT_VERSION,
-            "holder": self.holder,
-            "beat": self.beat,
-            "ttl": self.ttl,
-            "state": self.state,
-            "hint": self.hint,
-        }
-        return json.dumps(body, separators=(",", ":")).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> LeaseRecord:
-        try:  # CorruptObject whatever the bytes (a bucket writer's) make fail
-            raw = load_record(data[: MAX_RECORD_BYTES + 1])
-            if len(data) > MAX_RECORD_BYTES or raw.get("v") != FORMAT_VERSION:
-                raise ValueError("not a version 1 lease record")
-            hint, beat = raw.get("hint"), raw["beat"]
-            if isinstance(beat, bool) or not isinstance(beat, int) or not 0 <= beat < 2**63:
-                raise ValueError("beat is not a count")
-            record = cls(
-                holder=str(raw["holder"])[:255],
-                beat=beat,
-                ttl=float(raw["ttl"]),
-                state=str(raw["state"]),
-                hint=None if hint is None else float(hint),
-            )
-        except Exception as exc:  # ValueError, OverflowError, RecursionError, ...
-            raise CorruptObject(f"bad lease record ({one_line(exc)})") from None
-        if record.state not in ("compiling", "abandoned") or not (
-            math.isfinite(record.ttl) and record.ttl > 0
-        ):
-            raise CorruptObject("bad lease record (state or ttl)")
-        return record
-
-
-def wait_bound(settings: Settings, hint: float | None) -> float:
-    """How long a waiter waits at most: the setting, else a multiple of the hint (its own
-    index's, never a record's), and never past ARTSTORE_LEASE_MAX_HOLD."""
-    if settings.lease_wait_secs is not None:
-        return settings.lease_wait_secs
-    known = hint is not None and math.isfinite(hint) and hint > 0
-    wait = max(MIN_WAIT_SECS, WAIT_MULTIPLE * hint) if hint and known else DEFAULT_WAIT_SECS
-    return min(wait, settings.lease_max_hold_secs)
-
-
-def enabled(settings: Settings) -> tuple[bool, str]:
-    """Whether single-flight is on here, and why (for `artstore doctor`).
-
-    `auto` (the default) turns it on where every process sharing the store shares
-    the leases too and a holder's death is noticed: a PostgreSQL index, or a
-    SQLite index on a local filesystem (one host's processes); off for SQLite on
-    a network filesystem, whose locks cannot be trusted.
-    """
-    mode = settings.single_flight
-    if mode == "off":
-        return False, "off (ARTSTORE_SINGLE_FLIGHT=0)"
-    if mode == "on":
-        return True, "on (ARTSTORE_SINGLE_FLIGHT=1)"
-    if settings.index_is_server:
-        return True, "on (auto: PostgreSQL index)"
-    path = settings.index_url.split("///", 1)[-1]
-    fs = filesystem_type(Path(path).parent)
-    if fs is not None and fs.startswith(_NETWORK_FS):
-        return False, f"off (auto: the SQLite index is on {fs}; set ARTSTORE_SINGLE_FLIGHT=1)"
-    return True, "on (auto: SQLite index on a local filesystem)"
-
-
-def filesystem_type(path: Path) -> str | None:
-    """The type of the filesystem holding `path` (Linux /proc/mounts), or None."""
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    target = str(path.resolve())
-    best, fstype = "", None
-    for line in mounts:
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        point = parts[1].replace("\\040", " ")
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, fstype = point, parts[2]
-    return fstype
 
 
 class Held:
@@ -206,9 +81,18 @@ class Held:
 class SingleFlight:
     """One store's compile leases, as this process takes and waits for them."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.settings = store.settings
+    def __init__(
+        self,
+        backends: Backends,
+        counters: ProcessCounters,
+        found_nothing: Callable[[str], bool],
+    ) -> None:
+        """`found_nothing(key)`: whether this process's last lookup of `key` found no
+        entry at all (the accounts'), the only misses worth waiting for."""
+        self.backends = backends
+        self.counters = counters
+        self.found_nothing = found_nothing
+        self.settings = backends.settings
         self.ttl = min(self.settings.lease_ttl_secs, self.settings.lease_max_hold_secs)
         self._held: dict[str, Held] = {}
         self._lock = threading.Lock()
@@ -224,12 +108,12 @@ class SingleFlight:
         """Take `key`'s lease (a writer); None if another process holds it."""
         if time.monotonic() < self._down_until:
             raise StoreUnavailable("compile leases unavailable (cooling down)")
-        name = lease_name(self.store.namespace, key)
+        name = lease_name(self.backends.namespace, key)
 
         left = threading.Event()  # the caller timed out or was interrupted meanwhile
 
         def acquire() -> Lease | None:  # opening the index, if not yet open, is bounded too
-            lease = Lease(self.store.engine, name, self.ttl,
+            lease = Lease(self.backends.engine, name, self.ttl,
                           max_hold_secs=self.settings.lease_max_hold_secs)  # fmt: skip
             if lease.try_acquire() is not None:
                 return None
@@ -270,7 +154,7 @@ class SingleFlight:
         """The key's last known compile time in the index (a writer's), or None."""
 
         def ask() -> float | None:
-            with self.store.engine.connect() as conn:
+            with self.backends.engine.connect() as conn:
                 query = select(func.max(Entry.compile_secs)).where(Entry.key == key)
                 return conn.execute(query).scalar()
 
@@ -283,7 +167,7 @@ class SingleFlight:
 
     def _put_record(self, held: Held) -> None:
         try:
-            self.store.blobs.put_record(LEASES, held.key, held.record.encode())
+            self.backends.blobs.put_record(LEASES, held.key, held.record.encode())
         except Exception as exc:
             log.debug("artifactstore: lease record of %s not written: %s", held.key[:12], exc)
 
@@ -296,7 +180,7 @@ class SingleFlight:
                 return
             if stored:
                 try:
-                    self.store.blobs.delete_records(LEASES, [held.key])
+                    self.backends.blobs.delete_records(LEASES, [held.key])
                 except Exception as exc:
                     log.debug("artifactstore: lease record not deleted: %s", one_line(exc))
             else:
@@ -372,7 +256,7 @@ class SingleFlight:
         if abandoned and time.monotonic() < deadline:
             try:
                 call_with_timeout(
-                    lambda: self.store.blobs.delete_records(LEASES, abandoned),
+                    lambda: self.backends.blobs.delete_records(LEASES, abandoned),
                     deadline - time.monotonic(),
                 )
             except Exception as exc:
@@ -382,9 +266,9 @@ class SingleFlight:
     def turn(self, key: str, load: Callable[[], T | None]) -> tuple[T | None, Held | None]:
         """Take `key`'s lease or wait for its holder: (what `load` returned once the
         entry's manifest appeared, None), or (None, the lease now held, or None: compile)."""
-        counters = self.store.counters
+        counters = self.counters
         writer = not self.settings.read_only
-        if not self.store.found_nothing(key):
+        if not self.found_nothing(key):
             # An entry this process cannot use (refused, another platform, over a limit):
             # nothing to wait for, and its compile may replace it (see Store.put).
             return None, None
@@ -394,7 +278,7 @@ class SingleFlight:
                 if held is not None:
                     if held.lease.took_over:  # its holder went silent before we got here
                         counters.add("lease_takeovers")
-                    if self.store.blobs.get_record(MANIFESTS, key) is None:
+                    if self.backends.blobs.get_record(MANIFESTS, key) is None:
                         return None, held
                     # Published since this process missed it (and its holder let go).
                     held.release(stored=True)
@@ -418,9 +302,9 @@ class SingleFlight:
     def _wait(
         self, key: str, load: Callable[[], T | None], writer: bool
     ) -> tuple[T | None, Held | None]:
-        counters = self.store.counters
+        counters = self.counters
         counters.add("lease_waits")
-        blobs = self.store.blobs
+        blobs = self.backends.blobs
         started = time.monotonic()
         bound = wait_bound(self.settings, self._known_compile_secs(key) if writer else None)
         poll = _FIRST_POLL
@@ -468,7 +352,7 @@ class SingleFlight:
                 return None, None
 
     def _read_record(self, key: str) -> LeaseRecord | None:
-        data = self.store.blobs.get_record(LEASES, key)
+        data = self.backends.blobs.get_record(LEASES, key)
         if data is None:
             return None
         try:

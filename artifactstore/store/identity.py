@@ -31,7 +31,7 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sqlalchemy import Engine
 
@@ -41,10 +41,21 @@ from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.index import identity as ix
 from artifactstore.redact import redact
 
-if TYPE_CHECKING:
-    from artifactstore.store import Store
-
 log = logging.getLogger("artifactstore")
+
+
+class Pair(Protocol):
+    """An object store and an index of one namespace: a Store, or its parts' Backends."""
+
+    @property
+    def blobs(self) -> BlobStore: ...
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def settings(self) -> Settings: ...
+
 
 FORMAT = "artifactstore-identity/1"
 SAMPLE = 32  # newest entries whose objects decide whether an unbound pair is one store
@@ -166,7 +177,7 @@ def bind(
     return Binding(BOUND, found.objects, found.index, store_id=bucket_id)
 
 
-def require_bound(store: Store) -> Binding:
+def require_bound(store: Pair) -> Binding:
     """For a command about to change the index or delete objects: bind the pair where
     the rule allows it, else raise StoreMismatch with one line naming both and the fix."""
     found = bind(store.blobs, store.engine, store.namespace, store.settings.index_url)
@@ -175,7 +186,7 @@ def require_bound(store: Store) -> Binding:
     return found
 
 
-def bind_after_write(store: Store) -> None:
+def bind_after_write(store: Pair) -> None:
     """A writer's first stored entry binds an unbound pair; never fails the write (a
     mismatch is said once, in one line: the commands that change things refuse)."""
     try:

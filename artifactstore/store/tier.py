@@ -54,6 +54,7 @@ from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
 from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
+from artifactstore.store.quick import QuickKeys
 
 if TYPE_CHECKING:
     from artifactstore.formats.signing import TrustedKeys
@@ -63,13 +64,6 @@ T = TypeVar("T")
 
 # key -> (hits, latest access as seconds since the epoch)
 Accesses = dict[str, tuple[int, float]]
-# key -> (compile seconds, expiry as seconds since the epoch)
-BelowThreshold = dict[str, tuple[float, float]]
-# A week: long enough for every warm process of a project, short enough that a
-# key whose compile grew past the threshold (new flags, a slower host) is
-# looked up again soon; the bound keeps the file small to read at start.
-BELOW_THRESHOLD_TTL_SECS = 7 * 86400.0
-BELOW_THRESHOLD_MAX = 20_000
 
 
 @dataclass(frozen=True)
@@ -121,15 +115,13 @@ class LocalTier:
         self.base = self.blobs.base
         self.keys = self.base / "keys"
         self.journal = self.base / "access"
-        self._below_path = self.base / "below-threshold.json"
         self.owns_objects = owns_objects
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._accesses: Accesses = {}
         self._pruned = False
-        self._below: BelowThreshold | None = None  # read on first use
-        self._below_added: BelowThreshold = {}
-        self._below_dropped: set[str] = set()  # compiled slowly since: stored after all
+        # Keys too quick to store, so never looked up (store/quick.py).
+        self.quick = QuickKeys(self.tree, self.base / "below-threshold.json", self._do)
 
     # -- is this directory ours? ------------------------------------------------
     def check(self) -> bool:
@@ -328,61 +320,6 @@ class LocalTier:
                 total -= blob.size
                 removed += 1
         return removed
-
-    # -- keys too quick to store ---------------------------------------------
-    def below_threshold(self, key: str) -> float | None:
-        """The compile seconds last seen for `key` if it was too quick to store, else None."""
-        with self._lock:
-            if self._below is None:
-                self._below = self._read_below()
-            item = self._below.get(key)
-        return item[0] if item is not None and item[1] > time.time() else None
-
-    def remember_below_threshold(self, key: str, compile_secs: float) -> None:
-        item = (compile_secs, time.time() + BELOW_THRESHOLD_TTL_SECS)
-        with self._lock:
-            self._below_added[key] = item
-            if self._below is not None:
-                self._below[key] = item
-
-    def forget_below_threshold(self, key: str) -> None:
-        """`key` compiled above the threshold this time, so it is stored: later processes
-        must look it up again (a stale "quick" would make them compile a stored key)."""
-        with self._lock:
-            if self._below is None:
-                self._below = self._read_below()
-            if key not in self._below and key not in self._below_added:
-                return
-            self._below.pop(key, None)
-            self._below_added.pop(key, None)
-            self._below_dropped.add(key)
-
-    def save_below_threshold(self) -> None:
-        """Merge this process's changes into the file (last writer wins on a race)."""
-        with self._lock:
-            added, self._below_added = self._below_added, {}
-            dropped, self._below_dropped = self._below_dropped, set()
-        if not added and not dropped:
-            return
-        now = time.time()
-        merged = {
-            k: v
-            for k, v in {**self._read_below(), **added}.items()
-            if v[1] > now and k not in dropped
-        }
-        if len(merged) > BELOW_THRESHOLD_MAX:
-            newest = sorted(merged.items(), key=lambda kv: kv[1][1])[-BELOW_THRESHOLD_MAX:]
-            merged = dict(newest)
-        body = json.dumps(merged).encode()
-        self._do(lambda: self.tree.write(self._below_path, body, durable=False), None)
-
-    def _read_below(self) -> BelowThreshold:
-        try:
-            raw = json.loads(self._do(lambda: self.tree.read(self._below_path), b"{}"))
-            return {str(k): (float(c), float(t)) for k, (c, t) in raw.items()}
-        except (OSError, ValueError, TypeError, AttributeError):
-            log.debug("artifactstore: ignoring an unreadable %s", self._below_path)
-            return {}
 
     # -- access journal -----------------------------------------------------
     def record_access(self, key: str, when: float | None = None) -> None:

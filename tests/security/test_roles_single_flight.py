@@ -23,7 +23,7 @@ from test_roles import REFUSED, RolesDb, roles_db
 from artifactstore import gc
 from artifactstore.blobstores.base import LEASES
 from artifactstore.store import Store
-from artifactstore.store.flight import lease_name
+from artifactstore.store.lease import lease_name
 from security.flights import key, loaded, publish, turn, waiting
 
 __all__ = ["roles_db"]  # the module's role database (a fixture of tests/test_roles.py)

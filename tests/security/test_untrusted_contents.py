@@ -28,7 +28,8 @@ from artifactstore.index.leases import Lease
 from artifactstore.index.models import Entry, LeaseRow
 from artifactstore.runtime.session import Session
 from artifactstore.store import Store
-from artifactstore.store.flight import SingleFlight, lease_name
+from artifactstore.store.flight import SingleFlight
+from artifactstore.store.lease import lease_name
 
 KEY_A = "a" * 64
 KEY_B = "b" * 64

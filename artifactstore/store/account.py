@@ -1,0 +1,269 @@
+"""What one process counts: counters, hits and their access times, recent misses.
+
+Why batched: a hit must cost no database round trip of its own (a cluster of
+readers would load the index with every compile), so hits and counters wait here
+and go out together: to the index (`record_access`, `add_counters`), or where the
+index is a database server this process has not opened, as one hit journal in
+the object store (artifactstore.formats.journal) that gc folds in. Hits served
+from this host's tier come in through its journals (`add_accesses`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter as _Counts
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy.exc import DataError, IntegrityError
+
+from artifactstore.blobstores.base import JOURNALS
+from artifactstore.errors import PrivilegeRefused, ReadOnlyError, one_line
+from artifactstore.formats import usage as _usage
+from artifactstore.formats.journal import MAX_JOURNAL_KEYS, Journal, new_name
+from artifactstore.index.accesses import clean_touches
+from artifactstore.index.models import utcnow
+from artifactstore.store.backends import Backends
+from artifactstore.store.tier import Accesses
+
+log = logging.getLogger("artifactstore")
+
+# Keys of recent misses remembered for `Store.compiled_below_threshold` (a compile
+# follows its miss at once; the bound only keeps a long-lived process small).
+MISSED_KEYS = 4096
+
+Touches = dict[str, tuple[int, datetime]]
+
+
+@dataclass
+class ProcessCounters:
+    """What this process saw; `artstore stats` shows the persistent totals.
+
+    `add(name, value)` counts for `process_stats()`. Counters of `usage.TOTALS` are
+    also kept pending for the index's namespace totals (`counters`), and those of
+    `usage.FIELDS` for its usage rows, per UTC day and fingerprint (`fingerprint=`;
+    "" where the caller has none). The store writes both in its access flush, or
+    in its hit journal: no counter costs a database round trip of its own.
+    """
+
+    counts: _Counts[str] = field(default_factory=_Counts)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Told every event too (a session's metrics: artifactstore.metrics.Recorder.counted).
+    observer: Callable[[str, int], None] | None = None
+    pending: _Counts[str] = field(default_factory=_Counts)
+    usage: _usage.Usage = field(default_factory=dict)
+
+    def add(self, name: str, value: int = 1, *, fingerprint: str | None = None) -> None:
+        with self.lock:
+            self.counts[name] += value
+            if name in _usage.TOTALS:
+                self.pending[name] += value
+            if name in _usage.FIELDS:
+                _usage.add(self.usage, (_usage.today(), fingerprint or ""), {name: value})
+        if self.observer is not None:
+            self.observer(name, value)
+
+    def hit(self, fingerprint: str, *, size: int, compile_secs: float) -> None:
+        """One load from the store: a hit, its bytes and the compile time it saved."""
+        with self.lock:
+            self.counts["hits"] += 1
+            self.counts["bytes_fetched"] += size
+            values = {"hits": 1, "bytes_fetched": size, "compile_secs_saved": compile_secs}
+            _usage.add(self.usage, (_usage.today(), fingerprint), values)
+        if self.observer is not None:
+            self.observer("hits", 1)
+            self.observer("bytes_fetched", size)
+
+    def add_usage(self, key: _usage.Key, values: dict[str, float]) -> None:
+        """Usage rows only (hits served elsewhere: the tier's journals)."""
+        with self.lock:
+            _usage.add(self.usage, key, values)
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.counts)
+
+    def has_pending(self) -> bool:
+        with self.lock:
+            return any(self.pending.values()) or bool(self.usage)
+
+    def take(self) -> tuple[_Counts[str], _usage.Usage]:
+        """The pending totals and usage rows, for one flush or journal."""
+        with self.lock:
+            counts, self.pending = self.pending, _Counts()
+            usage, self.usage = self.usage, {}
+        return counts, usage
+
+    def requeue(self, counts: _Counts[str], usage: _usage.Usage) -> None:
+        """Put what a flush could not write back into the next one."""
+        with self.lock:
+            self.pending.update(counts)
+            _usage.merge(self.usage, usage)
+
+
+class Accounts:
+    """One store's pending hits (key -> count, latest access) and recent misses."""
+
+    def __init__(self, backends: Backends, counters: ProcessCounters) -> None:
+        self.backends = backends
+        self.counters = counters
+        self.lock = threading.Lock()
+        self._touches: Touches = {}
+        # Keys this process just missed, so that a compile of one found below the
+        # store threshold counts as `misses_below_threshold` (see compiled_below_threshold).
+        self._missed: dict[str, str] = {}  # recent misses: key -> why (`misses`: absent)
+        self._last_journal = time.monotonic()
+
+    # -- misses ---------------------------------------------------------------
+    def miss(self, reason: str, *, key: str, fingerprint: str) -> None:
+        """Count a miss (and why, if not simply absent): `misses` and the reasons in
+        usage.TOTALS reach the index's counters."""
+        self.counters.add("misses", fingerprint=fingerprint)
+        if reason != "misses":
+            self.counters.add(reason)
+        with self.lock:
+            self._missed[key] = reason
+            if len(self._missed) > MISSED_KEYS:
+                del self._missed[next(iter(self._missed))]
+
+    def found_nothing(self, key: str) -> bool:
+        """Whether this process's last lookup of `key` found no entry at all (rather than
+        one it could not use here: another platform, a refused signature, over a limit)."""
+        with self.lock:
+            return self._missed.get(key) == "misses"
+
+    def compiled_below_threshold(self, key: str, fingerprint: str) -> None:
+        """The caller compiled `key` faster than ARTSTORE_MIN_COMPILE_SECS: it will not be
+        stored, so a miss this process counted for it was not an eligible miss
+        (`misses_below_threshold`); every such compile counts as `below_threshold`."""
+        with self.lock:
+            missed = key in self._missed
+            self._missed.pop(key, None)
+        if missed:
+            self.counters.add("misses_below_threshold", fingerprint=fingerprint)
+        self.counters.add("below_threshold", fingerprint=fingerprint)
+
+    # -- hits -----------------------------------------------------------------
+    def touch(self, key: str) -> None:
+        self.merge_touches({key: (1, utcnow())})
+
+    def merge_touches(self, touches: Touches) -> None:
+        """Add hit counts into the pending batch, keeping each key's latest access time."""
+        with self.lock:
+            for key, (n, when) in touches.items():
+                old_n, old_t = self._touches.get(key, (0, when))
+                self._touches[key] = (old_n + n, max(when, old_t))
+
+    def add_accesses(self, accesses: Accesses) -> None:
+        """Merge hits served elsewhere (the tier's journals) into the next access flush,
+        checked and clamped (journals are files: see `clean_touches`). Their usage rows
+        (day, fingerprint, bytes, compile time saved) come from this host's tier's key
+        files, read here once per key, never per hit."""
+        touches = clean_touches(accesses)
+        tier = self.backends.tier
+        for key, (n, when) in touches.items():
+            found = None
+            if tier is not None:
+                try:
+                    found = tier.lookup(key)
+                except Exception:  # a key map this process cannot read: hits only
+                    found = None
+            values: dict[str, float] = {"hits": n}
+            fingerprint = ""
+            if found is not None:
+                fingerprint = found.fingerprint
+                values["compile_secs_saved"] = n * found.compile_secs
+                if found.size is not None:
+                    values["bytes_fetched"] = n * found.size
+            self.counters.add_usage((when.date(), fingerprint), values)
+        self.merge_touches(touches)
+
+    def fold_tier_journals(self) -> None:
+        """Count hits that processes served from this host's tier, so LRU sees them."""
+        tier = self.backends.tier
+        if tier is None:
+            return
+        folded = False
+        try:
+            for accesses in tier.drain_journals():
+                self.add_accesses(accesses)
+                folded = True
+            if folded:
+                self.flush()
+        except Exception as exc:
+            log.debug("artifactstore: could not fold tier access journals: %s", one_line(exc))
+
+    # -- flushing -------------------------------------------------------------
+    def tick(self) -> None:
+        """The background writer's periodic flush: to the index at once, to a hit
+        journal at most every ARTSTORE_JOURNAL_SECS."""
+        due = time.monotonic() - self._last_journal >= self.backends.settings.journal_secs
+        if due or not self.backends.journals_hits:
+            self.flush()
+
+    def has_pending(self) -> bool:
+        """Whether a flush has anything to write (a reader's counters only to a journal)."""
+        with self.lock:
+            writes_counts = not self.backends.read_only or self.backends.journals_hits
+            counts = writes_counts and self.counters.has_pending()
+            return bool(self._touches or counts)
+
+    def flush(self) -> None:
+        """Write batched hit counts, access times and counters to the index, or to a
+        hit journal where the index is a database server."""
+        backends = self.backends
+        if backends.journals_hits:
+            self._write_journal()
+            return
+        with self.lock:
+            touches, self._touches = self._touches, {}
+        counts, usage = self.counters.take()
+        try:
+            if backends.read_only:
+                # Readers may only append to `accesses` (never write entries);
+                # `artstore gc` folds those rows in, so LRU reflects the cluster.
+                backends.index.record_reader_access(touches)
+            else:
+                backends.index.record_access(touches)
+                backends.index.add_counters(dict(counts), usage)
+        except PrivilegeRefused as exc:  # the login's grants: asking again will not help
+            backends.warn_once(
+                "access-rows", "hit counts of %s not recorded: %s", backends.namespace, exc
+            )
+        except ReadOnlyError as exc:  # an index this process may not write (a read-only file)
+            log.debug("artifactstore: hits not recorded: %s", exc)
+        except (DataError, IntegrityError, OverflowError) as exc:
+            # These rows will never go in: keeping them would fail every later flush.
+            backends.warn_once("access-rows", "hit counts dropped (%s)", one_line(exc))
+        except Exception:
+            if backends.read_only:
+                counts, usage = _Counts(), {}  # readers never write counters
+            self._requeue(touches, counts, usage)  # the database is down: kept for the next
+            raise
+
+    def _write_journal(self) -> None:
+        """One hit journal object with the pending hits and miss counts (at most
+        MAX_JOURNAL_KEYS of them: the rest wait for the next); kept pending if the
+        object store refuses it, so the next flush tries again."""
+        self._last_journal = time.monotonic()
+        with self.lock:
+            if not self._touches and not self.counters.has_pending():
+                return
+            keys = list(self._touches)[:MAX_JOURNAL_KEYS]
+            touches = {k: self._touches.pop(k) for k in keys}
+        counts, usage = self.counters.take()
+        accesses = {k: (n, when.timestamp()) for k, (n, when) in touches.items()}
+        try:
+            journal = Journal(accesses, dict(counts), usage)
+            self.backends.blobs.put_record(JOURNALS, new_name(), journal.encode())
+        except Exception:
+            self._requeue(touches, counts, usage)
+            raise
+
+    def _requeue(self, touches: Touches, counts: _Counts[str], usage: _usage.Usage) -> None:
+        """Put a batch that could not be written back into the next one."""
+        self.merge_touches(touches)
+        self.counters.requeue(counts, usage)

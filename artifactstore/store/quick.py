@@ -1,0 +1,96 @@
+"""Keys too quick to store, remembered by this host's tier so they are never looked up.
+
+Trivial jits compile faster than ARTSTORE_MIN_COMPILE_SECS and are never stored, so a
+lookup would be a certain miss (and, on a team store, a round trip). The tier keeps their
+keys in one small JSON file, merged by each process at exit. A key that later compiles
+slower is stored, and forgotten here: a stale "quick" would make processes compile a key
+the store has.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from artifactstore.blobstores.safedir import Tree
+
+log = logging.getLogger("artifactstore")
+
+# key -> (compile seconds, expiry as seconds since the epoch)
+BelowThreshold = dict[str, tuple[float, float]]
+# A week: long enough for every warm process of a project, short enough that a
+# key whose compile grew past the threshold (new flags, a slower host) is
+# looked up again soon; the bound keeps the file small to read at start.
+BELOW_THRESHOLD_TTL_SECS = 7 * 86400.0
+BELOW_THRESHOLD_MAX = 20_000
+
+
+class QuickKeys:
+    """The tier's below-threshold keys: read on first use, changes merged by `save`."""
+
+    def __init__(self, tree: Tree, path: Path, do: Callable[..., Any]) -> None:
+        self.tree = tree
+        self.path = path
+        self._do = do  # the tier's guard: a refused or missing directory is a default
+        self._lock = threading.Lock()
+        self._known: BelowThreshold | None = None
+        self._added: BelowThreshold = {}
+        self._dropped: set[str] = set()
+
+    def _loaded(self) -> BelowThreshold:
+        if self._known is None:
+            self._known = self._read()
+        return self._known
+
+    def get(self, key: str) -> float | None:
+        """The compile seconds last seen for `key` if it was too quick to store, else None."""
+        with self._lock:
+            item = self._loaded().get(key)
+        return item[0] if item is not None and item[1] > time.time() else None
+
+    def remember(self, key: str, compile_secs: float) -> None:
+        item = (compile_secs, time.time() + BELOW_THRESHOLD_TTL_SECS)
+        with self._lock:
+            self._added[key] = item
+            if self._known is not None:
+                self._known[key] = item
+            self._dropped.discard(key)
+
+    def forget(self, key: str) -> None:
+        """`key` compiled above the threshold this time, so it is stored: look it up again."""
+        with self._lock:
+            if key not in self._loaded() and key not in self._added:
+                return
+            self._loaded().pop(key, None)
+            self._added.pop(key, None)
+            self._dropped.add(key)
+
+    def save(self) -> None:
+        """Merge this process's changes into the file (last writer wins on a race)."""
+        with self._lock:
+            added, self._added = self._added, {}
+            dropped, self._dropped = self._dropped, set()
+        if not added and not dropped:
+            return
+        now = time.time()
+        merged = {
+            k: v for k, v in {**self._read(), **added}.items() if v[1] > now and k not in dropped
+        }
+        if len(merged) > BELOW_THRESHOLD_MAX:
+            newest = sorted(merged.items(), key=lambda kv: kv[1][1])[-BELOW_THRESHOLD_MAX:]
+            merged = dict(newest)
+        body = json.dumps(merged).encode()
+        self._do(lambda: self.tree.write(self.path, body, durable=False), None)
+
+    def _read(self) -> BelowThreshold:
+        try:
+            raw = json.loads(self._do(lambda: self.tree.read(self.path), b"{}"))
+            return {str(k): (float(c), float(t)) for k, (c, t) in raw.items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            log.debug("artifactstore: ignoring an unreadable %s", self.path)
+            return {}

@@ -1,0 +1,153 @@
+"""Uploads off the program's thread, and the bounded flush at exit.
+
+Why: a compile the program just paid for must not wait for the object store. Puts
+queue on the background writer (store.background); a backend that keeps failing
+pauses them like the breakers do (ARTSTORE_BREAKER_*), while this host's tier keeps
+what could not be stored. At exit everything pending is finished within
+ARTSTORE_FLUSH_TIMEOUT, and what was not is said in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from artifactstore.errors import StoreUnavailable, one_line
+from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.store.account import Accounts
+from artifactstore.store.backends import Backends
+from artifactstore.store.background import Worker, call_with_timeout
+from artifactstore.store.flight import SingleFlight
+from artifactstore.store.write import WritePath, keep_in_tier
+
+log = logging.getLogger("artifactstore")
+
+
+class Uploads:
+    """One store's queued puts, on `worker`, written by `writes`."""
+
+    def __init__(self, backends: Backends, writes: WritePath, worker: Worker) -> None:
+        self.backends = backends
+        self.writes = writes
+        self.counters = writes.counters
+        self.worker = worker
+        self._paused_until = 0.0  # monotonic: see submit
+        self._failures = 0  # consecutive, for that pause
+
+    def submit(
+        self,
+        key: str,
+        payload: bytes,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+        callbacks: int | None = None,
+        then: Callable[[bool], None] | None = None,
+    ) -> None:
+        """Queue a put on the background writer; the program does not wait for it.
+
+        `then`: called on the writer with whether the entry is now published (stored
+        by this or another process), however the put ended."""
+        backends, settings = self.backends, self.backends.settings
+        finished = then or (lambda _published: None)
+        if backends.read_only:
+            self.counters.add("skipped_read_only")
+            finished(False)
+            return
+
+        def keep() -> None:
+            """A backend is down: this host's tier keeps the executable (see keep_in_tier)."""
+            if backends.tier is not None and keep_in_tier(
+                settings, backends.tier, key, payload, fingerprint=fingerprint,
+                module_name=module_name, compile_secs=compile_secs, callbacks=callbacks,
+            ):  # fmt: skip
+                self.counters.add("kept_in_tier")
+
+        def job() -> None:
+            published = False
+            try:
+                published = upload()
+            finally:
+                finished(published)
+
+        def upload() -> bool:
+            if time.monotonic() < self._paused_until:
+                # A backend just failed an upload: drop this one (counted) instead of
+                # paying the timeout again for every queued compile and the exit flush.
+                self.counters.add("put_skipped")
+                keep()
+                return False
+            try:
+                self.writes.put(
+                    key,
+                    payload,
+                    fingerprint=fingerprint,
+                    module_name=module_name,
+                    compile_secs=compile_secs,
+                    callbacks=callbacks,
+                )
+                self._failures = 0
+                return True
+            except Exception as exc:
+                self.counters.add("put_errors")
+                cause = one_line(exc)
+                if isinstance(exc, (OperationalError, InterfaceError)):  # the driver's words
+                    cause = f"index unavailable ({cause})"
+                paused = ""
+                if isinstance(exc, (StoreUnavailable, OperationalError, InterfaceError)):
+                    # A backend unavailable: like the breakers (ARTSTORE_BREAKER_*).
+                    keep()
+                    self._failures += 1
+                    if self._failures >= settings.breaker_failures:
+                        cooldown = settings.breaker_cooldown_secs
+                        self._paused_until = time.monotonic() + cooldown
+                        paused = f"; not uploading for {cooldown:g} s"
+                # Once per kind of cause, not once per process: a later, different
+                # failure (the bucket now denies writes) must not hide behind the first.
+                kind = re.sub(r"[0-9a-f]{12,}", "…", f"{type(exc).__name__}: {cause}")
+                backends.warn_once(
+                    f"put {kind}", "could not store %s: %s%s", module_name, cause, paused
+                )
+                raise
+
+        self.worker.submit(f"put {module_name}", job)
+
+    def flush(
+        self, accounts: Accounts, flight: SingleFlight | None, timeout: float | None = None
+    ) -> bool:
+        """Finish queued uploads, then `flight`'s lease releases, then `accounts`' hit
+        records, all within `timeout` seconds (ARTSTORE_FLUSH_TIMEOUT by default)."""
+        settings = self.backends.settings
+        bound = settings.flush_secs if timeout is None else timeout
+        deadline = time.monotonic() + bound
+        done = self.worker.drain(bound)
+        if flight is not None:  # leases released: waiters go on
+            flight.drain(min(max(deadline - time.monotonic(), 0), settings.timeout_secs))
+        late = [] if done else [f"{self.worker.pending()} upload(s)"]
+        # Hit counts too, within what is left of the same bound: a database that stops
+        # answering must not hold the program at exit.
+        accesses = accounts.has_pending()
+        # The hit counts are one store operation: bounded by ARTSTORE_TIMEOUT as any other.
+        hits_bound = min(deadline - time.monotonic(), settings.timeout_secs)
+        try:
+            if accesses and hits_bound <= 0:
+                raise TimeoutError(f"no time left of the {bound:g} s flush bound")
+            if accesses:
+                call_with_timeout(accounts.flush, hits_bound)
+        except TimeoutError:
+            late.append("hit counts")
+        except Exception as exc:
+            log.debug("artifactstore: final access flush failed: %s", exc)
+        if late:  # one line for both: one flush, one incident
+            self.backends.warn_once(
+                "flush",
+                "%s not finished within %.0f s; they were not stored",
+                " and ".join(late),
+                bound if not done else max(hits_bound, 0),
+            )
+        return done

@@ -1,0 +1,379 @@
+"""The write path: admit -> encode -> upload -> commit -> publish (and withdraw).
+
+Why in this order: a reader that finds a manifest must find its object, and the
+index must never point at a missing object for longer than one operation. So the
+object is made durable first, then the index row is committed, and the manifest
+(what readers follow) is published last; removal runs the other way (withdraw the
+manifest, delete the row, and only after gc's grace period the object).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from artifactstore.errors import CorruptObject, ReadOnlyError, one_line
+from artifactstore.formats import codec
+from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.manifest import Manifest
+from artifactstore.index import db
+from artifactstore.index.repo import EntryInfo, NewEntry
+from artifactstore.store import identity
+from artifactstore.store.account import ProcessCounters
+from artifactstore.store.backends import Backends
+from artifactstore.store.tier import LocalTier, _warn_once
+
+if TYPE_CHECKING:
+    from artifactstore.config import Settings
+    from artifactstore.formats.signing import SigningKey
+
+log = logging.getLogger("artifactstore")
+
+UNSIGNED_WRITE = (
+    "storing unsigned entries in a store that requires signatures: readers will not load "
+    "them; set ARTSTORE_SIGNING_KEY to a key from `artstore keygen` (readers list its .pub)"
+)
+
+
+class WritePath:
+    """One store's writes: entries stored, published, withdrawn, and bad ones removed."""
+
+    def __init__(
+        self, backends: Backends, counters: ProcessCounters, refused: dict[str, str]
+    ) -> None:
+        self.backends = backends
+        self.counters = counters
+        # Keys whose entry this process refused for its signature (the read path says
+        # which): a writer that then compiles them replaces the entry with one it signs.
+        self.refused = refused
+        # Called (on the writing thread) after each entry this process creates;
+        # layers above subscribe here (the opt-in quota pass) without the store
+        # importing them.
+        self.on_stored: list[Callable[[], None]] = []
+        self._identity_checked = False  # see artifactstore.store.identity: first write binds
+
+    def put(
+        self,
+        key: str,
+        payload: bytes,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+        callbacks: int | None = None,
+    ) -> bool:
+        """Store synchronously; True if this call created the entry."""
+        admitted, existing = self.admit(key)
+        if not admitted:
+            return False
+        settings = self.backends.settings
+        encoded = encode_entry(
+            key,
+            payload,
+            fingerprint=fingerprint,
+            module_name=module_name,
+            compile_secs=compile_secs,
+            callbacks=callbacks,
+            signing_key=settings.signing_key,
+            namespace=settings.namespace,
+        )
+        return self.commit(
+            key,
+            encoded,
+            existing,
+            fingerprint=fingerprint,
+            module_name=module_name,
+            compile_secs=compile_secs,
+            callbacks=callbacks,
+            producer_host=socket.gethostname(),
+        )
+
+    def put_encoded(
+        self,
+        key: str,
+        encoded: codec.Encoded,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+        callbacks: int | None = None,
+        producer_host: str,
+    ) -> bool:
+        """Store an object already encoded (and signed) as it will be kept, byte for byte
+        (see Store.put_encoded); True if this call created the entry."""
+        admitted, existing = self.admit(key)
+        if not admitted:
+            return False
+        return self.commit(
+            key,
+            encoded,
+            existing,
+            fingerprint=fingerprint,
+            module_name=module_name,
+            compile_secs=compile_secs,
+            callbacks=callbacks,
+            producer_host=producer_host,
+        )
+
+    def admit(self, key: str) -> tuple[bool, EntryInfo | None]:
+        """(whether a put of `key` goes on, the entry it replaces): no on a read-only
+        store or where the key is stored already (counted), except an entry this process
+        refused for its signature, which a writer that can sign replaces."""
+        if self.backends.read_only:
+            self.counters.add("skipped_read_only")
+            return False, None
+        settings = self.backends.settings
+        existing = self.backends.index.lookup(key)
+        replace = existing is not None and key in self.refused
+        if replace and settings.signing_key is None:
+            # Present, but this process refused it for its signature (and cannot sign):
+            # the entry stays as it is; its readers compile, as this process did.
+            self.counters.add("refused_present")
+            return False, None
+        if existing is not None and not replace:  # another process stored it first
+            self.counters.add("already_present")
+            if settings.index_is_server and not self.published(existing):
+                # Stored by a 0.2 client, its publication failed, or its manifest was
+                # damaged: readers miss it until it is published (this process did too).
+                if self.publish_checked(existing):
+                    self.counters.add("manifest_republished")
+            return False, None
+        return True, existing
+
+    def commit(
+        self,
+        key: str,
+        encoded: codec.Encoded,
+        existing: EntryInfo | None,
+        *,
+        fingerprint: Fingerprint,
+        module_name: str,
+        compile_secs: float,
+        callbacks: int | None,
+        producer_host: str,
+    ) -> bool:
+        """The write path every put ends in: object durable, then index row (or the
+        replacement of a refused entry), then tier and manifest; True if created."""
+        blobs, index = self.backends.blobs, self.backends.index
+        uploaded = blobs.put(encoded.digest, encoded.data)
+        if uploaded:
+            self.counters.add("bytes_uploaded", len(encoded.data))
+        entry = NewEntry.for_object(
+            key=key,
+            digest=encoded.digest,
+            size=len(encoded.data),
+            raw_size=encoded.raw_size,
+            module_name=module_name,
+            fingerprint=fingerprint,
+            compile_secs=compile_secs,
+            producer_host=producer_host[:255],
+            signer=encoded.signer,
+            signature=encoded.signature,
+        )
+        if existing is not None:
+            # This process refused the entry's object for its signature (unsigned, an
+            # untrusted key, a bad signature) and just compiled the key itself: replace
+            # it with its own, signed object, so readers that trust this key load it.
+            created = index.repoint(
+                key,
+                old_digest=existing.digest,
+                new_digest=encoded.digest,
+                size=len(encoded.data),
+                signer=encoded.signer,
+                signature=encoded.signature,
+                entry=entry,
+            )
+            if created:
+                index.add_entry(entry, fingerprint.to_json())  # its fingerprint row
+                self.refused.pop(key, None)
+                self.counters.add("replaced_refused")
+                if not index.keys_for_digest(existing.digest):
+                    blobs.delete(existing.digest)
+                    index.forget_objects([existing.digest])
+        else:
+            created = index.add_entry(entry, fingerprint.to_json())
+        self.counters.add("stored" if created else "already_present")
+        if created:
+            remember(self.backends, key, Manifest.of(entry, callbacks=callbacks), encoded.data)
+        if created and not blobs.exists(encoded.digest):
+            # A gc deleted the object between our existence check and our commit (the
+            # race is explained in artifactstore/gc/__init__.py): put it back, so the
+            # entry points at a missing object for no longer than this one operation.
+            blobs.put(encoded.digest, encoded.data)
+        if not created and uploaded and not index.keys_for_digest(encoded.digest):
+            # Lost a race on the key with different bytes (XLA output is not
+            # byte-identical across processes): drop our now-unreferenced copy.
+            blobs.delete(encoded.digest)
+            index.forget_objects([encoded.digest])
+        if created:
+            if encoded.signer is None and self.backends.settings.require_signatures:
+                self.backends.warn_once("unsigned-write", UNSIGNED_WRITE)
+            self.publish_checked(entry, callbacks=callbacks)
+            if not self._identity_checked:
+                self._identity_checked = True
+                identity.bind_after_write(self.backends)
+            for listener in self.on_stored:
+                listener()
+        return created
+
+    # -- manifests ------------------------------------------------------------
+    def publish(self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None) -> bool:
+        """Publish `entry`'s manifest, after its object and index row: readers find it
+        without the database. False (counted, logged once) if the object store refused;
+        the entry is stored all the same, and `artstore verify --repair` publishes it."""
+        try:
+            manifest = Manifest.of(entry, callbacks=callbacks).encode()
+            self.backends.blobs.put_manifest(entry.key, manifest)
+            return True
+        except Exception as exc:
+            self.counters.add("manifest_unpublished")
+            self.backends.warn_once(
+                "publish",
+                "manifest of %s not published (%s): readers find it through the index until "
+                "`artstore verify --repair`",
+                entry.key[:12],
+                one_line(exc),
+            )
+            return False
+
+    def publish_checked(self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None) -> bool:
+        """`publish`, then withdraw the manifest if a gc evicted the row meanwhile.
+
+        A gc that deletes the row between the writer reading (or inserting) it and its
+        manifest finds no manifest to withdraw, and may delete the object at once
+        (`--grace 0`): the manifest would lead readers to nothing. Checked after
+        publishing, either this finds the row gone or gc's own withdrawal comes after the
+        manifest. A row for other bytes (another writer's, after the eviction) is left as
+        it is: a reader that follows this manifest to a deleted object drops only the
+        manifest, and the next writer of the key republishes the row's."""
+        if not self.publish(entry, callbacks=callbacks):
+            return False
+        try:
+            if self.backends.index.lookup(entry.key) is None:
+                self.backends.blobs.delete_manifests([entry.key])
+                self.counters.add("manifest_withdrawn")
+                return False
+        except Exception as exc:  # a manifest without entry costs misses; verify repairs it
+            log.debug("artifactstore: re-check of %s's row failed: %s", entry.key[:12], exc)
+        return True
+
+    def published(self, entry: EntryInfo) -> bool:
+        """Whether `entry`'s manifest is published and leads to its object."""
+        data = self.backends.blobs.get_manifest(entry.key)
+        try:
+            return data is not None and Manifest.decode(data, entry.key).digest == entry.digest
+        except CorruptObject:
+            return False
+
+    def withdraw(self, keys: list[str]) -> None:
+        """Withdraw the manifests of entries being removed (before or just after their
+        rows go; their objects outlive both by gc's grace period). Refused, with the
+        index's one line, where the index may not be written: removal needs both."""
+        why = db.read_only_reason(self.backends.engine)
+        if why is not None:
+            raise ReadOnlyError(why)
+        if keys:
+            self.backends.blobs.delete_manifests(keys)
+
+    # -- removing what a reader found bad ---------------------------------------
+    def quarantine(self, entry: EntryInfo | Manifest, why: str) -> None:
+        """Move a corrupt object aside and drop its entry (a writer; a reader says so)."""
+        if self.backends.read_only:  # a reader moves nothing: say so, leave it to a writer
+            self.backends.warn_once(
+                "corrupt",
+                "corrupt object %s ignored (%s); read-only, so not quarantined: "
+                "run `artstore verify --repair` as a writer",
+                entry.digest[:12],
+                why,
+            )
+            return
+        self.backends.warn_once("corrupt", "corrupt object ignored and quarantined (%s)", why)
+        try:
+            self.backends.blobs.quarantine(entry.digest)
+            self.backends.index.forget_objects([entry.digest])
+            self.drop_entry(entry)
+        except Exception as exc:
+            log.debug("artifactstore: quarantine of %s failed: %s", entry.digest[:12], exc)
+
+    def drop_entry(self, entry: EntryInfo | Manifest) -> None:
+        """Remove an entry whose object is gone, so the next compile can store it again."""
+        if not self.backends.read_only:
+            try:
+                self.withdraw([entry.key])
+                self.backends.index.delete_entry(entry.key, digest=entry.digest)
+            except ReadOnlyError:  # a store this user may only read: leave it to a writer
+                pass
+
+
+def remember(backends: Backends, key: str, record: Manifest, data: bytes) -> None:
+    """Keep a copy in this host's tier, so later processes here load it without asking."""
+    if backends.tier is None:
+        return
+    try:
+        backends.tier.remember(key, record, data)
+    except Exception as exc:  # a full or read-only disk costs the tier, nothing else
+        backends.warn_once("tier", "local tier not updated: %s", one_line(exc))
+
+
+def keep_in_tier(
+    settings: Settings,
+    tier: LocalTier,
+    key: str,
+    payload: bytes,
+    *,
+    fingerprint: Fingerprint,
+    module_name: str,
+    compile_secs: float,
+    callbacks: int | None = None,
+) -> bool:
+    """Keep a writer's executable in this host's tier while the store cannot take it, so
+    later processes here load it; True if kept. It is not uploaded later (a process that
+    finds it in the tier never misses). Only a tier holding its own objects, of a writer."""
+    if settings.read_only or not tier.owns_objects:
+        return False
+    encoded = encode_entry(
+        key,
+        payload,
+        fingerprint=fingerprint,
+        module_name=module_name,
+        compile_secs=compile_secs,
+        callbacks=callbacks,
+        signing_key=settings.signing_key,
+        namespace=settings.namespace,
+    )
+    try:
+        record = Manifest(key, encoded.digest, fingerprint.digest, float(compile_secs),
+                          encoded.raw_size, len(encoded.data), module_name[:255], callbacks,
+                          encoded.signer)  # fmt: skip
+        tier.remember(key, record, encoded.data)
+    except Exception as exc:  # a full disk costs the copy, nothing else
+        _warn_once("tier-keep", "local tier not updated: %s", one_line(exc))
+        return False
+    return True
+
+
+def encode_entry(
+    key: str,
+    payload: bytes,
+    *,
+    fingerprint: Fingerprint,
+    module_name: str,
+    compile_secs: float,
+    callbacks: int | None = None,
+    signing_key: SigningKey | None = None,
+    namespace: str | None = None,
+) -> codec.Encoded:
+    """The object an entry is stored as: its payload, fingerprint and metadata, signed
+    with `signing_key` for `namespace` when given (ARTSTORE_SIGNING_KEY)."""
+    meta = codec.ObjectMeta(
+        key=key,
+        module_name=module_name[:255],
+        compile_secs=float(compile_secs),
+        raw_size=len(payload),
+        producer_host=socket.gethostname()[:255],
+        fingerprint=fingerprint.to_dict(),
+        callbacks=callbacks,
+    )
+    return codec.encode(payload, fingerprint.digest, meta, signer=signing_key, namespace=namespace)
