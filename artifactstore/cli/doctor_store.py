@@ -271,7 +271,7 @@ def check_signing(settings: _config.Settings) -> Check:
         parts.append(f"{mode}: loads only entries signed by " + ", ".join(trusts or []))
     if required and signs is None and not settings.read_only:
         status = "warn"
-        parts.append("nothing will load what it stores (set ARTSTORE_SIGNING_KEY)")
+        parts.append("readers will not load what it stores (set ARTSTORE_SIGNING_KEY)")
         verdict = verdict or ("signatures required but this writer has no signing key: "
                               "nothing loads what it stores; `artstore keygen` makes one "
                               "for ARTSTORE_SIGNING_KEY")  # fmt: skip
