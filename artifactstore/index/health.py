@@ -179,8 +179,9 @@ def _permission(path: Path) -> Diagnosis:
             break
         except OSError:
             break
-        want = os.R_OK | (os.X_OK if part.is_dir() else 0)
-        if not os.access(part, want):
+        last = part == path  # the path itself is read; the directories above, traversed
+        want = (os.R_OK if last else 0) | (os.X_OK if part.is_dir() else 0)
+        if want and not os.access(part, want):
             blocked = part
             break
     try:
