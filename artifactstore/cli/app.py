@@ -31,7 +31,7 @@ from artifactstore.cli import (
     warm_cmd,
 )
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
-from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.errors import ArtstoreError, StoreUnavailable, one_line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -73,16 +73,25 @@ for _command in (
     cli.add_command(_command)
 
 
-def _dispatch_errors(fn: Callable[[], None]) -> None:
+def _dispatch_errors(fn: Callable[[], None], index_url: Callable[[], str] = str) -> None:
+    """Run `fn`, ending each failure as one line; an index failure says what it is
+    (unreachable, permission, corrupt, missing grant: `index.health.diagnose`) and
+    the command that fixes it. `index_url`: the command's index, for that."""
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         fn()
+    except StoreUnavailable as exc:
+        cause = exc.__context__  # a driver's error, raised `from None` but kept
+        if isinstance(cause, SQLAlchemyError | PermissionError):
+            fail(f"index database error: {_diagnosis(cause, index_url)}")
+        fail(str(exc))
     except ArtstoreError as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:
-        reason = one_line(getattr(exc, "orig", None) or exc)
-        fail(f"index database error ({reason}): check ARTSTORE_INDEX and the database server")
+        fail(f"index database error: {_diagnosis(exc, index_url)}")
+    except PermissionError as exc:  # a store directory or index file this user may not read
+        fail(_diagnosis(exc, index_url))
     except KeyboardInterrupt:
         _interrupted(signal.SIGINT)
     except interrupts.Terminated:
@@ -98,6 +107,16 @@ def _dispatch_errors(fn: Callable[[], None]) -> None:
         if os.environ.get("ARTSTORE_DEBUG"):
             raise
         fail(f"{one_line(exc)} (set ARTSTORE_DEBUG=1 for a traceback)")
+
+
+def _diagnosis(exc: BaseException, index_url: Callable[[], str]) -> str:
+    from artifactstore.index.health import diagnose
+
+    try:
+        url = index_url()
+    except Exception:  # the configuration itself is what failed: no URL to name
+        url = ""
+    return str(diagnose(exc, url))
 
 
 _stopping = threading.Event()
@@ -135,13 +154,20 @@ def main() -> None:
     interrupts.install()
     threading.excepthook = _thread_failed
 
+    opened: list[click.Context] = []
+
     def run() -> None:
         # As click's `main`, less its handling of Ctrl-C (a blank line and "Aborted!").
         try:
             with cli.make_context("artstore", sys.argv[1:]) as ctx:
+                opened.append(ctx)
                 cli.invoke(ctx)
         except click.exceptions.Exit as exc:
             if exc.exit_code:
                 sys.exit(exc.exit_code)
 
-    _dispatch_errors(run)
+    def index_url() -> str:
+        obj = opened[0].obj if opened else None
+        return obj.settings().index_url if isinstance(obj, Ctx) else ""
+
+    _dispatch_errors(run, index_url)

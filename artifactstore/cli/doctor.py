@@ -5,6 +5,11 @@ it compiles as usual, logs one line and is silently slower. This gathers every
 fact that decides it in one report, without changing anything (no index or
 directory is created, no migration applied), each network check bounded by
 ARTSTORE_TIMEOUT, and never a secret in any message.
+
+It never aborts: whatever it cannot check (a directory this user may not read, a
+server that does not answer) is a row saying so. Each row says what a program here
+would do (use the store read-write, read-only, or not at all), and the exit code
+whether programs would use it as configured (`doctor_report`: 0 yes, 1 no or degraded).
 """
 
 from __future__ import annotations
@@ -12,52 +17,24 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from artifactstore import config as _config
-from artifactstore.errors import ArtstoreError, ConfigError, one_line
+from artifactstore.cli import doctor_store
+from artifactstore.cli.doctor_report import Check, Report, conclude, scrub
+from artifactstore.errors import ConfigError, one_line
 from artifactstore.jaxhook.compat import Probe, probe
-from artifactstore.redact import redact
-from artifactstore.store.background import call_with_timeout
 
-Status = Literal["ok", "fail", "warn", "skip"]
-
-
-@dataclass
-class Check:
-    """One row: a failed `blocking` check means the store would not be used."""
-
-    label: str
-    status: Status
-    detail: str
-    verdict: str = ""  # for a failure: what is wrong and what to do, for the verdict line
-    blocking: bool = True
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Report:
-    checks: dict[str, Check]
-    ok: bool
-    verdict: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "verdict": self.verdict,
-            "checks": {
-                name: {"label": c.label, "status": c.status, "detail": c.detail, **c.data}
-                for name, c in self.checks.items()
-            },
-        }
+__all__ = ["Check", "Report", "gather"]
 
 
 def gather(overrides: dict[str, Any], device: bool | None = None) -> Report:
     """Run every check for the configuration `overrides` (CLI options) resolve to.
     `device`: open JAX's backend for the fingerprint (None: only where that holds no
-    accelerator; see `doctor_device`)."""
+    accelerator; see `doctor_device`). Never raises: a check that fails unexpectedly
+    is a failed row naming what it could not do."""
     found = probe()
     checks: dict[str, Check] = {
         "python": Check(
@@ -74,7 +51,7 @@ def gather(overrides: dict[str, Any], device: bool | None = None) -> Report:
             blocking=False,
             data={"jax": found.jax_version, "jaxlib": found.jaxlib_version},
         ),
-        "hook": _check_hook(found),
+        "hook": _guard("jax hook", lambda: _check_hook(found)),
     }
 
     settings: _config.Settings | None = None
@@ -93,45 +70,65 @@ def gather(overrides: dict[str, Any], device: bool | None = None) -> Report:
                 label, "skip", "not checked: configuration invalid", blocking=name != "local_tier"
             )
     else:
-        mode = "read-only" if settings.read_only else "read-write"
-        origin = ", embedded default" if settings.embedded else ""
-        checks["config"] = Check(
-            "configuration",
-            "ok",
-            f"namespace {settings.namespace}, {mode}, timeout {settings.timeout_secs:g} s{origin}",
-            data={
-                "namespace": settings.namespace,
-                "read_only": settings.read_only,
-                "timeout_secs": settings.timeout_secs,
-                "embedded": settings.embedded,
-            },
-        )
-        checks["object_store"] = _check_objects(settings)
-        checks["index"] = _check_index(settings)
-        if checks["object_store"].status == checks["index"].status == "ok":
-            checks["binding"] = _check_binding(settings, checks["index"].data)
-        checks["local_tier"] = _check_tier(settings)
-        checks["signing"] = _check_signing(settings)
-        checks["single_flight"] = _check_single_flight(settings)
-    checks["accelerator"] = _check_accelerator()
-    checks["fingerprint"] = _check_fingerprint(device)
-    checks["activation"] = _check_activation()
+        _store_checks(settings, checks)
+    checks["accelerator"] = _guard("accelerator", _check_accelerator, blocking=False)
+    checks["fingerprint"] = _guard("fingerprint", lambda: _check_fingerprint(device),
+                                   blocking=False)  # fmt: skip
+    checks["activation"] = _guard("activation", _check_activation, blocking=False)
 
-    failed = [
-        c.verdict or f"{c.label}: {c.detail}"
-        for c in checks.values()
-        if c.blocking and c.status == "fail"
-    ]
-    ok = all(c.status == "ok" for c in checks.values() if c.blocking)
-    if ok:
-        where = f"{checks['object_store'].data['url']} + {checks['index'].data['url']}"
-        mode = " (read-only)" if settings is not None and settings.read_only else ""
-        verdict = f"the store would be used: {where}{mode}"
-    else:
-        verdict = "the store is not used: " + "; ".join(failed)
-    for check in checks.values():
-        check.detail, check.verdict = _scrub(check.detail), _scrub(check.verdict)
-    return Report(checks, ok, _scrub(verdict))
+    scrub(checks)
+    where = ""
+    if settings is not None:
+        where = f"{checks['object_store'].data.get('url')} + {checks['index'].data.get('url')}"
+    return conclude(checks, settings is not None and settings.read_only, where)
+
+
+def _store_checks(settings: _config.Settings, checks: dict[str, Check]) -> None:
+    mode = "read-only" if settings.read_only else "read-write"
+    origin = ", embedded default" if settings.embedded else ""
+    checks["config"] = Check(
+        "configuration",
+        "ok",
+        f"namespace {settings.namespace}, {mode}, timeout {settings.timeout_secs:g} s{origin}",
+        data={
+            "namespace": settings.namespace,
+            "read_only": settings.read_only,
+            "timeout_secs": settings.timeout_secs,
+            "embedded": settings.embedded,
+        },
+    )
+    objects = checks["object_store"] = _guard(
+        "object store", lambda: doctor_store.check_objects(settings)
+    )
+    index = checks["index"] = _guard("index", lambda: doctor_store.check_index(settings))
+    if objects.status != "fail" and index.status == "ok":
+        checks["access"] = _guard(
+            "access", lambda: doctor_store.check_access(settings, objects, index), blocking=False
+        )
+        checks["binding"] = _guard(
+            "binding", lambda: doctor_store.check_binding(settings, index.data), blocking=False
+        )
+    checks["local_tier"] = _guard("local tier", lambda: _check_tier(settings), blocking=False)
+    checks["signing"] = _guard(
+        "signing", lambda: doctor_store.check_signing(settings), blocking=False
+    )
+    checks["single_flight"] = _guard(
+        "single-flight", lambda: _check_single_flight(settings), blocking=False
+    )
+
+
+def _guard(label: str, check: Callable[[], Check], *, blocking: bool = True) -> Check:
+    """`check()`, or the row saying it could not be done (doctor never aborts)."""
+    try:
+        return check()
+    except Exception as exc:
+        why = one_line(exc)
+        if isinstance(exc, PermissionError):
+            from artifactstore.index.health import diagnose
+
+            why = str(diagnose(exc, ""))
+        return Check(label, "fail" if blocking else "warn", f"could not be checked: {why}",
+                     verdict=f"{label}: {why}", blocking=blocking)  # fmt: skip
 
 
 def _check_hook(found: Probe) -> Check:
@@ -140,132 +137,14 @@ def _check_hook(found: Probe) -> Check:
     if found.hooks is not None:
         return Check("jax hook", "ok", f"yes ({found.hooks.style})", data={"problems": []})
     if found.jax_version == "not installed":
-        fix = f"JAX is not importable ({problems}): install jax"
+        fix = f"JAX is not importable ({problems}): `pip install jax`"
     else:
         fix = (
             f"JAX {found.jax_version} internals missing ({problems}): upgrade artifactstore "
-            "or pin jax to a supported release (README, 'Supported JAX')"
+            "(`pip install -U artifactstore`) or pin jax to a supported release "
+            "(README, 'Supported JAX')"
         )
     return Check("jax hook", "fail", f"no: {problems}", fix, data={"problems": found.problems})
-
-
-def _check_objects(settings: _config.Settings) -> Check:
-    """The object store answers: a bounded HEAD of the bucket, or a usable directory."""
-    from artifactstore.blobstores import open_blobstore
-
-    where = settings.blobs.describe()
-    data: dict[str, Any] = {"url": where}
-    try:
-        blobs = open_blobstore(settings)
-        call_with_timeout(blobs.check, settings.timeout_secs)
-    except TimeoutError:
-        return _unanswered("object store", where, settings, data)
-    except Exception as exc:
-        why = str(exc) if isinstance(exc, ArtstoreError) else one_line(exc)
-        return Check(
-            "object store", "fail", why, verdict=f"object store unusable: {why}", data=data
-        )
-    if settings.blobs.scheme == "s3":
-        return Check("object store", "ok", f"{blobs.describe()}: answers", data=data)
-    base = Path(settings.blobs.path) / settings.namespace
-    problem, state = _dir_state(base, write=not settings.read_only)
-    if problem:
-        return Check(
-            "object store",
-            "fail",
-            f"{base}: {problem}",
-            data=data,
-            verdict=f"object store {base} {problem}: fix ARTSTORE_URL or the "
-            "directory's permissions",
-        )
-    return Check("object store", "ok", f"{blobs.describe()}: {state}", data=data)
-
-
-def _check_index(settings: _config.Settings) -> Check:
-    """The index answers and its schema is (or will by itself become) current."""
-    from artifactstore.index import db
-    from artifactstore.store import migrates_on_open
-
-    shown = redact(settings.index_url)
-    data: dict[str, Any] = {"url": shown}
-    sqlite_file = _sqlite_file(settings.index_url)
-
-    def read_schema() -> tuple[db.SchemaStatus, str]:
-        if sqlite_file is not None and not sqlite_file.exists():  # do not create it
-            return db.SchemaStatus(db.SchemaState.EMPTY, None, db.SCHEMA_HEAD), "sqlite"
-        engine = db.open_engine(
-            settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
-        )
-        try:
-            return db.schema_status(engine), engine.dialect.name
-        finally:
-            engine.dispose()
-
-    try:
-        status, dialect = call_with_timeout(read_schema, settings.timeout_secs)
-    except TimeoutError:
-        return _unanswered("index", shown, settings, data)
-    except ConfigError as exc:
-        return Check("index", "fail", str(exc), verdict=f"index URL invalid: {exc}", data=data)
-    except Exception as exc:
-        why = one_line(getattr(exc, "orig", None) or exc)
-        return Check(
-            "index",
-            "fail",
-            f"{shown}: unreachable ({why})",
-            data=data,
-            verdict=f"index unreachable ({why}): check ARTSTORE_INDEX and the database server",
-        )
-    revision = status.current or "not created"
-    auto = migrates_on_open(settings, dialect, status.state)
-    data.update(
-        revision=status.current,
-        head=status.head,
-        schema=status.state.value,
-        needs_upgrade=status.state is not db.SchemaState.CURRENT and not auto,
-    )
-    if status.state is db.SchemaState.CURRENT:
-        return Check("index", "ok", f"{shown}: schema {revision} (current)", data=data)
-    if auto:
-        if sqlite_file is not None and not sqlite_file.exists():
-            problem, _ = _dir_state(sqlite_file.parent, write=True)
-            if problem:
-                return Check(
-                    "index",
-                    "fail",
-                    f"{sqlite_file.parent}: {problem}",
-                    data=data,
-                    verdict=f"index {sqlite_file} cannot be created: "
-                    f"{sqlite_file.parent} {problem}",
-                )
-        return Check(
-            "index",
-            "ok",
-            f"{shown}: schema {revision}, brought to {status.head} on first use",
-            data=data,
-        )
-    return Check(
-        "index",
-        "fail",
-        f"{shown}: schema {revision} ({status.state.value})",
-        verdict=status.problem() or "",
-        data=data,
-    )
-
-
-def _check_binding(settings: _config.Settings, index: dict[str, Any]) -> Check:
-    """Whether object store and index are one store (artifactstore.store.identity); only read."""
-    from artifactstore.store.identity import MISMATCH, UNBOUND, describe
-
-    try:
-        if index.get("schema") != "current":  # not created or not migrated yet: not opened
-            state, detail = UNBOUND, "not yet bound: the index is not at this version's schema"
-        else:
-            state, detail = call_with_timeout(lambda: describe(settings), settings.timeout_secs)
-    except Exception as exc:
-        state, detail = "unknown", f"not checked ({one_line(exc)})"
-    status: Status = "fail" if state == MISMATCH else "ok" if state == "bound" else "warn"
-    return Check("binding", status, detail, blocking=False, data={"state": state})
 
 
 def _check_tier(settings: _config.Settings) -> Check:
@@ -293,34 +172,6 @@ def _check_tier(settings: _config.Settings) -> Check:
         blocking=False,
         data={"path": str(tier.base), "keys": keys, "bytes": size},
     )
-
-
-def _check_signing(settings: _config.Settings) -> Check:
-    """The trust mode: which key this process signs with, which it loads from (names,
-    never key material), and whether signatures are required here."""
-    signs = settings.signing_key.name if settings.signing_key is not None else None
-    trusted = settings.trusted_keys
-    trusts = trusted.names if trusted is not None else None
-    required = settings.require_signatures
-    parts = [f"signs as {signs}" if signs else "writes unsigned entries"]
-    status: Status = "ok"
-    if trusted is None:
-        who = ("write access to the bucket decides what runs" if settings.blobs.scheme == "s3"
-               else "the directory's permissions decide what runs")  # fmt: skip
-        parts.append(f"loads any intact entry (signatures not required: {who})")
-    elif not trusted.keys:
-        status = "warn"
-        parts.append("signatures required, no key trusted: LOADS NOTHING (set "
-                     "ARTSTORE_TRUSTED_KEYS, or ARTSTORE_REQUIRE_SIGNATURES=0)")  # fmt: skip
-    else:
-        mode = "signatures required" if required else "ARTSTORE_TRUSTED_KEYS set"
-        parts.append(f"{mode}: loads only entries signed by " + ", ".join(trusts or []))
-    if required and signs is None and not settings.read_only:
-        status = "warn"
-        parts.append("readers will not load what it stores (set ARTSTORE_SIGNING_KEY)")
-    return Check("signing", status, "; ".join(parts), blocking=False,
-                 data={"signing_key": signs, "trusted_keys": trusts,
-                       "require_signatures": required})  # fmt: skip
 
 
 def _check_single_flight(settings: _config.Settings) -> Check:
@@ -389,50 +240,3 @@ def _check_fingerprint(device: bool | None) -> Check:
 
     status, detail, data = doctor_device.check_fingerprint(device)
     return Check("fingerprint", status, detail, blocking=False, data=data)
-
-
-def _unanswered(label: str, where: str, settings: _config.Settings, data: dict[str, Any]) -> Check:
-    bound = f"{settings.timeout_secs:g} s"
-    return Check(
-        label,
-        "fail",
-        f"{where}: no answer within {bound}",
-        data=data,
-        verdict=f"{label} {where} did not answer within {bound}: check that it is "
-        "up and reachable from here, or raise ARTSTORE_TIMEOUT",
-    )
-
-
-def _dir_state(path: Path, *, write: bool) -> tuple[str, str]:
-    """(problem, "") if `path` cannot serve as a store directory, else ("", its state)."""
-    if path.exists():
-        if not path.is_dir():
-            return "is not a directory", ""
-        if not os.access(path, os.R_OK | os.X_OK | (os.W_OK if write else 0)):
-            return ("is not readable and writable" if write else "is not readable"), ""
-        return "", "writable" if write else "readable"
-    if not write:
-        return "does not exist", ""
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        return f"cannot be created ({parent} is not writable)", ""
-    return "", "created on first use"
-
-
-def _sqlite_file(url: str) -> Path | None:
-    from sqlalchemy.engine import make_url
-
-    try:
-        parsed = make_url(url)
-    except Exception:
-        return None  # open_engine reports it
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(str(parsed.database))
-
-
-def _scrub(text: str) -> str:
-    """A detail or verdict fit for the report: secrets masked, on one line."""
-    return " ".join(redact(text).split())

@@ -15,7 +15,6 @@ from artifactstore.cli.render import (
     json_option,
     print_fields,
     print_json,
-    print_table,
 )
 from artifactstore.errors import one_line
 from artifactstore.redact import redact
@@ -208,16 +207,17 @@ def demo_cmd(layers: int, keep: bool) -> None:
 )
 @click.pass_obj
 def doctor_cmd(obj: Ctx, as_json: bool, device: bool | None) -> None:
-    """Say whether the store would be used here and, if not, why and what to do."""
+    """Say whether programs here would use the store and, if not, why and what to do.
+
+    Exits 0 when programs would use it as configured, 1 when they would not use it
+    or would use it degraded (e.g. read-only because every write is refused)."""
     from artifactstore.cli import doctor
+    from artifactstore.cli.doctor_report import echo
 
     report = doctor.gather(obj.overrides, device)
     if as_json:
         print_json(report.to_json())
     else:
-        status = {"ok": "ok", "fail": "FAIL", "warn": "warn", "skip": "-"}
-        rows = [[c.label, status[c.status], c.detail] for c in report.checks.values()]
-        print_table(["CHECK", "STATUS", "DETAIL"], rows)
-        click.echo(f"verdict: {report.verdict}")
+        echo(report)
     if not report.ok:
         sys.exit(EXIT_FAIL)

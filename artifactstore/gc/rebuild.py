@@ -188,7 +188,7 @@ def index_problem(store: Store) -> str | None:
     """
     problem = health.integrity_problem(store.engine)
     if problem is not None:
-        return f"{problem}: run `artstore db rebuild`"
+        return str(problem)  # its own fix: `db rebuild` only for a corrupt file
     stats = store.index.stats()
     # Entries evicted by gc leave object rows until their objects go; a lost index has neither.
     if stats.entries == 0 and stats.objects == 0 and _holds_lost_entries(store):
@@ -255,9 +255,9 @@ def check(settings: Settings) -> CheckReport:
         settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
     )
     try:
-        problem = health.integrity_problem(engine)
-        if problem is not None:
-            report.problems.append(f"{problem}: run `artstore db rebuild`")
+        damage = health.integrity_problem(engine)
+        if damage is not None:
+            report.problems.append(str(damage))
             return report
         schema = db.schema_status(engine).problem()
         if schema is not None:

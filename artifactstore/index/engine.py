@@ -231,22 +231,20 @@ def _refused_write(why: str, context: ExceptionContext) -> None:
 
 
 def _refused_pg_write(why: str, context: ExceptionContext) -> None:
-    """PostgreSQL refused a write: this reader's READ ONLY transaction, or a role without
-    the privilege (infra/policies/postgres-roles.sql). One line naming the fix."""
+    """PostgreSQL refused a statement: this reader's READ ONLY transaction, or a role
+    without the privilege or the namespace (infra/policies/). One line naming the fix:
+    which grant is missing, for a read as for a write (index.health.diagnose)."""
     code = getattr(context.original_exception, "sqlstate", None)
     if code == "25006":  # read_only_sql_transaction
         raise ReadOnlyError(why) from None
     if code == "42501":  # insufficient_privilege, or a row-level security policy
-        role = context.engine.url.username if context.engine is not None else None
-        cause = one_line(context.original_exception)
-        fix = (
-            "grant this login the namespace (infra/policies/grant-namespace.sql)"
-            if "row-level security" in cause
-            else "use a role that may (infra/policies/postgres-roles.sql)"
-        )
-        raise PrivilegeRefused(
-            f"the index refused this write for role {role or '(default)'} ({cause}): {fix}"
-        ) from None
+        from artifactstore.index.health import diagnose
+
+        statement = (context.statement or "").lstrip().upper()
+        write = not statement.startswith(("SELECT", "WITH", "SHOW"))
+        url = context.engine.url.render_as_string(hide_password=True) if context.engine else ""
+        found = diagnose(context.original_exception, url, write=write)
+        raise PrivilegeRefused(str(found)) from None
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

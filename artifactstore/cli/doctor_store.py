@@ -1,0 +1,317 @@
+"""`artstore doctor`'s rows about the store itself: object store, index, access, binding,
+trust.
+
+Each row says what a program here would do with it: use it read-write, use it
+read-only (a store this user may only read is loaded from; nothing compiled is stored),
+or not at all, and why. An index failure is classified once (`index.health.diagnose`:
+unreachable, permission, corrupt, missing grant, namespace, schema) so that doctor and
+every command name the same fix. Nothing is created, migrated or written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from artifactstore import config as _config
+from artifactstore.cli.doctor_report import Check, Status
+from artifactstore.errors import ArtstoreError, ConfigError, one_line
+from artifactstore.index import health
+from artifactstore.redact import redact
+from artifactstore.store.background import call_with_timeout
+
+# What a writer and a reader need of a PostgreSQL index (infra/policies/postgres-roles.sql).
+_READS = (("entries", "SELECT"), ("objects", "SELECT"))
+_WRITES = (("entries", "INSERT"), ("entries", "UPDATE"), ("objects", "INSERT"),
+           ("usage", "INSERT"), ("counters", "INSERT"))  # fmt: skip
+
+
+def check_objects(settings: _config.Settings) -> Check:
+    """The object store answers: a bounded HEAD of the bucket, or a usable directory
+    (readable: used; writable too: used read-write)."""
+    from artifactstore.blobstores import open_blobstore
+
+    where = settings.blobs.describe()
+    data: dict[str, Any] = {"url": where, "writable": None}
+    if settings.blobs.scheme == "file":
+        base = Path(settings.blobs.path) / settings.namespace
+        problem, state = dir_state(base, write=not settings.read_only)
+        if problem:
+            return _dir_problem("object store", base, problem, data)
+    try:
+        blobs = open_blobstore(settings)
+        call_with_timeout(blobs.check, settings.timeout_secs)
+    except TimeoutError:
+        return unanswered("object store", where, settings, data)
+    except PermissionError as exc:
+        found = health.diagnose(exc, "")
+        return Check("object store", "fail", found.problem, verdict=str(found), data=data)
+    except Exception as exc:
+        why = str(exc) if isinstance(exc, ArtstoreError) else one_line(exc)
+        fix = _s3_fix(settings, why) if settings.blobs.scheme == "s3" else ""
+        return Check("object store", "fail", why, data=data,
+                     verdict=f"object store unusable: {why}{fix}")  # fmt: skip
+    if settings.blobs.scheme == "s3":
+        data["writable"] = not settings.read_only  # a bucket's write grant is not readable
+        return Check("object store", "ok", f"{blobs.describe()}: answers", data=data)
+    data["writable"] = state != "readable only"
+    if state == "readable only" and not settings.read_only:
+        detail = (f"{base}: readable, not writable by this user: programs load from it "
+                  "and store nothing")  # fmt: skip
+        return Check("object store", "warn", detail, data=data)
+    return Check("object store", "ok", f"{blobs.describe()}: {state}", data=data)
+
+
+def _s3_fix(settings: _config.Settings, why: str) -> str:
+    bucket = settings.blobs.describe()
+    if any(w in why for w in ("AccessDenied", "Forbidden", "403")):
+        return (f": this host's credentials may not read it: grant infra/policies/"
+                f"s3-reader.json or s3-writer.json (`aws s3 ls {bucket}` checks)")  # fmt: skip
+    if any(w in why for w in ("NoSuchBucket", "404", "Not Found")):
+        return f": create it (`aws s3 mb s3://{settings.blobs.bucket}`)"
+    return f": `aws s3 ls {bucket}` shows whether this host reaches it"
+
+
+def _dir_problem(label: str, path: Path, problem: str, data: dict[str, Any]) -> Check:
+    if problem == "permission denied":
+        found = health.diagnose(PermissionError(13, "Permission denied", str(path)), "")
+        return Check(label, "fail", found.problem, verdict=f"{label}: {found}", data=data)
+    fix = ("run `artstore db upgrade` as a writer, or fix ARTSTORE_URL"
+           if problem == "does not exist" else "fix ARTSTORE_URL or the directory "
+           f"(`ls -ld {path}` shows its owner and mode)")  # fmt: skip
+    return Check(label, "fail", f"{path}: {problem}", data=data,
+                 verdict=f"{label} {path} {problem}: {fix}")  # fmt: skip
+
+
+def check_index(settings: _config.Settings) -> Check:
+    """The index answers, this user may read (and write) it, and its schema is (or will
+    by itself become) current. `data["writes"]`: why writes would be refused, or None."""
+    from artifactstore.index import db
+    from artifactstore.store import migrates_on_open
+
+    shown = redact(settings.index_url)
+    data: dict[str, Any] = {"url": shown, "writes": None, "kind": None}
+    sqlite_file = health.sqlite_path(settings.index_url)
+
+    def read_schema() -> tuple[db.SchemaStatus, str, str | None, str | None]:
+        if sqlite_file is not None and not sqlite_file.exists():  # do not create it
+            empty = db.SchemaStatus(db.SchemaState.EMPTY, None, db.SCHEMA_HEAD)
+            return empty, "sqlite", None, None
+        engine = db.open_engine(
+            settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
+        )
+        try:
+            status = db.schema_status(engine)
+            refused = None
+            if not settings.read_only and db.read_only_reason(engine) is not None:
+                refused = f"the index {sqlite_file or shown} is read-only for this user"
+            if status.state is db.SchemaState.CURRENT:
+                problem = health.integrity_problem(engine)
+                if problem is not None:
+                    raise _Found(problem)
+                if engine.dialect.name == "postgresql":
+                    refused = _pg_access(engine, settings) or refused
+            return status, engine.dialect.name, refused, None
+        finally:
+            engine.dispose()
+
+    try:
+        status, dialect, refused, _ = call_with_timeout(read_schema, settings.timeout_secs)
+    except TimeoutError:
+        return unanswered("index", shown, settings, data)
+    except ConfigError as exc:
+        return Check("index", "fail", str(exc), verdict=f"index URL invalid: {exc}", data=data)
+    except Exception as exc:
+        found = exc.found if isinstance(exc, _Found) else health.diagnose(
+            exc, settings.index_url, namespace=settings.namespace, write=False)  # fmt: skip
+        data["kind"] = found.kind
+        return Check("index", "fail", f"{shown}: {found.problem}", data=data,
+                     verdict=f"index: {found}")  # fmt: skip
+    data["writes"] = refused
+    revision = status.current or "not created"
+    auto = migrates_on_open(settings, dialect, status.state) and refused is None
+    data.update(revision=status.current, head=status.head, schema=status.state.value,
+                needs_upgrade=status.state is not db.SchemaState.CURRENT and not auto)  # fmt: skip
+    if status.state is db.SchemaState.CURRENT:
+        return Check("index", "ok", f"{shown}: schema {revision} (current)", data=data)
+    if auto:
+        if sqlite_file is not None and not sqlite_file.exists():
+            problem, _ = dir_state(sqlite_file.parent, write=True)
+            if problem:
+                return _dir_problem("index", sqlite_file.parent, problem, data)
+        return Check("index", "ok", f"{shown}: schema {revision}, brought to {status.head} "
+                     "on first use", data=data)  # fmt: skip
+    if settings.read_only and status.state is db.SchemaState.EMPTY and sqlite_file is not None:
+        verdict = (f"no index at {sqlite_file} yet: a reader (ARTSTORE_READ_ONLY) does not "
+                   "create one; run `artstore db upgrade` as a writer")  # fmt: skip
+    else:
+        verdict = status.problem() or ""
+    return Check("index", "fail", f"{shown}: schema {revision} ({status.state.value})",
+                 verdict=verdict, data=data)  # fmt: skip
+
+
+class _Found(Exception):
+    def __init__(self, found: health.Diagnosis) -> None:
+        super().__init__(str(found))
+        self.found = found
+
+
+def _pg_access(engine: Any, settings: _config.Settings) -> str | None:
+    """Why this role's writes (or, for a reader, reads) would be refused: a missing table
+    privilege or an ungranted namespace (row-level security); None if they would not."""
+    from sqlalchemy import text
+
+    url = settings.index_url
+    needed = _READS if settings.read_only else (*_READS, *_WRITES)
+    with engine.connect() as conn:
+        missing = [f"{p} on {t}" for t, p in needed
+                   if not conn.execute(text("SELECT has_table_privilege(current_user, :t, :p)"),
+                                       {"t": t, "p": p}).scalar()]  # fmt: skip
+        if missing:
+            role = engine.url.username or "(default)"
+            found = health.diagnose(
+                _Denied(f"permission denied for table {missing[0].split()[-1]}"), url,
+                write=not settings.read_only)  # fmt: skip
+            return f"role {role} lacks {', '.join(missing)}: {found.hint}"
+        bypass = conn.execute(text(
+            "SELECT NOT c.relrowsecurity OR r.rolsuper OR r.rolbypassrls"
+            " OR pg_has_role(current_user, c.relowner, 'MEMBER')"
+            " OR EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'artstore_gc'"
+            "            AND pg_has_role(current_user, g.oid, 'MEMBER'))"
+            " FROM pg_class c JOIN pg_roles r ON r.rolname = current_user"
+            " WHERE c.oid = 'entries'::regclass")).scalar()  # fmt: skip
+        if bypass:
+            return None
+        member = text("SELECT artstore_ns_member(:ns)")
+        has_fn = conn.execute(text("SELECT to_regprocedure('artstore_ns_member(text)')")).scalar()
+        granted = has_fn is not None and conn.execute(member, {"ns": settings.namespace}).scalar()
+    if granted:
+        return None
+    return str(health.namespace_not_granted(url, settings.namespace))
+
+
+class _Denied(Exception):
+    sqlstate = "42501"
+
+
+def check_access(settings: _config.Settings, objects: Check, index: Check) -> Check:
+    """What a program here does with the store: loads and stores, loads only (as
+    configured, or because writes would be refused: degraded), or nothing."""
+    ns = settings.namespace
+    data: dict[str, Any] = {"loads": True, "stores": False}
+    if settings.read_only:
+        detail = (f"loads entries of namespace {ns}, stores nothing (read-only: "
+                  "ARTSTORE_READ_ONLY=1)")  # fmt: skip
+        if index.data.get("writes"):
+            detail += f"; {index.data['writes']}"
+        return Check("access", "ok", detail, blocking=False, data=data)
+    refusals = []
+    if objects.data.get("writable") is False:
+        path = Path(settings.blobs.path) / ns
+        refusals.append(f"{path} is not writable by this user")
+    if index.data.get("writes"):
+        refusals.append(str(index.data["writes"]))
+    if not refusals:
+        data["stores"] = True
+        return Check("access", "ok", f"loads and stores entries of namespace {ns}",
+                     blocking=False, data=data)  # fmt: skip
+    why = "; ".join(refusals)
+    index_file = health.sqlite_path(settings.index_url)
+    owner = Path(settings.blobs.path) if objects.data.get("writable") is False else (
+        index_file.parent if index_file is not None else None)  # fmt: skip
+    fix = ("" if any("`" in r for r in refusals) else ": run as the user who owns the store "
+           f"(`ls -ld {owner}` shows who), or set ARTSTORE_READ_ONLY=1 where this host "
+           "only loads")  # fmt: skip
+    detail = f"loads entries of namespace {ns}, but every write is refused: {why}"
+    return Check("access", "warn", detail, blocking=False, degrades=True, data=data,
+                 verdict=why if "every write is refused" in why else
+                 f"every write is refused: {why}{fix}")  # fmt: skip
+
+
+def check_binding(settings: _config.Settings, index: dict[str, Any]) -> Check:
+    """Whether object store and index are one store (artifactstore.store.identity); only read."""
+    from artifactstore.store.identity import MISMATCH, UNBOUND, describe
+
+    try:
+        if index.get("schema") != "current":  # not created or not migrated yet: not opened
+            state, detail = UNBOUND, "not yet bound: the index is not at this version's schema"
+        else:
+            state, detail = call_with_timeout(lambda: describe(settings), settings.timeout_secs)
+    except Exception as exc:
+        state, detail = "unknown", f"not checked ({one_line(exc)})"
+    status: Status = "fail" if state == MISMATCH else "ok" if state == "bound" else "warn"
+    return Check("binding", status, detail, blocking=False, data={"state": state})
+
+
+def check_signing(settings: _config.Settings) -> Check:
+    """The trust mode: which key this process signs with, which it loads from (names,
+    never key material), and whether signatures are required here. A set-up that loads
+    nothing, or stores what nothing loads, is degraded."""
+    signs = settings.signing_key.name if settings.signing_key is not None else None
+    trusted = settings.trusted_keys
+    trusts = trusted.names if trusted is not None else None
+    required = settings.require_signatures
+    parts = [f"signs as {signs}" if signs else "writes unsigned entries"]
+    status: Status = "ok"
+    verdict = ""
+    if trusted is None:
+        who = ("write access to the bucket decides what runs" if settings.blobs.scheme == "s3"
+               else "the directory's permissions decide what runs")  # fmt: skip
+        parts.append(f"loads any intact entry (signatures not required: {who})")
+    elif not trusted.keys:
+        status = "warn"
+        parts.append("signatures required, no key trusted: LOADS NOTHING (set "
+                     "ARTSTORE_TRUSTED_KEYS, or ARTSTORE_REQUIRE_SIGNATURES=0)")  # fmt: skip
+        verdict = ("signatures required but no key trusted: loads nothing; set "
+                   "ARTSTORE_TRUSTED_KEYS to the writers' public keys (`artstore keygen` "
+                   "makes a pair)")  # fmt: skip
+    else:
+        mode = "signatures required" if required else "ARTSTORE_TRUSTED_KEYS set"
+        parts.append(f"{mode}: loads only entries signed by " + ", ".join(trusts or []))
+    if required and signs is None and not settings.read_only:
+        status = "warn"
+        parts.append("readers will not load what it stores (set ARTSTORE_SIGNING_KEY)")
+        verdict = verdict or ("signatures required but this writer has no signing key: "
+                              "nothing loads what it stores; `artstore keygen` makes one "
+                              "for ARTSTORE_SIGNING_KEY")  # fmt: skip
+    return Check("signing", status, "; ".join(parts), blocking=False, degrades=bool(verdict),
+                 verdict=verdict, data={"signing_key": signs, "trusted_keys": trusts,
+                                        "require_signatures": required})  # fmt: skip
+
+
+def unanswered(label: str, where: str, settings: _config.Settings, data: dict[str, Any]) -> Check:
+    bound = f"{settings.timeout_secs:g} s"
+    if label == "index":
+        found = health.diagnose(TimeoutError(), settings.index_url)
+        probe = found.hint.split("; ", 1)[-1]
+    else:
+        probe = f"`aws s3 ls {where}` shows whether this host reaches it"
+    return Check(label, "fail", f"{where}: no answer within {bound}", data=data,
+                 verdict=f"{label} {where} did not answer within {bound}: check that it is "
+                 f"up and reachable from here, or raise ARTSTORE_TIMEOUT; {probe}")  # fmt: skip
+
+
+def dir_state(path: Path, *, write: bool) -> tuple[str, str]:
+    """(problem, "") if `path` cannot serve as a store directory, else ("", its state):
+    "writable", "readable only", "readable" (for a reader) or "created on first use".
+    Never raises: a directory this user may not even look at is "permission denied"."""
+    try:
+        if path.exists():
+            if not path.is_dir():
+                return "is not a directory", ""
+            if not os.access(path, os.R_OK | os.X_OK):
+                return "permission denied", ""
+            if not write:
+                return "", "readable"
+            return "", "writable" if os.access(path, os.W_OK) else "readable only"
+        if not write:
+            return "does not exist", ""
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+    except PermissionError:
+        return "permission denied", ""
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot be created ({parent} is not writable)", ""
+    return "", "created on first use"
