@@ -233,12 +233,12 @@ def _refused_write(why: str, context: ExceptionContext) -> None:
 def _refused_pg_write(why: str, context: ExceptionContext) -> None:
     """PostgreSQL refused a statement: this reader's READ ONLY transaction, or a role
     without the privilege or the namespace (infra/policies/). One line naming the fix:
-    which grant is missing, for a read as for a write (index.health.diagnose)."""
+    which grant is missing, for a read as for a write (index/diagnosis.py)."""
     code = getattr(context.original_exception, "sqlstate", None)
     if code == "25006":  # read_only_sql_transaction
         raise ReadOnlyError(why) from None
     if code == "42501":  # insufficient_privilege, or a row-level security policy
-        from artifactstore.index.health import diagnose
+        from artifactstore.index.diagnosis import diagnose
 
         statement = (context.statement or "").lstrip().upper()
         write = not statement.startswith(("SELECT", "WITH", "SHOW"))
