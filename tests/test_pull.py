@@ -240,13 +240,15 @@ def test_pulled_tier_serves_a_jax_program_with_the_store_down(
 ) -> None:
     """End to end, real JAX: a program stores its executables; `artstore pull` (this
     host's fingerprint, computed as `artstore fingerprint` does) fills a fresh tier;
-    a fresh process then loads every one from it with S3 unreachable."""
+    a fresh process then loads every one from it with S3 and the database unreachable."""
     cold = run_program("job.py", team_env)
     assert cold["xla_compiles"] and cold["store"]["stored"] == len(cold["xla_compiles"])
     env = dict(team_env, ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))
-    report = _pull(env)
+    # The object store alone: pull needs no ARTSTORE_INDEX (and fills the programs' tier).
+    report = _pull({k: v for k, v in env.items() if k != "ARTSTORE_INDEX"})
     assert report["fetched"] == len(cold["xla_compiles"]) and report["other_fingerprint"] == 0
-    down = dict(env, AWS_ENDPOINT_URL_S3="http://127.0.0.1:1", ARTSTORE_TIMEOUT="2")
+    down = dict(env, AWS_ENDPOINT_URL_S3="http://127.0.0.1:1", ARTSTORE_TIMEOUT="2",
+                ARTSTORE_INDEX=NO_INDEX)  # fmt: skip
     warm = run_program("job.py", down)
     assert warm["xla_compiles"] == [] and warm["results"] == cold["results"]
     assert warm["store"]["tier_hits"] == len(cold["xla_compiles"])

@@ -258,3 +258,23 @@ def test_gc_evictions_are_not_served_by_the_tier(store_env: dict[str, str]) -> N
     assert gc.returncode == 0, gc.stderr
     b = run_program("job.py", store_env)
     assert len(b["xla_compiles"]) == len(a["xla_compiles"])
+
+
+def test_a_tier_named_by_the_previous_release_is_renamed_not_lost(tmp_path: Path) -> None:
+    """0.3 named a tier by bucket, index URL and namespace; now by bucket and namespace (so
+    `artstore pull` needs no index). The old tier is renamed on first use, copies intact."""
+    import hashlib
+
+    env = {"ARTSTORE_URL": "s3://bucket/prefix", "ARTSTORE_LOCAL_TIER": str(tmp_path),
+           "ARTSTORE_INDEX": "postgresql+psycopg://u@db:5432/artstore"}  # fmt: skip
+    settings = resolve(environ=env)
+    identity = f"{settings.blobs.describe()}|{settings.index_url}|{settings.namespace}"
+    old = tmp_path / hashlib.sha256(identity.encode()).hexdigest()[:24]
+    (old / "keys").mkdir(parents=True)
+    (old / "keys" / "copy").write_bytes(b"kept")
+    tier = open_tier(settings)
+    assert tier is not None and not old.exists()
+    assert (tier.base / "keys" / "copy").read_bytes() == b"kept"
+    no_index = {k: v for k, v in env.items() if k != "ARTSTORE_INDEX"}
+    pulling = open_tier(resolve(environ=no_index, need_index=False))
+    assert pulling is not None and pulling.base == tier.base  # pull fills the same tier

@@ -32,9 +32,9 @@ class Ctx:
     def __init__(self, overrides: dict[str, Any]) -> None:
         self.overrides = overrides
 
-    def settings(self, **extra: Any) -> _config.Settings:
+    def settings(self, *, need_index: bool = True, **extra: Any) -> _config.Settings:
         merged = {**self.overrides, **{k: v for k, v in extra.items() if v is not None}}
-        return _config.resolve(merged)
+        return _config.resolve(merged, need_index=need_index)
 
     @contextmanager
     def store(

@@ -76,7 +76,7 @@ def pull_cmd(
                 f"--fingerprint {fingerprint[:80]!r} is not a digest (64 hex digits, "
                 "the `digest` of `artstore fingerprint`)"
             ) from None
-    settings = obj.settings()
+    settings = obj.settings(need_index=False)  # the object store alone: no ARTSTORE_INDEX
     puller = _pull.open_puller(settings, dry_run=dry_run)  # a bad store fails before JAX loads
     if fingerprint is None:
         from artifactstore.jaxhook import host_fingerprint

@@ -159,9 +159,15 @@ _OPTIONS: dict[str, str] = {
 
 
 def resolve(
-    overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None
+    overrides: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+    *,
+    need_index: bool = True,
 ) -> Settings:
-    """Merge explicit options over `ARTSTORE_*` variables over the embedded default."""
+    """Merge explicit options over `ARTSTORE_*` variables over the embedded default.
+
+    `need_index=False`: a command that reads the object store alone (`artstore pull`)
+    accepts an S3 store without ARTSTORE_INDEX; its `index_url` is then ""."""
     env = os.environ if environ is None else environ
     given = dict(overrides or {})
     unknown = sorted(set(given) - set(_OPTIONS))
@@ -193,7 +199,7 @@ def resolve(
             default_index = "sqlite:///" + str(Path(blobs.path) / "index.db")
     if "index" in values:
         index_url = parse_index_url(str(values["index"]))
-    elif default_index:
+    elif default_index or not need_index:
         index_url = default_index
     else:
         raise ConfigError(

@@ -397,8 +397,21 @@ def open_tier(settings: Settings) -> LocalTier | None:
     else:
         top = Path(os.path.realpath(default_cache_dir()))
         root = top / "tiers"
-    identity = f"{settings.blobs.describe()}|{settings.index_url}|{settings.namespace}"
-    name = hashlib.sha256(identity.encode()).hexdigest()[:24]
+    # Named by the bucket and namespace alone, so `artstore pull` (which needs no index)
+    # fills the tier that programs use. 0.3 also hashed the index URL: such a tier is
+    # renamed on first use (atomic; a race leaves one of the two, both valid).
+    name = _tier_name(f"{settings.blobs.describe()}|{settings.namespace}")
+    if settings.index_url:
+        old = root / _tier_name(
+            f"{settings.blobs.describe()}|{settings.index_url}|{settings.namespace}"
+        )
+        with contextlib.suppress(OSError):
+            if old.is_dir() and not (root / name).exists():
+                os.rename(old, root / name)
     return LocalTier(
         root, name, owns_objects=True, max_bytes=settings.local_tier_bytes, top=top, **limits
     )
+
+
+def _tier_name(identity: str) -> str:
+    return hashlib.sha256(identity.encode()).hexdigest()[:24]
