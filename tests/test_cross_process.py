@@ -91,6 +91,7 @@ def test_other_cpu_features_never_load(any_env: dict[str, str]) -> None:
 def test_processes_storing_the_same_keys_at_once(any_env: dict[str, str], processes: int) -> None:
     # 8 interpreters importing JAX, boto3 and psycopg at once on a 2-core runner can
     # take longer than the default bound to open the store; racing writers are the point.
+    """Slow: eight JAX processes store the same keys at once."""
     store_env = dict(any_env, ARTSTORE_TIMEOUT="60")
     procs = [start_program("job.py", store_env) for _ in range(processes)]
     outs = []

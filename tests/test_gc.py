@@ -414,6 +414,7 @@ def _job_env(env: dict[str, str], **extra: str) -> dict[str, str]:
 def test_readers_and_writers_in_other_processes_while_gc_runs(
     any_env: dict[str, str], open_store: OpenStore
 ) -> None:
+    """Slow: JAX readers and writers in other processes run through a whole gc."""
     expected = {v: run_program("job.py", clean_env(JOB_NO_STORE="1", JOB_VARIANT=v))["results"]
                 for v in ("0", "1", "2")}  # fmt: skip
     run_program("job.py", _job_env(any_env))  # something for readers to hit

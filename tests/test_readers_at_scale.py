@@ -112,7 +112,10 @@ def test_many_lightweight_readers_no_failures_no_connections(
     team_env: dict[str, str], open_store: OpenStore, tmp_path: Path
 ) -> None:
     """N_READERS processes look up every entry at once and stay alive: none fails, the
-    database sees no connection, and `artstore fold` applies every one's hits."""
+    database sees no connection, and `artstore fold` applies every one's hits.
+
+    Slow: 200 reader processes against one bucket, the point of the test.
+    """
     writer = open_store(team_env, local_tier="off")
     keys = [f"{i:064x}" for i in range(3)]
     for i, key in enumerate(keys):

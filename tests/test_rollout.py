@@ -78,6 +78,7 @@ def _downgrade(index: Path, revision: str) -> None:
 def test_each_version_loads_what_the_other_stored(
     writer: str, previous_release: Path, tmp_path: Path
 ) -> None:
+    """Slow: installs the previous release into a venv; real JAX programs with each version."""
     old, new = _env(tmp_path, previous_release), _env(tmp_path, None)
     write_env, read_env = (old, new) if writer == "old" else (new, old)
     reference = run_program("job.py", clean_env(JOB_NO_STORE="1"))

@@ -447,6 +447,7 @@ def test_private_tier_copy_replaced_is_not_loaded(
 def test_key_rotation_and_artstore_sign(
     team_env: dict[str, str], keys: dict[str, tuple[Path, Path]], references: dict[str, list[str]]
 ) -> None:
+    """Slow: a JAX program per key of the rotation, then `artstore sign` over the store."""
     team_env = {**team_env, **SLOW}
     old_key, old_pub = keys["ci-1"]
     new_key, new_pub = keys["ci-2"]

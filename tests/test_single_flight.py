@@ -109,6 +109,7 @@ def total(results: list[dict[str, Any]], counter: str) -> int:
 
 
 def test_sixteen_processes_compile_each_key_once(team_env: dict[str, str], tmp_path: Path) -> None:
+    """Slow: sixteen JAX processes started at once, the point of the test."""
     reference = run_program("job.py", clean_env(JOB_NO_STORE="1"))
     one_run = collections.Counter(reference["xla_compiles"])
     procs = [start(env_for(team_env, tmp_path, i)) for i in range(16)]
@@ -124,6 +125,7 @@ def test_sixteen_processes_compile_each_key_once(team_env: dict[str, str], tmp_p
 def test_holder_killed_mid_compile_one_waiter_takes_over(
     team_env: dict[str, str], tmp_path: Path, open_store: OpenStore
 ) -> None:
+    """Slow: waits out a killed holder's lease TTL with real JAX compiles in several processes."""
     holder = start(env_for(team_env, tmp_path, 0, JOB_SLOW_COMPILE_SECS="600"))
     try:
         wait_for_lease(open_store, team_env, holder.pid)
@@ -152,7 +154,10 @@ def test_holder_killed_mid_compile_one_waiter_takes_over(
 def test_silent_holder_is_taken_over_after_its_ttl(
     team_env: dict[str, str], tmp_path: Path, open_store: OpenStore
 ) -> None:
-    """A holder that stops beating but does not die here (another host's, partitioned)."""
+    """A holder that stops beating but does not die here (another host's, partitioned).
+
+    Slow: waits out a silent holder's lease TTL.
+    """
     ttl = {"ARTSTORE_LEASE_TTL": "2"}
     holder = start(env_for(team_env, tmp_path, 0, JOB_SLOW_COMPILE_SECS="600", **ttl))
     try:
@@ -170,6 +175,7 @@ def test_silent_holder_is_taken_over_after_its_ttl(
 def test_index_unreachable_while_waiting_waiters_compile(
     team_env: dict[str, str], tmp_path: Path, open_store: OpenStore
 ) -> None:
+    """Slow: waiters wait out their bound against an unreachable index before compiling."""
     url = team_env["ARTSTORE_INDEX"]
     port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
     with FaultProxy(("127.0.0.1", port)) as proxy:
@@ -202,6 +208,7 @@ def test_index_unreachable_while_waiting_waiters_compile(
 def test_a_wait_is_bounded_and_readers_wait_without_a_lease(
     team_env: dict[str, str], tmp_path: Path, open_store: OpenStore
 ) -> None:
+    """Slow: waits out the single-flight bound, the point of the test."""
     holder = start(env_for(team_env, tmp_path, 0, JOB_SLOW_COMPILE_SECS="600"))
     try:
         wait_for_lease(open_store, team_env, holder.pid)
@@ -220,6 +227,7 @@ def test_a_wait_is_bounded_and_readers_wait_without_a_lease(
 
 
 def test_reader_loads_what_a_writer_compiles(team_env: dict[str, str], tmp_path: Path) -> None:
+    """Slow: a writer's compile slowed on purpose so that the reader waits for it."""
     writer = start(env_for(team_env, tmp_path, 0, JOB_PAUSE="open", JOB_SLOW_COMPILE_SECS="8"))
     reader = start(env_for(team_env, tmp_path, 1, JOB_PAUSE="open", ARTSTORE_READ_ONLY="1"))
     paused(writer)
