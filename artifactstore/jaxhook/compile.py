@@ -294,10 +294,11 @@ def _compile_then_store(
     """The executable, and whether its upload now releases `held` once it ends."""
     executable, compile_secs = request.compile()
     session.compiles += 1
-    session.observe_compile(compile_secs)
-    _record_event("/jax/compilation_cache/cache_misses")
     settings = session.settings
-    if compile_secs < settings.min_compile_secs:
+    quick = compile_secs < settings.min_compile_secs  # never stored, so not a miss
+    session.observe_compile(compile_secs, quick=quick)
+    _record_event("/jax/compilation_cache/cache_misses")
+    if quick:
         if session.tier is not None:
             session.tier.quick.remember(request.key, compile_secs)
         # Never stored, so its miss (if it looked up) is not an eligible one.

@@ -221,11 +221,11 @@ class Session:
         if self.on_change is not None:
             self.on_change()
 
-    def observe_compile(self, secs: float) -> None:
+    def observe_compile(self, secs: float, *, quick: bool) -> None:
         """XLA compiled a key in `secs`: a miss, or a quick one (never stored)."""
         self.compile_secs += secs
         if self.metrics is not None:
-            self.metrics.compiled(secs, quick=secs < self.settings.min_compile_secs)
+            self.metrics.compiled(secs, quick=quick)
         if self.on_change is not None:
             self.on_change()
 

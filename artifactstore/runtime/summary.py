@@ -45,9 +45,8 @@ class Summary:
             return
         self.processes += 1
         self.hits += int(stats.get("loads", 0))
-        quick = int(stats.get("below_threshold", 0))
-        self.compiles += max(0, int(stats.get("compiles", 0)) - quick)
-        self.quick += quick
+        self.compiles += int(stats.get("misses", 0))  # as process_stats() counts them
+        self.quick += int(stats.get("below_threshold", 0))
         self.stored += int(stats.get("stored", 0))
         self.compile_secs += int(stats.get("compile_ms", 0)) / 1000
         self.compile_secs_saved += int(stats.get("compile_ms_saved", 0)) / 1000
