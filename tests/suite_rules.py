@@ -1,19 +1,20 @@
-"""How CI runs the suite: JAX tests on both ends of the range, timing tests without xdist.
+"""How CI runs the suite: the JAX adapter on both ends of the range, timing tests alone.
 
 Timing-sensitive tests (bounds on how long a command waits for a frozen server) are marked
 `serial`: `.ci/run` runs them after the rest, on their own, not beside xdist workers.
 
-Which tests touch JAX is found by running them: CI runs the rest once, these on both ends.
+What depends on JAX's version is the adapter: the modules of artifactstore that import JAX
+(and `jaxhook/`). Everything else behaves the same whichever JAX filled the store, so CI
+runs the whole suite once, on the newest JAX, and on the oldest JAX only enough tests to
+run every adapter line the whole suite runs. Nobody keeps a list that could drift:
 
-`.ci/run` runs the whole suite on the newest JAX with `--jax-record FILE`, then only the
-recorded tests on the oldest (`--jax-only FILE`). Nobody keeps a list that could drift:
-
-- a test whose file imports JAX (or the parts of artifactstore that do) counts, read from
-  the file's syntax tree;
-- a test that starts a process that imports JAX counts: while recording, a `.pth` file in
-  this interpreter's site-packages makes every Python process of this environment note,
-  on its first `import jax`, the chain of its parent processes; after each test, the pytest
-  process (an xdist worker too) claims the notes that name it among the parents.
+- `--jax-record FILE` (newest end) notes, per test, which adapter lines it ran, in the
+  pytest process and in every process it started: a `.pth` file makes every Python process
+  of the environment watch the adapter with `sys.monitoring` (tests/adapter_probe.py); a
+  started program writes its lines at exit with its parent-process chain, and the test
+  whose process is in that chain claims them;
+- `--jax-only FILE` (oldest end) runs the cheapest set of recorded tests that together
+  run every recorded line (greedy weighted set cover: lines gained per second).
 
 The same module enforces "no test over 15 s without a reason": a slower one without
 `Slow:` in its docstring is named in the summary (a report, never a wall-clock assertion).
@@ -22,114 +23,164 @@ The same module enforces "no test over 15 s without a reason": a slower one with
 from __future__ import annotations
 
 import ast
+import importlib
+import json
 import os
 import shutil
+import sys
 import sysconfig
+import time
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-PTH_NAME = "artstore_tests_jaxprobe.pth"
-# What a test file may import that means JAX runs in the test process itself.
-JAX_MODULES = ("jax", "jaxlib", "artifactstore.jaxhook", "artifactstore.named")
+PACKAGE = HERE.parent / "artifactstore"
+PROBE = "artstore_tests_jaxprobe"  # tests/adapter_probe.py, copied into site-packages
 SLOW_SECS = 15.0
 # Files whose tests assert how long something waits (tight bounds): run them alone.
 SERIAL = ("faults/",)
 
-# Run by every Python process of this environment while a recording is on (the .pth).
-PROBE = r"""
-import os, sys
-class _JaxProbe:
-    def find_spec(self, name, path=None, target=None):
-        if name not in ("jax", "jaxlib"):
-            return None
-        sys.meta_path.remove(self)
-        pids, pid = [], os.getpid()
-        while pid > 1 and len(pids) < 32:
-            pids.append(str(pid))
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                break
-        try:
-            with open(os.path.join(NOTES, f"{os.getpid()}-{id(self)}"), "w") as f:
-                f.write(" ".join(pids))
-        except OSError:
-            pass
-        return None
-sys.meta_path.insert(0, _JaxProbe())
-"""
-
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("artifactstore")
-    group.addoption("--jax-record", metavar="FILE", help="append the ids of tests that touch JAX")
-    group.addoption("--jax-only", metavar="FILE", help="run only the tests a --jax-record listed")
+    group.addoption("--jax-record", metavar="FILE", help="append which adapter lines tests run")
+    group.addoption("--jax-only", metavar="FILE", help="run the fewest tests that run them all")
 
 
 def _notes(record: str) -> Path:
     return Path(record + ".notes")
 
 
+def imports_jax(path: Path) -> bool:
+    """Whether a module imports JAX (at any depth, so lazy imports count)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        else:
+            continue
+        if any(n.split(".")[0] in ("jax", "jaxlib") for n in names):
+            return True
+    return False
+
+
+def adapter_files() -> dict[str, str]:
+    """The adapter's files: absolute path -> path relative to the repository."""
+    files = sorted(PACKAGE.rglob("*.py"))
+    return {
+        str(f): f.relative_to(PACKAGE.parent).as_posix()
+        for f in files
+        if f.parent.name == "jaxhook" or imports_jax(f)
+    }
+
+
+def _probe() -> ModuleType | None:
+    """The probe module as the .pth loaded it (or loads it now, in this process)."""
+    try:
+        return importlib.import_module(PROBE)
+    except ImportError:
+        return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     record = config.getoption("--jax-record")
-    if not record or hasattr(config, "workerinput"):  # xdist workers share the controller's
+    if not record:
         return
     notes = _notes(record)
-    shutil.rmtree(notes, ignore_errors=True)
-    notes.mkdir(parents=True)
-    code = PROBE.replace("NOTES", repr(str(notes)))
-    line = f"import os; exec({code!r}) if os.path.isdir({str(notes)!r}) else None\n"
-    (Path(sysconfig.get_paths()["purelib"]) / PTH_NAME).write_text(line)
+    if not hasattr(config, "workerinput"):  # xdist workers share the controller's
+        if sys.version_info < (3, 12):
+            raise pytest.UsageError("--jax-record needs Python >= 3.12 (sys.monitoring)")
+        shutil.rmtree(notes, ignore_errors=True)
+        notes.mkdir(parents=True)
+        (notes / "config.json").write_text(json.dumps({"files": adapter_files()}))
+        site = Path(sysconfig.get_paths()["purelib"])
+        shutil.copyfile(HERE / "adapter_probe.py", site / f"{PROBE}.py")
+        at = repr(str(notes))
+        line = f"import os; os.path.isdir({at}) and __import__({PROBE!r}).install({at})\n"
+        (site / f"{PROBE}.pth").write_text(line)
+        importlib.invalidate_caches()
+    probe = _probe()
+    if probe is not None:
+        probe.install(str(notes))  # the controller started before the .pth existed
+        probe.claim_in_process()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     record = config.getoption("--jax-record")
     if not record or hasattr(config, "workerinput"):
         return
-    (Path(sysconfig.get_paths()["purelib"]) / PTH_NAME).unlink(missing_ok=True)
+    site = Path(sysconfig.get_paths()["purelib"])
+    (site / f"{PROBE}.pth").unlink(missing_ok=True)
+    (site / f"{PROBE}.py").unlink(missing_ok=True)
     shutil.rmtree(_notes(record), ignore_errors=True)
 
 
-@cache
-def imports_jax(path: Path) -> bool:
-    """Whether the test file imports JAX (at any depth, so lazy imports count)."""
-    for node in ast.walk(ast.parse(path.read_text())):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        if any(n == m or n.startswith(m + ".") for n in names for m in JAX_MODULES):
-            return True
-    return False
-
-
-def _claim(notes: Path) -> bool:
-    """Take the notes of this process and those below it (they imported JAX)."""
-    me, found = str(os.getpid()), False
-    for note in notes.iterdir() if notes.is_dir() else ():
+def _claim(notes: Path) -> set[tuple[str, int]]:
+    """The lines of the programs this process started (their notes name it as a parent)."""
+    me, lines = str(os.getpid()), set()
+    for note in notes.glob("*.json") if notes.is_dir() else ():
+        if note.name == "config.json":
+            continue
         try:
-            if me not in note.read_text().split():
+            said = json.loads(note.read_text())
+            if me not in said["parents"]:
                 continue
             note.unlink()
-        except OSError:
+        except (OSError, ValueError, KeyError):
             continue
-        found = True
-    return found
+        lines.update((f, n) for f, n in said["lines"])
+    return lines
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     record = item.config.getoption("--jax-record")
+    probe = _probe() if record else None
+    if probe is not None:
+        probe.take()  # what ran between tests (collection, fixtures of others) is not ours
+    started = time.monotonic()
     yield
-    if record and (imports_jax(item.path) or _claim(_notes(record))):
-        with open(record, "a") as out:  # O_APPEND: workers' lines do not interleave
-            out.write(item.nodeid + "\n")
+    if not record:
+        return
+    lines = (probe.take() if probe is not None else set()) | _claim(_notes(record))
+    if lines:
+        said = {"test": item.nodeid, "secs": round(time.monotonic() - started, 2)}
+        said["lines"] = sorted(lines)
+        with open(record, "a") as out:  # one write per test: O_APPEND keeps lines whole
+            out.write(json.dumps(said) + "\n")
+
+
+def cover(recorded: list[dict[str, object]]) -> list[str]:
+    """The tests that together run every recorded line, cheapest first (greedy)."""
+    tests: dict[str, tuple[float, set[tuple[str, int]]]] = {}
+    for said in recorded:
+        name = str(said["test"])
+        secs, lines = tests.get(name, (0.0, set()))
+        more = {(str(f), int(n)) for f, n in said["lines"]}  # type: ignore[attr-defined]
+        tests[name] = (secs + float(said["secs"]), lines | more)  # type: ignore[arg-type]
+    left = set().union(*(lines for _, lines in tests.values())) if tests else set()
+    chosen: list[str] = []
+    while left:
+        name = max(tests, key=lambda t: (len(tests[t][1] & left) / (tests[t][0] + 1.0), t))
+        left -= tests.pop(name)[1]
+        chosen.append(name)
+    return chosen
+
+
+def _read_record(only: str) -> list[dict[str, object]]:
+    try:
+        text = Path(only).read_text()
+    except OSError as exc:
+        why = f"--jax-only {only}: {exc.strerror}; run the suite with --jax-record first"
+        raise pytest.UsageError(why) from None
+    recorded = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not recorded:
+        raise pytest.UsageError(f"--jax-only {only}: no test is recorded there")
+    return recorded
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by the markers added here
@@ -140,14 +191,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     only = config.getoption("--jax-only")
     if not only:
         return
-    try:
-        recorded = set(Path(only).read_text().split("\n"))
-    except OSError as exc:
-        why = f"--jax-only {only}: {exc.strerror}; run the suite with --jax-record first"
-        raise pytest.UsageError(why) from None
-    if not recorded - {""}:
-        raise pytest.UsageError(f"--jax-only {only}: no test is recorded there")
-    keep = [i for i in items if i.nodeid in recorded or imports_jax(i.path)]
+    chosen = set(cover(_read_record(only)))
+    keep = [i for i in items if i.nodeid in chosen]
     config.hook.pytest_deselected(items=[i for i in items if i not in keep])
     items[:] = keep
 

@@ -351,6 +351,10 @@ class Job:
         self.out = results[-1] if results else {}
         return self
 
+    @property
+    def stdout_lines(self) -> list[str]:
+        return list(self._stdout)
+
     def kill(self) -> None:
         assert self.proc is not None
         self.proc.kill()

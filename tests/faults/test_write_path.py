@@ -30,6 +30,7 @@ the writer reported stored is listed by `artstore ls`, nothing listed before was
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -42,6 +43,7 @@ from faults.harness import (
     N_JITS,
     OBJECT_FAULTS,
     S3_FAULTS,
+    SLACK,
     Expect,
     Job,
     Stack,
@@ -167,16 +169,22 @@ def test_writer_killed_mid_upload_commits_nothing(
 def test_exit_with_frozen_s3_ends_within_the_flush_timeout_once(stack: Stack) -> None:
     """Uploads left at exit against a frozen S3 (one upload outlasts the flush bound:
     ARTSTORE_TIMEOUT 30 s > ARTSTORE_FLUSH_TIMEOUT): the exit flush waits F, once, says
-    so in one line, and the process ends."""
+    so in one line, and the process ends.
+
+    The wait is measured inside the program (from its result line to the end of the last
+    exit handler, which runs after the store's), so the bound is tight and no scheduling
+    noise of a loaded machine reaches it; the interpreter's own teardown after it (JAX's
+    native destructors) is bounded apart, by SLACK."""
     flush = 5.0
     env = stack.env("exit-" + uuid.uuid4().hex[:8], JOB_PAUSE="open", JOB_SKIP_FLUSH="1",
-                    ARTSTORE_TIMEOUT="30", ARTSTORE_FLUSH_TIMEOUT=f"{flush:g}")  # fmt: skip
+                    JOB_EXIT_TIMES="1", ARTSTORE_TIMEOUT="30",
+                    ARTSTORE_FLUSH_TIMEOUT=f"{flush:g}")  # fmt: skip
     job = Job(env).start()
     job.paused("open")
     stack.s3_proxy.set_mode("freeze-writes")  # lookups answer; uploads hang
     try:
         job.go()
-        assert "results" in job.line()  # printed just before the interpreter exits
+        said = job.line()  # printed just before the interpreter exits
         printed = time.monotonic()
         job.wait()
         exit_secs = time.monotonic() - printed
@@ -185,8 +193,12 @@ def test_exit_with_frozen_s3_ends_within_the_flush_timeout_once(stack: Stack) ->
     assert job.proc is not None and job.proc.returncode == 0, job.stderr
     lines = store_lines(job.stderr)
     assert len(lines) == 1 and f"not finished within {flush:g} s" in lines[0], job.stderr
+    (done,) = [json.loads(x)["atexit_done"] for x in job.stdout_lines if "atexit_done" in x]
+    waited = done - said["printed_at"]
+    print(f"exit handlers took {waited:.2f} s, the whole exit {exit_secs:.2f} s")
     # It waited (the uploads were not abandoned at once), and only once: twice is 2F.
-    assert flush - 0.5 <= exit_secs <= flush + 4.0 < 2 * flush, exit_secs
+    assert flush - 0.5 <= waited <= flush + 1.0 < 2 * flush, waited
+    assert exit_secs <= waited + SLACK, (exit_secs, waited)
 
 
 def test_exit_with_frozen_database_does_not_wait_for_it(stack: Stack, warm: str) -> None:

@@ -11,6 +11,8 @@ Environment knobs (tests only):
   JOB_SKIP_FLUSH=1       leave queued uploads to the store's own exit flush
   JOB_SMALL_JITS=1       also run trivial jits (ones, arange, reshape), as real programs do
   JOB_SLOW_COMPILE_SECS  the two main functions' compiles take this much longer
+  JOB_EXIT_TIMES=1       print {"atexit_done": T} after every other exit handler (T:
+                         time.monotonic(), as "printed_at" in the result line)
   JOB_PAUSE              comma list of points (open, exit) where the program prints a JSON
                          line {"paused": POINT} and waits for a line on stdin (tests/faults:
                          "open" once the store is open, "exit" after the result line)
@@ -18,10 +20,12 @@ Environment knobs (tests only):
 
 from __future__ import annotations
 
+import atexit
 import collections
 import json
 import os
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +45,9 @@ if os.environ.get("JOB_FAKE_CPU_FEATURES"):
 
     fake = sorted(os.environ["JOB_FAKE_CPU_FEATURES"].split(","))
     host.register_provider(lambda fields: {**fields, "cpu_features": fake})
+
+if os.environ.get("JOB_EXIT_TIMES"):  # registered first, so it runs after the store's
+    atexit.register(lambda: print(json.dumps({"atexit_done": time.monotonic()}), flush=True))
 
 if not os.environ.get("JOB_NO_STORE"):
     import artifactstore
@@ -106,6 +113,7 @@ print(
     json.dumps(
         {
             "results": results,
+            "printed_at": time.monotonic(),
             "events": dict(events),
             "xla_compiles": xla_compiles,
             "store": stats,
