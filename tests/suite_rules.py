@@ -42,6 +42,7 @@ PROBE = "artstore_tests_jaxprobe"  # tests/adapter_probe.py, copied into site-pa
 SLOW_SECS = 15.0
 # Files whose tests assert how long something waits (tight bounds): run them alone.
 SERIAL = ("faults/",)
+COVER = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -191,8 +192,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     only = config.getoption("--jax-only")
     if not only:
         return
-    chosen = set(cover(_read_record(only)))
+    recorded = _read_record(only)
+    chosen = set(cover(recorded))
     keep = [i for i in items if i.nodeid in chosen]
+    lines = {(f, n) for said in recorded for f, n in said["lines"]}  # type: ignore[attr-defined]
+    config.stash[COVER] = (
+        f"{len(chosen)} of {len({str(r['test']) for r in recorded})} recorded tests run all "
+        f"{len(lines)} adapter lines the suite ran; {len(keep)} of them selected here"
+    )
     config.hook.pytest_deselected(items=[i for i in items if i not in keep])
     items[:] = keep
 
@@ -207,6 +214,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if COVER in terminalreporter.config.stash:
+        terminalreporter.section("JAX adapter (--jax-only)")
+        terminalreporter.line(terminalreporter.config.stash[COVER])
     slow = [
         (r.nodeid, dict(r.user_properties)["slow_without_reason"])
         for r in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
