@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.journal import MAX_JOURNAL_BYTES, check_journal_name
 from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, check_key
+from artifactstore.formats.workingset import MAX_WORKING_SET_BYTES, check_program_id
 
-__all__ = ["IDENTITY", "JOURNALS", "LEASES", "MANIFESTS", "BlobInfo", "BlobStore", "RecordKind",
-           "check_digest"]  # fmt: skip
+__all__ = ["IDENTITY", "JOURNALS", "LEASES", "MANIFESTS", "WORKING_SETS", "BlobInfo", "BlobStore",
+           "RecordKind", "check_digest"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ JOURNALS = RecordKind("journal", "journals", MAX_JOURNAL_BYTES, check_journal_na
                       readers_write=True)  # fmt: skip
 # A compile lease's mirror, polled by processes waiting for its holder (artifactstore.store.flight).
 LEASES = RecordKind("lease", "leases", 1024, check_key)
+# What each program loaded last time, per platform, for the next run to load ahead
+# (artifactstore.formats.workingset): written by writers at exit, read by every process.
+WORKING_SETS = RecordKind("working set", "workingsets", MAX_WORKING_SET_BYTES, check_program_id)
 # The store's identity (artifactstore.store.identity): one small object beside the folders
 # above, `{namespace}/identity`, read at most this far.
 IDENTITY = "identity"

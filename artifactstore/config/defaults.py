@@ -49,6 +49,10 @@ DEFAULT_LEASE_TTL_SECS = 30.0
 # lease TTL (index.leases.DEFAULT_TTL_SECS).
 DEFAULT_LEASE_MAX_HOLD_SECS = 600.0
 SINGLE_FLIGHT_MODES = ("auto", "on", "off")
+# Executables a process loads ahead of JAX's requests (its working set, issue 31) are held
+# until claimed: at most this much serialized executable at once, a bound on what a wrong
+# prediction costs (a few large TPU programs: tens to hundreds of MB each).
+DEFAULT_PREFETCH_BYTES = 1024**3
 # Where a process serves its metrics (ARTSTORE_METRICS_PORT): this host only, unless asked.
 DEFAULT_METRICS_ADDR = "127.0.0.1"
 # Seconds: any bound beyond a day is a typo (and `inf` would overflow the waits it bounds).

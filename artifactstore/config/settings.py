@@ -31,6 +31,7 @@ from artifactstore.config.defaults import (
     DEFAULT_METRICS_ADDR,
     DEFAULT_MIN_COMPILE_SECS,
     DEFAULT_NAMESPACE,
+    DEFAULT_PREFETCH_BYTES,
     DEFAULT_TIMEOUT_SECS,
     ENV_PREFIX,
 )
@@ -103,6 +104,11 @@ class Settings:
     # Why the metrics settings were refused: metrics are optional, so a typo there turns
     # off metrics alone (one log line), never the store.
     metrics_error: str | None = None
+    # Working-set prefetch (artifactstore.jaxhook.prefetch): on or off, the bound on what it
+    # holds, and the program's name for its record (None: the script's resolved path).
+    prefetch: bool = True
+    prefetch_max_bytes: int = DEFAULT_PREFETCH_BYTES
+    program: str | None = None
 
     @property
     def index_is_server(self) -> bool:
@@ -155,6 +161,9 @@ _OPTIONS: dict[str, str] = {
     "lease_max_hold_secs": "LEASE_MAX_HOLD",
     "metrics_port": "METRICS_PORT",
     "metrics_addr": "METRICS_ADDR",
+    "prefetch": "PREFETCH",
+    "prefetch_max_size": "PREFETCH_MAX_SIZE",
+    "program": "PROGRAM",
 }
 
 
@@ -296,6 +305,11 @@ def resolve(
             values.get("lease_max_hold_secs", DEFAULT_LEASE_MAX_HOLD_SECS),
             minimum=1,
         ),
+        prefetch=parse_bool(ENV_PREFIX + "PREFETCH", values.get("prefetch", True)),
+        prefetch_max_bytes=parse_limit(
+            "PREFETCH_MAX_SIZE", values.get("prefetch_max_size"), DEFAULT_PREFETCH_BYTES
+        ),
+        program=str(values["program"])[:1024] if values.get("program") else None,
         **parse_metrics(values),
     )
 

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 from artifactstore import config as _config
 from artifactstore.errors import ArtstoreError
 from artifactstore.formats import fingerprint as _fp
-from artifactstore.jaxhook import compat
+from artifactstore.jaxhook import compat, prefetch
 from artifactstore.jaxhook import compile as _compile
+from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.runtime.session import Session, warn_once
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ def _install(
             atexit.register(_at_exit)
     if old is not None:
         old.close()
+    prefetch.start(session)  # the working set, loaded while the program imports and traces
     # Open the store (imports, connection, schema check) while the program goes
     # on importing and tracing, instead of on its first compile, unless this
     # host's tier probably holds what it needs: then the index is opened only
@@ -157,4 +159,4 @@ def host_fingerprint(backend_name: str | None = None) -> _fp.Fingerprint:
     """This host's fingerprint for the default (or named) JAX backend."""
     from jax._src import xla_bridge
 
-    return _compile.backend_fingerprint(xla_bridge.get_backend(backend_name))
+    return backend_fingerprint(xla_bridge.get_backend(backend_name))

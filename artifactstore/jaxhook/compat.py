@@ -159,3 +159,25 @@ def device_list(devices: tuple[Any, ...]) -> Any:
     from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
 
     return xc.DeviceList(devices)
+
+
+def initialized_backend() -> Any:
+    """JAX's default backend if the program has initialized its backends, else None:
+    never initializes one (the program may still choose its platforms or x64)."""
+    from jax._src import xla_bridge
+
+    if not getattr(xla_bridge, "_backends", None):
+        return None
+    return xla_bridge.get_backend()
+
+
+def serialize_options(options: Any) -> bytes:
+    """A compile request's options as bytes: what a deserialize needs, and what tells two
+    requests with one cache key apart (`parse_options` reads them back)."""
+    return bytes(options.SerializeAsString())
+
+
+def parse_options(data: bytes) -> Any:
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
+
+    return xc.CompileOptions.ParseFromString(data)

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 from artifactstore.config import host as _host
 from artifactstore.errors import one_line
 from artifactstore.formats import fingerprint as _fp
-from artifactstore.jaxhook import compat
+from artifactstore.jaxhook import compat, prefetch
 from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
+from artifactstore.jaxhook.events import MISS, USE_CACHE, record_event, record_load
+from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.runtime.session import Session, warn_once
 
 if TYPE_CHECKING:
@@ -39,7 +41,6 @@ _hooks: compat.Hooks | None = None
 _original: Any = None  # JAX's compile_or_get_cached
 _previous_hook: Any = None  # JAX's custom_hook before ours
 _local = threading.local()  # the fingerprint our key hook adds while we compute a key
-_fingerprints: dict[tuple[int, str, int], _fp.Fingerprint] = {}
 
 
 def install(hooks: compat.Hooks, session: Session | None) -> Session | None:
@@ -129,6 +130,7 @@ class _Compile:
     key: str = ""
     module_name: str = ""
     fingerprint: _fp.Fingerprint | None = None
+    wire: Any = None  # (serialized options, device ids): see prefetch.wire
 
     @property
     def callback_count(self) -> int:
@@ -194,7 +196,9 @@ def compile_or_get_cached(
     ):
         return as_jax_would()
     assert session is not None
-    executable = _from_tier(session, request)
+    executable = prefetch.claim(session, request)
+    if executable is None:
+        executable = _from_tier(session, request)
     if executable is not None:
         return executable
     store = None if _known_quick(session, request) else session.store()
@@ -245,15 +249,16 @@ def _from_tier(session: Session, request: _Compile) -> Any:
         session.tier.forget(request.key)
         return None
     session.tier_hit()
-    _record_event("/jax/compilation_cache/compile_requests_use_cache")
-    _record_load(session, hit.entry.compile_secs, started)
+    record_event(USE_CACHE)
+    record_load(session, hit.entry.compile_secs, started)
+    prefetch.note(session, request)
     return executable
 
 
 def _from_store(session: Session, store: Store, request: _Compile) -> Any:
     assert request.fingerprint is not None
     digest = request.fingerprint.digest
-    _record_event("/jax/compilation_cache/compile_requests_use_cache")
+    record_event(USE_CACHE)
     started = time.monotonic()
     try:
         hit = session.lookup(store, request.key, digest, callbacks=request.callback_count)
@@ -267,7 +272,8 @@ def _from_store(session: Session, store: Store, request: _Compile) -> Any:
         store.counters.add("load_errors")
         warn_once("load", "stored executable did not load (%s); compiling", one_line(exc))
         return None
-    _record_load(session, hit.entry.compile_secs, started)
+    record_load(session, hit.entry.compile_secs, started)
+    prefetch.note(session, request)
     return executable
 
 
@@ -297,7 +303,7 @@ def _compile_then_store(
     settings = session.settings
     quick = compile_secs < settings.min_compile_secs  # never stored, so not a miss
     session.observe_compile(compile_secs, quick=quick)
-    _record_event("/jax/compilation_cache/cache_misses")
+    record_event(MISS)
     if quick:
         if session.tier is not None:
             session.tier.quick.remember(request.key, compile_secs)
@@ -328,12 +334,14 @@ def _compile_then_store(
                 *args, fingerprint=fingerprint, module_name=module_name,
                 compile_secs=compile_secs, callbacks=callbacks,
             )  # fmt: skip
+            prefetch.note(session, request)
             return executable, False
         then = (lambda published: held.release(stored=published)) if held else None
         store.submit_put(
             *args, fingerprint=fingerprint, module_name=module_name,
             compile_secs=compile_secs, callbacks=callbacks, then=then,
         )  # fmt: skip
+        prefetch.note(session, request)
         return executable, held is not None
     except Exception as exc:
         warn_once(
@@ -343,16 +351,6 @@ def _compile_then_store(
             one_line(exc),
         )
     return executable, False
-
-
-def _record_load(session: Session, compile_secs: float, started: float) -> None:
-    """Count a load and report it through JAX's own cache events, as its cache would."""
-    session.loads += 1
-    retrieval = time.monotonic() - started
-    session.observe_load(retrieval, compile_secs)
-    _record_event("/jax/compilation_cache/cache_hits")
-    _record_duration("/jax/compilation_cache/compile_time_saved_sec", compile_secs - retrieval)
-    _record_duration("/jax/compilation_cache/cache_retrieval_time_sec", retrieval)
 
 
 def _prepare(session: Session, request: _Compile) -> None:
@@ -397,44 +395,3 @@ def _prepare(session: Session, request: _Compile) -> None:
     if not module_name:
         module_name = ir.StringAttr(request.computation.operation.attributes["sym_name"]).value
     request.key, request.module_name, request.fingerprint = digest, module_name, fingerprint
-
-
-def backend_fingerprint(backend: Any, devices: Any = None) -> _fp.Fingerprint:
-    """The fingerprint of executables `backend` builds for `devices` (default: its first)."""
-    import jax
-    import jaxlib
-
-    if devices is None:
-        first = backend.devices()[0]
-    else:
-        first = devices.flat[0] if hasattr(devices, "flat") else next(iter(devices))
-    ident = (id(backend), str(first.device_kind), int(backend.device_count()))
-    found = _fingerprints.get(ident)
-    if found is None:
-        found = _fingerprints[ident] = _host.compute(
-            platform_name=str(backend.platform),
-            platform_version=str(backend.platform_version),
-            device_kind=str(first.device_kind),
-            device_count=int(backend.device_count()),
-            jax_version=jax.__version__,
-            jaxlib_version=str(getattr(jaxlib, "__version__", "unknown")),
-        )
-    return found
-
-
-def _record_event(name: str) -> None:
-    try:
-        from jax._src import monitoring
-
-        monitoring.record_event(name)
-    except Exception:
-        pass
-
-
-def _record_duration(name: str, secs: float) -> None:
-    try:
-        from jax._src import monitoring
-
-        monitoring.record_event_duration_secs(name, max(secs, 0.0))
-    except Exception:
-        pass

@@ -14,6 +14,7 @@ from artifactstore.errors import CorruptObject, NamedBuildError, one_line
 from artifactstore.formats import fingerprint as _fp
 from artifactstore.jaxhook import compat
 from artifactstore.jaxhook import compile as _compile
+from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.named import container, keys
 from artifactstore.named.build import Built, device_list, rebuild
 from artifactstore.named.call import NamedExecutable
@@ -27,7 +28,7 @@ class Context:
     def __init__(self, session: Session | None, backend: Any) -> None:
         self.session = session
         self.backend = backend
-        self.fingerprint = _compile.backend_fingerprint(backend)
+        self.fingerprint = backend_fingerprint(backend)
         self.problems: list[str] = []  # why a lookup found nothing, for the error
 
     @classmethod

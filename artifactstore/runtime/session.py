@@ -14,11 +14,13 @@ import functools
 import logging
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from artifactstore.config import Settings
 from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.runtime.workingset import WorkingSets
 from artifactstore.store.background import Breaker, call_with_timeout
 from artifactstore.store.tier import LocalTier, TierHit, open_tier
 
@@ -79,6 +81,11 @@ class Session:
         self.compile_secs = 0.0
         self.compile_secs_saved = 0.0
         self.on_change: Callable[[], None] | None = None  # after each load or compile
+        # What this program loads, for its next run to load ahead (jaxhook.prefetch), and
+        # how that went this time: prefetched, prefetch_used, ... (in process_stats()).
+        self.working_sets = WorkingSets(settings)
+        self.prefetch: Counter[str] = Counter()
+        self.on_finish: list[Callable[[], None]] = []  # first thing at exit (the prefetch's end)
         self.tier: LocalTier | None = None
         try:
             self.tier = open_tier(settings)
@@ -155,25 +162,38 @@ class Session:
 
     # -- lookups (the JAX adapter's compile path and named executables share them) --
     def tier_get(
-        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+        self,
+        key: str,
+        fingerprint_digest: str,
+        *,
+        callbacks: int | None = None,
+        account: bool = True,
     ) -> TierHit | None:
-        """This host's copy of `key`, or None: a tier that cannot be read is a miss."""
+        """This host's copy of `key`, or None: a tier that cannot be read is a miss.
+        `account=False`: a load ahead (see `LocalTier.get`)."""
         if self.tier is None:
             return None
         try:
-            return self.tier.get(key, fingerprint_digest, callbacks=callbacks)
+            return self.tier.get(key, fingerprint_digest, callbacks=callbacks, account=account)
         except Exception as exc:
             log.debug("artifactstore: local tier read failed: %s", one_line(exc))
             return None
 
     def lookup(
-        self, store: Store, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+        self,
+        store: Store,
+        key: str,
+        fingerprint_digest: str,
+        *,
+        callbacks: int | None = None,
+        account: bool = True,
     ) -> Hit | None:
         """`store.get` within the timeout bound, its outcome fed to the breakers; a
-        failure or hang is counted against the backend it was using, then raised."""
+        failure or hang is counted against the backend it was using, then raised.
+        `account=False`: a load ahead (see `Store.get`)."""
         try:
             hit = call_with_timeout(
-                lambda: store.get(key, fingerprint_digest, callbacks=callbacks),
+                lambda: store.get(key, fingerprint_digest, callbacks=callbacks, account=account),
                 self.settings.timeout_secs,
             )
         except Exception as exc:
@@ -275,6 +295,7 @@ class Session:
             out["kept_in_tier"] = out.get("kept_in_tier", 0) + self.kept_in_tier
         if self.tier is not None:
             out.update(self.tier.refusals)
+        out.update({k: n for k, n in self.prefetch.items() if n})
         opened = {name: b.opened for name, b in self.breakers.items() if b.opened}
         if opened:
             out["breaker_opened"] = sum(opened.values())
@@ -302,8 +323,14 @@ class Session:
         if self._finished:
             return
         self._finished = True
+        for callback in self.on_finish:
+            try:
+                callback()
+            except Exception as exc:
+                log.debug("artifactstore: at exit: %s", one_line(exc))
         if self._fold_timer is not None:
             self._fold_timer.cancel()
+        self.working_sets.save(self.tier, self._store)
         if self.tier is not None:
             try:
                 self.tier.quick.save()

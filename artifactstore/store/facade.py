@@ -187,13 +187,26 @@ class Store:
         return redact(f"{self.blobs.describe()} + {self.settings.index_url}")
 
     # -- read (store.read) ----------------------------------------------------
-    def get(self, key: str, fingerprint_digest: str, *, callbacks: int | None = None) -> Hit | None:
+    def get(
+        self,
+        key: str,
+        fingerprint_digest: str,
+        *,
+        callbacks: int | None = None,
+        account: bool = True,
+    ) -> Hit | None:
         """Verified payload for `key` built for this fingerprint, or None (a miss).
 
         `callbacks`: the number of host callbacks the caller will bind on load; an
         executable stored for another number is a miss (`callback_mismatch`).
+        `account=False`: a load ahead of the program's request, counted (`count_hit`)
+        only once the program asks for it (see ReadPath.get).
         """
-        return self.reads.get(key, fingerprint_digest, callbacks=callbacks)
+        return self.reads.get(key, fingerprint_digest, callbacks=callbacks, account=account)
+
+    def count_hit(self, key: str, entry: EntryInfo | Manifest) -> None:
+        """Count the hit on `entry`, got with `account=False`, now that the program uses it."""
+        self.reads.count_hit(key, entry)
 
     def fetch_object(self, entry: EntryInfo | Manifest) -> bytes | None:
         """`entry`'s object as stored, unverified, or None if gone (see ReadPath.fetch_object)."""

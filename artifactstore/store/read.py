@@ -47,12 +47,24 @@ class ReadPath:
         self.writes = writes
         self.refused = refused  # key -> why this process refused its entry's signature
 
-    def get(self, key: str, fingerprint_digest: str, *, callbacks: int | None = None) -> Hit | None:
-        """Verified payload for `key` built for this fingerprint, or None (a miss)."""
+    def get(
+        self,
+        key: str,
+        fingerprint_digest: str,
+        *,
+        callbacks: int | None = None,
+        account: bool = True,
+    ) -> Hit | None:
+        """Verified payload for `key` built for this fingerprint, or None (a miss).
+
+        `account=False`: a load ahead of the program's request (jaxhook.prefetch), verified
+        the same, but neither its hit nor its miss counted: the hit is counted if the
+        program claims it (`count_hit`), the miss when the program looks the key up."""
         settings, warn_once = self.backends.settings, self.backends.warn_once
 
         def miss(reason: str) -> Hit | None:
-            self.accounts.miss(reason, key=key, fingerprint=fingerprint_digest)
+            if account:
+                self.accounts.miss(reason, key=key, fingerprint=fingerprint_digest)
             return None
 
         entry = self.find(key)
@@ -109,13 +121,18 @@ class ReadPath:
         except CorruptObject as exc:
             self.writes.quarantine(entry, str(exc))
             return miss("corrupt")
+        if account:
+            self.count_hit(key, entry)
+        record = entry if isinstance(entry, Manifest) else Manifest.of(entry, callbacks=callbacks)
+        remember(self.backends, key, record, data)
+        return Hit(payload, entry)
+
+    def count_hit(self, key: str, entry: EntryInfo | Manifest) -> None:
+        """Count a hit on `key` (its access, for LRU, and the process's counters)."""
         self.accounts.touch(key)
         self.accounts.counters.hit(
             entry.fingerprint, size=entry.size, compile_secs=entry.compile_secs
         )
-        record = entry if isinstance(entry, Manifest) else Manifest.of(entry, callbacks=callbacks)
-        remember(self.backends, key, record, data)
-        return Hit(payload, entry)
 
     def find(self, key: str) -> EntryInfo | Manifest | None:
         """Where `key`'s object is: its manifest in the object store. A SQLite index (a

@@ -197,12 +197,18 @@ class LocalTier:
             return None
 
     def get(
-        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+        self,
+        key: str,
+        fingerprint_digest: str,
+        *,
+        callbacks: int | None = None,
+        account: bool = True,
     ) -> TierHit | None:
         """The verified payload for `key`, or None; a bad tier copy is dropped, never loaded.
 
         `callbacks`: as for `Store.get`. A copy over this reader's limits is left in
-        place (the store's path, asked next, counts and logs it)."""
+        place (the store's path, asked next, counts and logs it). `account=False`: no
+        access recorded (a load ahead of the program's request: `record_access` if used)."""
         entry = self.lookup(key)
         if entry is None or entry.fingerprint != fingerprint_digest:
             return None
@@ -260,7 +266,8 @@ class LocalTier:
             if self.owns_objects:
                 self.blobs.delete(entry.digest)
             return None
-        self.record_access(key)
+        if account:
+            self.record_access(key)
         if self.owns_objects:
             with contextlib.suppress(UnsafeDirectory):  # refused at the next open
                 self.blobs.touch(entry.digest)  # LRU order for pruning

@@ -13,6 +13,8 @@ Environment knobs (tests only):
   JOB_SLOW_COMPILE_SECS  the two main functions' compiles take this much longer
   JOB_EXIT_TIMES=1       print {"atexit_done": T} after every other exit handler (T:
                          time.monotonic(), as "printed_at" in the result line)
+  JOB_WAIT_PREFETCH=N    initialize the backend (no compile), then wait (bounded) until N
+                         executables were loaded ahead (artifactstore.jaxhook.prefetch)
   JOB_PAUSE              comma list of points (open, exit) where the program prints a JSON
                          line {"paused": POINT} and waits for a line on stdin (tests/faults:
                          "open" once the store is open, "exit" after the result line)
@@ -53,6 +55,16 @@ if not os.environ.get("JOB_NO_STORE"):
     import artifactstore
 
     artifactstore.configure()
+
+if os.environ.get("JOB_WAIT_PREFETCH"):
+    import artifactstore
+
+    jax.devices()  # the backend, as a program's first array would make it
+    deadline = time.monotonic() + 60
+    while artifactstore.process_stats().get("prefetched", 0) < int(os.environ["JOB_WAIT_PREFETCH"]):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
 
 pause = set(filter(None, os.environ.get("JOB_PAUSE", "").split(",")))
 

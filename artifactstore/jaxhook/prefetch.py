@@ -1,0 +1,288 @@
+"""Loading ahead: the program's working set, deserialized while it imports and traces.
+
+Why: a warm first call spends most of its time deserializing executables one after
+another, as JAX asks for them (issue 31: 8 of 9.7 s on a TPU), and the backend
+deserializes several at once. So when a session is installed, a background thread
+waits until the program has a JAX backend (it never initializes one: the program may
+still choose its platforms), reads the working set the last run of this program
+recorded for this platform (runtime.workingset), and fetches, verifies and
+deserializes its entries in a few threads. The compile wrapper asks here first
+(`claim`): an executable loaded ahead is used only if the request's key, fingerprint,
+compile options and devices are those it was deserialized with, so a stale or forged
+working set can never cause a wrong load. Its object was verified exactly as a hit is
+(the same tier and store read paths), and it is counted as the hit it is only when
+claimed. What is never claimed is dropped (after HOLD_SECS, at the latest at exit);
+what is held is bounded (ARTSTORE_PREFETCH_MAX_SIZE); any failure is a debug line, and
+the program proceeds as without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from artifactstore.errors import one_line
+from artifactstore.formats.workingset import WorkingEntry
+from artifactstore.jaxhook import compat
+from artifactstore.jaxhook.events import USE_CACHE, record_event, record_load
+from artifactstore.jaxhook.platform import backend_fingerprint
+from artifactstore.runtime.session import Session
+
+if TYPE_CHECKING:
+    from artifactstore.store import Store
+
+log = logging.getLogger("artifactstore")
+
+THREADS = 4  # deserializations at once: the backend's parallelism, not the host's cores
+POLL_SECS = 0.02  # how often the thread looks for the program's backend
+BACKEND_WAIT_SECS = 600.0  # a program that has none by then gets no load ahead
+HOLD_SECS = 300.0  # what is unclaimed this long after the last load ends is dropped
+CLAIM_WAIT_SECS = 120.0  # a request waits this long at most for its load in progress
+
+
+@dataclass
+class _Ahead:
+    """One working-set entry on its way: queued, loading, then done (or given up)."""
+
+    entry: WorkingEntry
+    state: str = "queued"  # queued -> loading -> done; "taken" once the wrapper took it
+    done: threading.Event = field(default_factory=threading.Event)
+    executable: Any = None
+    fingerprint: str = ""
+    source: Any = None  # the Store it came from, or None for this host's tier
+    record: Any = None  # what led to its object (counted when claimed)
+    size: int = 0  # its serialized size, held against the bound
+
+
+class Prefetcher:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.max_bytes = session.settings.prefetch_max_bytes
+        self._lock = threading.Lock()
+        self._items: dict[str, _Ahead] = {}
+        self._held = 0
+        self._closed = threading.Event()
+        self._timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        self.session.on_finish.append(self.close)
+        threading.Thread(target=self._run, name="artifactstore-prefetch", daemon=True).start()
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.session.prefetch[name] += n
+
+    # -- the background thread ----------------------------------------------------
+    def _run(self) -> None:
+        try:
+            backend = self._wait_for_backend()
+            if backend is None:
+                return
+            fingerprint = backend_fingerprint(backend).digest
+            session = self.session
+            tier = session.tier
+            # A warm host's tier holds the working set too: the store is opened here only
+            # where the tier is empty (then the session opens it anyway).
+            store = session.store() if tier is None or not tier.has_entries() else None
+            found = session.working_sets.read(tier, store, fingerprint)
+            entries = [e for e in found.entries if not e.callbacks] if found else []
+            if not entries or self._closed.is_set():
+                return
+            devices = {d.id: d for d in backend.devices()}
+            with self._lock:
+                items = [self._items.setdefault(e.key, _Ahead(e)) for e in entries]
+            with ThreadPoolExecutor(min(THREADS, len(items)), "artifactstore-load") as pool:
+                for item in items:
+                    pool.submit(self._load, item, backend, fingerprint, devices, store)
+            self._timer = threading.Timer(HOLD_SECS, self.close)
+            self._timer.daemon = True
+            self._timer.start()
+        except Exception as exc:
+            log.debug("artifactstore: no load ahead: %s", one_line(exc))
+
+    def _wait_for_backend(self) -> Any:
+        """The program's default backend once it has initialized its backends; None if
+        it has none within BACKEND_WAIT_SECS or the session ends first."""
+        deadline = time.monotonic() + BACKEND_WAIT_SECS
+        while not self._closed.wait(POLL_SECS):
+            backend = compat.initialized_backend()
+            if backend is not None:
+                return backend
+            if time.monotonic() > deadline:
+                break
+        return None
+
+    def _load(
+        self,
+        item: _Ahead,
+        backend: Any,
+        fingerprint: str,
+        devices: dict[int, Any],
+        store: Store | None,
+    ) -> None:
+        with self._lock:
+            if item.state != "queued" or self._closed.is_set():
+                return
+            item.state = "loading"
+        try:
+            self._fetch_and_load(item, backend, fingerprint, devices, store)
+        except Exception as exc:
+            log.debug("artifactstore: %s not loaded ahead: %s", item.entry.key[:12], one_line(exc))
+        finally:
+            with self._lock:
+                item.state = "done"
+                if item.executable is None or self._closed.is_set():
+                    self._release(item)
+            item.done.set()
+
+    def _fetch_and_load(
+        self,
+        item: _Ahead,
+        backend: Any,
+        fingerprint: str,
+        devices: dict[int, Any],
+        store: Store | None,
+    ) -> None:
+        """Through the program's own read path: tier, else store, verified in full."""
+        session, key = self.session, item.entry.key
+        hit: Any = session.tier_get(key, fingerprint, callbacks=0, account=False)
+        if hit is None:
+            store = store or session.store()
+            if store is None:
+                return
+            hit = session.lookup(store, key, fingerprint, callbacks=0, account=False)
+            if hit is None:
+                return
+            item.source = store
+        with self._lock:
+            if self._held + len(hit.payload) > self.max_bytes:
+                session.prefetch["prefetch_over_bound"] += 1
+                return
+            self._held += len(hit.payload)
+            item.size = len(hit.payload)
+        device_list = compat.device_list(tuple(devices[i] for i in item.entry.devices))
+        options = compat.parse_options(item.entry.options)
+        item.executable = backend.deserialize_executable(hit.payload, device_list, options)
+        item.fingerprint, item.record = fingerprint, hit.entry
+        self._count("prefetched")
+
+    def _release(self, item: _Ahead) -> None:
+        """Drop `item`'s executable and its bytes from the bound (under the lock)."""
+        self._held -= item.size
+        item.size, item.executable = 0, None
+
+    # -- the compile wrapper's side -----------------------------------------------
+    def claim(self, request: Any) -> Any:
+        """The executable loaded ahead for `request`, counted as the hit it is; None when
+        there is none, it is not loaded yet (the wrapper loads it), or it was loaded
+        with other options or devices than `request` has."""
+        with self._lock:
+            item = self._items.get(request.key)
+            if item is None or item.state == "taken":
+                return None
+            if item.state == "queued":  # not started: loading it now is no slower
+                item.state = "taken"
+                return None
+        started = time.monotonic()
+        item.done.wait(CLAIM_WAIT_SECS)
+        with self._lock:
+            if item.state != "done":
+                return None
+            item.state = "taken"
+            executable, size = item.executable, item.size
+            self._release(item)
+        if executable is None:
+            return None
+        options, devices = wire(request)
+        fits = (
+            item.fingerprint == request.fingerprint.digest
+            and item.entry.options == options
+            and item.entry.devices == devices
+            and not request.callback_count
+        )
+        if not fits:
+            self._count("prefetch_refused")
+            return None
+        self._count_hit(item)
+        record_load(self.session, float(item.record.compile_secs), started)
+        self._count("prefetch_used")
+        log.debug("artifactstore: %s loaded ahead (%d bytes)", request.key[:12], size)
+        return executable
+
+    def _count_hit(self, item: _Ahead) -> None:
+        """The tier hit or store hit it is, counted as the wrapper's path counts them."""
+        session, key = self.session, item.entry.key
+        if item.source is None:
+            if session.tier is not None:
+                session.tier.record_access(key)
+            session.tier_hit()
+        else:
+            item.source.count_hit(key, item.record)
+        record_event(USE_CACHE)
+
+    def close(self) -> None:
+        """Drop whatever was not claimed; start nothing more."""
+        self._closed.set()
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._lock:
+            unused = [i for i in self._items.values() if i.state != "taken"]
+            for item in unused:
+                if item.executable is not None:
+                    self.session.prefetch["prefetch_unused"] += 1
+                if item.state != "loading":
+                    item.state = "taken"
+                    self._release(item)
+
+
+def wire(request: Any) -> tuple[bytes, tuple[int, ...]]:
+    """`request`'s serialized compile options and device ids (computed once)."""
+    if request.wire is None:
+        ids = tuple(int(d.id) for d in request.executable_devices)
+        request.wire = (compat.serialize_options(request.options), ids)
+    return request.wire  # type: ignore[no-any-return]
+
+
+_current: Prefetcher | None = None
+
+
+def start(session: Session) -> None:
+    """Load `session`'s program's working set ahead, unless ARTSTORE_PREFETCH=0."""
+    global _current
+    if not session.settings.prefetch or session.working_sets.program is None:
+        _current = None
+        return
+    _current = Prefetcher(session)
+    _current.start()
+
+
+def claim(session: Session, request: Any) -> Any:
+    """The executable loaded ahead for `request` (see Prefetcher.claim), or None."""
+    current = _current
+    if current is None or current.session is not session:
+        return None
+    try:
+        executable = current.claim(request)
+    except Exception as exc:
+        log.debug("artifactstore: load ahead not used: %s", one_line(exc))
+        return None
+    if executable is not None:
+        note(session, request)
+    return executable
+
+
+def note(session: Session, request: Any) -> None:
+    """The program loaded or stored `request`'s key: part of its working set."""
+    if not session.settings.prefetch or request.fingerprint is None or not request.key:
+        return
+    try:
+        options, devices = wire(request)
+    except Exception as exc:
+        log.debug("artifactstore: not in the working set: %s", one_line(exc))
+        return
+    entry = WorkingEntry(request.key, options, devices, request.callback_count)
+    session.working_sets.note(request.fingerprint.digest, entry)
