@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -89,7 +90,7 @@ class Prefetcher:
             # where the tier is empty (then the session opens it anyway).
             store = session.store() if tier is None or not tier.has_entries() else None
             found = session.working_sets.read(tier, store, fingerprint)
-            entries = [e for e in found.entries if not e.callbacks] if found else []
+            entries = loadable(found.entries) if found else []
             if not entries or self._closed.is_set():
                 return
             devices = {d.id: d for d in backend.devices()}
@@ -237,6 +238,12 @@ class Prefetcher:
                 if item.state != "loading":
                     item.state = "taken"
                     self._release(item)
+
+
+def loadable(entries: Sequence[WorkingEntry]) -> list[WorkingEntry]:
+    """What is loaded ahead: never an entry with host callbacks, which a load binds to
+    this trace's Python functions (the trace is not there yet)."""
+    return [e for e in entries if not e.callbacks]
 
 
 def wire(request: Any) -> tuple[bytes, tuple[int, ...]]:

@@ -15,6 +15,8 @@ Environment knobs (tests only):
                          time.monotonic(), as "printed_at" in the result line)
   JOB_WAIT_PREFETCH=N    initialize the backend (no compile), then wait (bounded) until N
                          executables were loaded ahead (artifactstore.jaxhook.prefetch)
+  JOB_LATE_PLATFORM=1    after configuring, wait, then report whether JAX has backends yet
+                         ("backends_before_platform") and set jax_platforms to cpu
   JOB_PAUSE              comma list of points (open, exit) where the program prints a JSON
                          line {"paused": POINT} and waits for a line on stdin (tests/faults:
                          "open" once the store is open, "exit" after the result line)
@@ -55,6 +57,14 @@ if not os.environ.get("JOB_NO_STORE"):
     import artifactstore
 
     artifactstore.configure()
+
+backends_before_platform = None
+if os.environ.get("JOB_LATE_PLATFORM"):
+    from jax._src import xla_bridge
+
+    time.sleep(0.5)  # the prefetch thread polls meanwhile
+    backends_before_platform = bool(xla_bridge._backends)
+    jax.config.update("jax_platforms", "cpu")
 
 if os.environ.get("JOB_WAIT_PREFETCH"):
     import artifactstore
@@ -130,6 +140,7 @@ print(
             "xla_compiles": xla_compiles,
             "store": stats,
             "version": version,
+            "backends_before_platform": backends_before_platform,
             "imported": sorted(m for m in ("sqlalchemy", "boto3", "psycopg") if m in sys.modules),
         }
     ),

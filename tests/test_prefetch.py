@@ -1,0 +1,193 @@
+"""Issue 31 item 2: a program's working set is loaded ahead on its next run.
+
+Real JAX in fresh processes (tests/programs/job.py): the second run of a program
+deserializes what the first loaded before JAX asks, and uses it only where the request
+matches; a forged, damaged or oversized record costs nothing but the prediction.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import clean_env, run_program
+
+from artifactstore.errors import CorruptObject
+from artifactstore.formats.workingset import (
+    MAX_WORKING_SET_BYTES,
+    MAX_WORKING_SET_KEYS,
+    WorkingEntry,
+    WorkingSet,
+    program_id,
+)
+from artifactstore.jaxhook import prefetch
+
+FP = "ab" * 32
+
+
+def _records(store: Path) -> list[Path]:
+    return sorted((store / "default" / "workingsets").glob("*"))
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return clean_env(ARTSTORE_URL=str(tmp_path / "store"), **extra)
+
+
+def _warm(env: dict[str, str], **extra: str) -> dict[str, Any]:
+    """A second run that waits (bounded) until the working set is loaded ahead."""
+    return run_program("job.py", {**env, "JOB_WAIT_PREFETCH": "12", **extra})
+
+
+def test_second_run_loads_its_working_set_ahead(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    first = run_program("job.py", env)
+    assert first["store"]["stored"] == 12 and "prefetched" not in first["store"]
+    assert len(_records(tmp_path / "store")) == 1
+    second = _warm(env)
+    stats = second["store"]
+    assert second["xla_compiles"] == [] and second["results"] == first["results"]
+    assert stats["prefetched"] == stats["prefetch_used"] == 12
+    # Counted as the tier hits they are, as on the path without the prefetch.
+    assert stats["hits"] == stats["tier_hits"] == stats["loads"] == 12
+    assert stats["misses"] == 0 and "prefetch_refused" not in stats
+    assert second["events"]["/jax/compilation_cache/cache_hits"] == 12
+    assert "WARNING" not in second["_stderr"]
+
+
+def test_prefetch_off_records_and_loads_nothing(tmp_path: Path) -> None:
+    env = _env(tmp_path, ARTSTORE_PREFETCH="0")
+    first = run_program("job.py", env)
+    assert _records(tmp_path / "store") == []
+    second = run_program("job.py", env)
+    assert "prefetched" not in second["store"] and second["xla_compiles"] == []
+    assert second["results"] == first["results"]
+
+
+def test_entries_with_other_options_are_not_used(tmp_path: Path) -> None:
+    """A forged working set: the right keys with other compile options. Loaded ahead
+    (or not), never used: every request loads as without a working set."""
+    env = _env(tmp_path)
+    first = run_program("job.py", env)
+    (record,) = _records(tmp_path / "store")
+    found = WorkingSet.decode(record.read_bytes(), record.name)
+    other = _default_options()
+    assert all(e.options != other for e in found.entries)
+    forged = [WorkingEntry(e.key, other, e.devices, e.callbacks) for e in found.entries]
+    record.write_bytes(WorkingSet(found.program, found.fingerprint, tuple(forged)).encode())
+    second = _warm(env)
+    stats = second["store"]
+    assert second["xla_compiles"] == [] and second["results"] == first["results"]
+    assert "prefetch_used" not in stats
+    assert stats.get("prefetch_refused", 0) == stats.get("prefetched", 0)
+    assert stats["tier_hits"] == 12
+
+
+def _default_options() -> bytes:
+    out = run_program_inline(
+        "from jax._src.lib import xla_client as xc; import sys; "
+        "sys.stdout.buffer.write(xc.CompileOptions().SerializeAsString().hex().encode())"
+    )
+    return bytes.fromhex(out)
+
+
+def run_program_inline(code: str) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True,
+                          check=True, timeout=120)  # fmt: skip
+    return proc.stdout.decode()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "oversized", "other_program", "deep"])
+def test_a_damaged_working_set_is_ignored_quietly(tmp_path: Path, damage: str) -> None:
+    env = _env(tmp_path)
+    first = run_program("job.py", env)
+    (record,) = _records(tmp_path / "store")
+    found = WorkingSet.decode(record.read_bytes(), record.name)
+    record.write_bytes(
+        {
+            "garbage": b"\xff{not json",
+            "oversized": b" " * (MAX_WORKING_SET_BYTES + 10),
+            "other_program": WorkingSet("0" * 40, found.fingerprint, found.entries).encode(),
+            "deep": b"[" * 5000 + b"]" * 5000,
+        }[damage]
+    )
+    second = run_program("job.py", env)
+    assert second["xla_compiles"] == [] and second["results"] == first["results"]
+    assert "prefetched" not in second["store"]
+    assert "artifactstore" not in second["_stderr"]  # no warning, no error line
+
+
+def test_memory_bound(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    run_program("job.py", env)
+    second = run_program("job.py", {**env, "ARTSTORE_PREFETCH_MAX_SIZE": "1"})
+    stats = second["store"]
+    assert "prefetched" not in stats and stats["prefetch_over_bound"] >= 1
+    assert second["xla_compiles"] == [] and stats["tier_hits"] == 12
+
+
+def test_prefetch_never_initializes_the_backend(tmp_path: Path) -> None:
+    """The program configures the store, then chooses its platform: still its choice."""
+    env = _env(tmp_path)
+    run_program("job.py", env)
+    out = run_program("job.py", {**env, "JOB_LATE_PLATFORM": "1"})
+    assert out["backends_before_platform"] is False
+    assert out["xla_compiles"] == [] and out["store"]["tier_hits"] == 12
+
+
+def test_a_new_host_predicts_from_the_team_store(team_env: dict[str, str], tmp_path: Path) -> None:
+    """A host with an empty tier reads the writers' working set from the bucket, and its
+    loads ahead are counted as the store hits they are."""
+    first = run_program("job.py", team_env)
+    fresh = {**team_env, "XDG_CACHE_HOME": str(tmp_path / "other-host")}
+    second = _warm(fresh)
+    stats = second["store"]
+    assert second["xla_compiles"] == [] and second["results"] == first["results"]
+    assert stats["prefetched"] == stats["prefetch_used"] == 12
+    assert stats["hits"] == 12 and "tier_hits" not in stats
+
+
+# -- the record itself ------------------------------------------------------------------
+def test_record_round_trip_and_bounds() -> None:
+    name = program_id("/srv/train.py", FP)
+    entries = tuple(
+        WorkingEntry(f"key{i:08d}", b"\x01" * 100, (0, 1), i % 2)
+        for i in range(MAX_WORKING_SET_KEYS + 10)
+    )
+    data = WorkingSet(name, FP, entries).encode()
+    back = WorkingSet.decode(data, name)
+    assert back.entries == entries[:MAX_WORKING_SET_KEYS]
+    big = tuple(WorkingEntry(f"key{i:08d}", b"\x02" * 60000, (0,)) for i in range(40))
+    data = WorkingSet(name, FP, big).encode()
+    assert len(data) <= MAX_WORKING_SET_BYTES
+    assert WorkingSet.decode(data, name).entries == big[: len(WorkingSet.decode(data, name).keys)]
+    with pytest.raises(CorruptObject):
+        WorkingSet.decode(data, program_id("/srv/other.py", FP))
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ["key00000001", "!!", [0], 0],
+        ["../../etc", "", [0], 0],
+        ["key00000001", "", [-1], 0],
+        ["key00000001", "", [True], 0],
+        ["key00000001", "", [0], -1],
+        ["key00000001", "", [0]],
+        {"k": 1},
+    ],
+)
+def test_record_refuses_bad_entries(entry: Any) -> None:
+    name = program_id("p", FP)
+    data = json.dumps({"v": 1, "p": name, "f": FP, "e": [entry]}).encode()
+    with pytest.raises(CorruptObject):
+        WorkingSet.decode(data, name)
+
+
+def test_entries_with_callbacks_are_never_loaded_ahead() -> None:
+    entries = [WorkingEntry("key00000001", b"", (0,), 0), WorkingEntry("key00000002", b"", (0,), 1)]
+    assert [e.key for e in prefetch.loadable(entries)] == ["key00000001"]
