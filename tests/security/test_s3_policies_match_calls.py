@@ -28,11 +28,12 @@ from boto3.s3.transfer import TransferConfig
 from conftest import OpenStore
 
 from artifactstore import config, gc
-from artifactstore.blobstores.base import JOURNALS, LEASES, MANIFESTS
+from artifactstore.blobstores.base import JOURNALS, LEASES, MANIFESTS, WORKING_SETS
 from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.bundles.pull import open_puller, pull
 from artifactstore.config.keyfiles import generate, load_signing_key
 from artifactstore.formats import codec
+from artifactstore.formats.workingset import WorkingEntry, WorkingSet, program_id
 from artifactstore.gc.rebuild import rebuild
 from artifactstore.gc.remove import remove
 from artifactstore.gc.sign import sign_entries
@@ -44,7 +45,8 @@ POLICIES = Path(__file__).resolve().parents[2] / "infra" / "policies"
 NS = "team-a"
 MiB = 1024 * 1024
 # Every folder of a namespace (artifactstore/blobstores/s3.py's layout).
-FOLDERS = ("objects", "quarantine", MANIFESTS.folder, JOURNALS.folder, LEASES.folder)
+FOLDERS = ("objects", "quarantine", MANIFESTS.folder, JOURNALS.folder, LEASES.folder,
+           WORKING_SETS.folder)  # fmt: skip
 # The object-level action AWS authorizes each call by (HeadObject is s3:GetObject's; a
 # multipart upload and a copy's target are s3:PutObject's, a copy's source s3:GetObject's).
 ACTIONS = {
@@ -214,6 +216,21 @@ def _writer_path(writer: Store, second: Store, reader: Store, raw: Any, bucket: 
     # `artstore verify --repair`, which writers run once after an upgrade (README).
     verify(writer, repair=True)
     _failed_multipart(writer)
+    # A program's working set: read at start (absent, then present), written at exit.
+    _working_set(writer, write=True)
+
+
+def _working_set(store: Store, *, write: bool) -> None:
+    """What runtime.workingset does with the store: read the record, and (writers) put it."""
+    name = program_id("/srv/train.py", fp().digest)
+    found = store.blobs.get_record(WORKING_SETS, name)
+    if write:
+        assert found is None
+        record = WorkingSet(name, fp().digest, (WorkingEntry(key(4), b"options", (0,)),))
+        store.blobs.put_record(WORKING_SETS, name, record.encode())
+        assert store.blobs.get_record(WORKING_SETS, name) is not None
+    else:
+        assert found is not None
 
 
 def _failed_multipart(store: Store) -> None:
@@ -251,6 +268,7 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     # The reader: a hit, its hit journal, `artstore pull` into its tier.
     assert reader.get(key(2), fp().digest) is not None
     reader.flush_access()
+    _working_set(reader, write=False)
     settings = config.resolve(
         {"read_only": True}, environ={**env, "ARTSTORE_LOCAL_TIER": str(tmp_path / "tier")}
     )
