@@ -22,7 +22,7 @@ from artifactstore.redact import install_log_filter
 
 if TYPE_CHECKING:
     from artifactstore.jaxhook import configure, deactivate, flush, process_stats
-    from artifactstore.named.api import NamedExecutable, compiled, load
+    from artifactstore.named.api import NamedExecutable, compiled, load, load_many
 
 __version__ = "0.3.0"
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "deactivate",
     "flush",
     "load",
+    "load_many",
     "process_stats",
 ]
 # Every import of any part of the package passes here first, so no log record of the
@@ -46,7 +47,7 @@ __all__ = [
 install_log_filter()
 
 _ADAPTER = frozenset({"configure", "deactivate", "flush", "process_stats"})
-_NAMED = frozenset({"compiled", "load", "NamedExecutable"})
+_NAMED = frozenset({"compiled", "load", "load_many", "NamedExecutable"})
 
 
 def __getattr__(name: str) -> Any:

@@ -191,3 +191,29 @@ def test_record_refuses_bad_entries(entry: Any) -> None:
 def test_entries_with_callbacks_are_never_loaded_ahead() -> None:
     entries = [WorkingEntry("key00000001", b"", (0,), 0), WorkingEntry("key00000002", b"", (0,), 1)]
     assert [e.key for e in prefetch.loadable(entries)] == ["key00000001"]
+
+
+def test_load_many_loads_named_executables_in_parallel(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    built = run_program("named_job.py", {**env, "NAMED_MODE": "compiled"})
+    assert built["_returncode"] == 0
+    code = (
+        "import json, artifactstore\n"
+        "a, b = artifactstore.load_many([('mlp', '1'), ('mlp', '1')])\n"
+        "try:\n"
+        "    artifactstore.load_many([('mlp', '1'), ('nope', '1')])\n"
+        "    missing = None\n"
+        "except artifactstore.NamedNotFound as exc:\n"
+        "    missing = str(exc)\n"
+        "print(json.dumps({'types': [type(a).__name__, type(b).__name__], 'missing': missing,"
+        " 'stats': artifactstore.process_stats()}))\n"
+    )
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True, timeout=300)  # fmt: skip
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["types"] == ["NamedExecutable", "NamedExecutable"]
+    assert out["missing"] and "nope" in out["missing"]
+    assert out["stats"]["compiles"] == 0

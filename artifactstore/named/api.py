@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from artifactstore.errors import (
@@ -29,6 +30,8 @@ from artifactstore.named.call import NamedExecutable
 from artifactstore.named.context import Context
 from artifactstore.named.signature import Leaf, NamedCallError, Signature
 from artifactstore.runtime.session import warn_once
+
+LOAD_THREADS = 4  # named executables deserialized at once by `load_many`
 
 
 def compiled(
@@ -108,6 +111,29 @@ def load(name: str, version: str) -> NamedExecutable:
     return found
 
 
+def load_many(named: Sequence[tuple[str, str]]) -> list[NamedExecutable]:
+    """Several NAME@VERSIONs, as `load` gives each, fetched and deserialized in parallel
+    (the backend deserializes several executables at once: issue 31), in the order
+    asked. The first that is not found raises NamedNotFound, once all have ended."""
+    for name, version in named:
+        keys.check_name(name)
+        keys.check_version(version)
+    context = Context.open()  # the session and backend, on this thread
+
+    def one(item: tuple[str, str]) -> NamedExecutable:
+        own = Context(context.session, context.backend)  # its own reasons for a miss
+        found = own.find(*item)
+        if found is None:
+            raise NamedNotFound(own.not_found(*item))
+        return found
+
+    if len(named) <= 1:
+        return [one(item) for item in named]
+    with ThreadPoolExecutor(min(LOAD_THREADS, len(named)), "artifactstore-named") as pool:
+        futures = [pool.submit(one, item) for item in named]
+    return [f.result() for f in futures]
+
+
 def _is_spec(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype")
 
@@ -133,4 +159,4 @@ def _check_same_inputs(header: container.Header, wanted: Signature) -> None:
         )
 
 
-__all__ = ["ArtstoreError", "NamedExecutable", "compiled", "load"]
+__all__ = ["ArtstoreError", "NamedExecutable", "compiled", "load", "load_many"]
