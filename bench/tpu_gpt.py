@@ -5,8 +5,10 @@ vocabulary 50304, sequence 512, batch 8, AdamW) has three jitted functions: `ini
 `train` (forward, backward, AdamW) and `eval`. Configurations, each in fresh processes
 (interleaved, warm ones after an untimed prefill; JAX_PLATFORMS unset, so the TPU):
 (a) no cache, (b) JAX's own persistent cache warm, (c) artifactstore's compile cache
-warm (embedded store), (d) the three named executables loaded with
-`artifactstore.load` (no model code traced). Per run: "first call" (first model line to
+warm (embedded store), with the working-set prefetch (the default: issue 31) and
+without it (ARTSTORE_PREFETCH=0), (d) the three named executables loaded with
+`artifactstore.load` one after another, and with `artifactstore.load_many` in parallel
+(no model code traced). Per run: "first call" (first model line to
 the first train step's loss on the host), the process wall, and where a warm start's
 time goes (JAX's trace and lowering events; the store's fetch, decode and
 deserialization), then the steady-state time of a train step (median of --steps).
@@ -15,6 +17,10 @@ Issue 31's targets: (c) first call <= 0.7x of (b); (d) <= 0.5x of (b); (d)'s ste
 executables one after another against all at once in threads.
 
     python bench/tpu_gpt.py [--runs 3] [--steps 20] [--workdir DIR] [--deserialize]
+
+A smoke run of the bench itself on a CPU (a tiny model):
+
+    TPU_GPT_TINY=1 python bench/tpu_gpt.py --platform cpu --runs 1 --steps 2
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import _results
 from warm_start import JAX_WARM, NO_CACHE, PLATFORM, Config, Result, config_records, run_child
 
 STORE_WARM, NAMED = "artifactstore cache (warm)", "named executables (load)"
+STORE_NO_PREFETCH = "artifactstore cache (warm, ARTSTORE_PREFETCH=0)"
+NAMED_MANY = "named executables (load_many)"
 NAMES = ("init", "train", "eval")
 COLUMNS = [("first call (s)", "first_call_secs"), ("process wall (s)", "wall_secs"),
            ("trace+lower (s)", "trace_lower_secs"), ("XLA/load (s)", "compile_or_load_secs"),
@@ -40,7 +48,7 @@ RATIO_COLS = [("first/no-cache", "first_call_secs", NO_CACHE),
               ("first/jax-warm", "first_call_secs", JAX_WARM),
               ("wall/jax-warm", "wall_secs", JAX_WARM),
               ("step/jax-warm", "step_ms", JAX_WARM)]  # fmt: skip
-TARGETS = {STORE_WARM: 0.7, NAMED: 0.5}
+TARGETS = {STORE_WARM: 0.7, NAMED: 0.5, NAMED_MANY: 0.5}
 V, T, D, L, H, B = 50304, 512, 768, 12, 12, 8
 if os.environ.get("TPU_GPT_TINY"):  # a smoke test of the bench itself, on a CPU
     V, T, D, L, H, B = 512, 32, 64, 2, 4, 2
@@ -163,7 +171,10 @@ def child(a: argparse.Namespace) -> None:
     key = np.asarray(jax.random.PRNGKey(0))
     built = Path(a.named or ".", "built").exists()
     t0 = time.perf_counter()
-    if a.named and built:
+    if a.named and built and os.environ.get("TPU_GPT_LOAD_MANY"):
+        fns = artifactstore.load_many([(f"bench/gpt-{n}", "1") for n in NAMES])
+        source = fns[1].source
+    elif a.named and built:
         fns = [artifactstore.load(f"bench/gpt-{n}", version="1") for n in NAMES]
         source = fns[1].source
     elif a.named:  # the prefill: build and store the three
@@ -202,7 +213,17 @@ def child(a: argparse.Namespace) -> None:
         "compile_or_load_secs": ev.get("backend_compile_duration", 0.0),
         "step_ms": 1000 * float(np.median(steps)) if steps else 0.0, "phases": phases,
         "fast": getattr(train_fn, "fast", None), "backend": jax.default_backend(),
+        "prefetch": {k: v for k, v in stats().items() if k.startswith("prefetch")},
     }), flush=True)  # fmt: skip
+
+
+def stats() -> dict[str, int]:
+    """The store's counters of this process, where it uses one (prefetched, prefetch_used)."""
+    if "artifactstore" not in sys.modules:
+        return {}
+    import artifactstore
+
+    return artifactstore.process_stats()
 
 
 def deserialize_test(store: str) -> dict[str, Any]:
@@ -247,7 +268,12 @@ CONFIGS = [
     Config(JAX_WARM, args=lambda tmp: ["--jax-cache", str(tmp / "jax")], prefill=True),
     Config(STORE_WARM, env=lambda tmp: {"ARTSTORE_MIN_COMPILE_SECS": "0"},
            args=lambda tmp: ["--store", str(tmp / "store")], prefill=True),
+    Config(STORE_NO_PREFETCH,
+           env=lambda tmp: {"ARTSTORE_MIN_COMPILE_SECS": "0", "ARTSTORE_PREFETCH": "0"},
+           args=lambda tmp: ["--store", str(tmp / "store")], prefill=True),
     Config(NAMED, args=lambda tmp: ["--named", str(tmp / "named")], prefill=True),
+    Config(NAMED_MANY, env=lambda tmp: {"TPU_GPT_LOAD_MANY": "1"},
+           args=lambda tmp: ["--named", str(tmp / "named")], prefill=True),
 ]  # fmt: skip
 
 
@@ -279,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         r = run_child(c, tmps[c.name], [sys.executable, __file__, "--child",
                                         "--steps", str(a.steps)])  # fmt: skip
         print(f"{c.name:<30} first {r['first_call_secs']:7.2f}s wall {r['wall_secs']:7.2f}s "
-              f"step {r['step_ms']:6.1f}ms {r['source']} {r['backend']} {r['phases']}",
+              f"step {r['step_ms']:6.1f}ms {r['source']} {r['backend']} {r['phases']} "
+              f"{r['prefetch']}",
               flush=True)  # fmt: skip
         return r
 
