@@ -20,10 +20,11 @@ Per published manifest (a streamed listing; never the whole list in memory):
 
 Keys too quick to store (artifactstore.formats.quick) are learned too: the records of
 this fingerprint are listed first (their names say everything: no GET), those whose key
-has a manifest are dropped as the manifests are listed (stored since: not quick), and
-the rest join the tier's quick keys once the listing is complete, so that a pulled
-node never looks up its trivial jits. A refused listing of them (credentials from
-before they existed) is said in the summary and stops nothing.
+has a manifest are dropped as the manifests are listed (stored since: not quick; the
+tier forgets them as quick too), and the rest join the tier's quick keys once the
+listing is complete (a pull that stopped learns none), so that a pulled node never
+looks up its trivial jits. A refused listing of them (credentials from before they
+existed) is said in the summary and stops nothing.
 
 At most `jobs` entries are in flight (their GETs in parallel), so at most `jobs`
 objects and their inflated executables are in memory at once. A failure of the object
@@ -206,8 +207,6 @@ def pull(
             return
         if present:
             count("present")
-            if not dry_run:
-                tier.quick.forget(key)
             return
         if not reserve(manifest.size):
             return
@@ -225,7 +224,6 @@ def pull(
             if not kept:
                 release(manifest.size)
         if kept:
-            tier.quick.forget(key)
             with lock:
                 report.fetched += 1
                 report.fetched_bytes += manifest.size
@@ -255,6 +253,8 @@ def pull(
         try:
             for key in store.blobs.iter_manifest_keys():
                 quick.discard(key)  # a manifest: stored now, so not quick
+                if not dry_run:
+                    tier.quick.forget(key)  # nor here, if this host once found it quick
                 slots.acquire()  # at most `jobs` entries (and objects) in flight
                 if stop.is_set():
                     slots.release()
