@@ -16,9 +16,13 @@ import pytest
 from conftest import OpenStore, artstore, clean_env, run_program
 from faultproxy import FaultProxy
 
-from artifactstore.blobstores.base import QUICK
+from artifactstore.blobstores.base import QUICK, RecordKind
+from artifactstore.blobstores.local import LocalBlobStore
+from artifactstore.bundles.pull import open_puller, pull
+from artifactstore.cli.pull_cmd import summary
 from artifactstore.config import resolve
 from artifactstore.config.host import compute
+from artifactstore.errors import StoreUnavailable
 from artifactstore.formats import quick
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.runtime.summary import Summary
@@ -290,6 +294,34 @@ def test_pull_learns_the_quick_keys_of_its_fingerprint_without_a_manifest(
     assert tier.quick.get("qb" + "0" * 62) is None and tier.quick.get("x" * 4) is None
     again = _pull(env, "--fingerprint", FP_A.digest)
     assert (again["present"], again["quick_keys"]) == (2, len(quick_a))
+
+
+class _QuickUnlisted(LocalBlobStore):
+    """A store whose credentials predate quick/: listing it is refused."""
+
+    def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
+        if kind is QUICK:
+            raise StoreUnavailable("access denied for list quick-key records")
+        return super().iter_records(kind, prefix=prefix)
+
+
+def test_a_pull_refused_the_quick_keys_still_fetches_every_entry(
+    tmp_path: Path, open_store: OpenStore
+) -> None:
+    """Credentials under policies older than quick/ cannot list it: the pull says so in
+    its summary, learns no quick key, and succeeds with every entry fetched."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_READ_ONLY="1",
+                    ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))  # fmt: skip
+    writer = open_store(dict(env, ARTSTORE_READ_ONLY="0"), local_tier="off")
+    _fill(writer, FP_A, 2, "a")
+    writer.blobs.put_record(QUICK, quick.quick_name(FP_A.digest, "q" * 64), quick.encode(0.01))
+    puller = open_puller(resolve(environ=env))
+    puller.store.blobs = _QuickUnlisted(tmp_path / "store", "default")
+    report = pull(puller, FP_A.digest)
+    assert report.ok and (report.fetched, report.quick_keys) == (2, 0)
+    assert report.quick_unlisted is not None and "access denied" in report.quick_unlisted
+    assert "keys too quick to store not listed: access denied" in summary(report)
+    assert _tier(env).quick.get("q" * 64) is None
 
 
 def test_a_pulled_node_is_offline_warm(team_env: dict[str, str], tmp_path: Path) -> None:

@@ -289,7 +289,7 @@ def _quick_keys(store: Store, fingerprint: str, report: PullReport) -> set[str]:
             if len(keys) >= BELOW_THRESHOLD_MAX:
                 break
     except StoreUnavailable as exc:
-        report.quick_unlisted = one_line(exc)
+        report.quick_unlisted = str(exc)  # one secret-free line, as `stopped`
         keys.clear()
     return keys
 
