@@ -7,16 +7,19 @@ What `artstore pull` does with them, end to end with JAX: tests/test_pull.py.
 from __future__ import annotations
 
 import json
+import logging
 import os
+from pathlib import Path
 
 import pytest
-from conftest import OpenStore
+from conftest import OpenStore, clean_env
 
 from artifactstore import gc
-from artifactstore.blobstores.base import QUICK
+from artifactstore.blobstores.base import QUICK, RecordKind
+from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.blobstores.readonly import ReadOnlyBlobStore
 from artifactstore.config.host import compute
-from artifactstore.errors import CorruptObject, ReadOnlyError
+from artifactstore.errors import CorruptObject, ReadOnlyError, StoreUnavailable
 from artifactstore.formats import quick
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.store import Store
@@ -121,6 +124,34 @@ def test_writers_publish_quick_keys_and_readers_never(
     assert writer.counters.snapshot().get("quick_published") == 1
     assert "quick_published" not in reader.counters.snapshot()
     assert reader.counters.snapshot().get("below_threshold") == 1  # counted as before
+
+
+class _QuickRefused(LocalBlobStore):
+    """A bucket whose policy predates quick/: putting there is refused."""
+
+    def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
+        if kind is QUICK:
+            raise StoreUnavailable("access denied for put quick-key record")
+        super().put_record(kind, name, data)
+
+
+def test_a_refused_publication_is_counted_and_said_once(
+    tmp_path: Path, open_store: OpenStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Publishing is best effort, off the program's thread: refused, it is counted and
+    logged once for the process, and nothing else changes."""
+    writer = open_store(clean_env(ARTSTORE_URL=str(tmp_path / "store")))
+    writer.blobs = _QuickRefused(tmp_path / "store", "default")
+    with caplog.at_level(logging.WARNING, logger="artifactstore"):
+        for i in range(3):
+            _looked_up_then_quick(writer, _key(i))
+        assert writer.flush(30)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "keys too quick to store not published" in lines[0], lines
+    assert "access denied" in lines[0]
+    counts = writer.counters.snapshot()
+    assert counts.get("quick_unpublished") == 3 and counts.get("below_threshold") == 3
+    assert list(writer.blobs.iter_records(QUICK)) == []
 
 
 def test_gc_deletes_quick_records_of_keys_stored_since(
