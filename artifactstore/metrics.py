@@ -90,6 +90,7 @@ ERROR_KINDS: dict[str, str] = {
     "put_errors": "put",  # an upload that failed
     "put_skipped": "put_skipped",  # an upload dropped while the backend was failing
     "manifest_unpublished": "manifest_unpublished",
+    "quick_unpublished": "quick_unpublished",  # a key too quick to store not published
     "breaker_open_index": "breaker_open_index",  # a backend failed: bypassed for a cool-down
     "breaker_open_object_store": "breaker_open_object_store",
 }

@@ -38,12 +38,18 @@ DEFAULT_THRESHOLD = "artifactstore embedded (warm, default 0.1 s threshold)"
 SIGNED = "artifactstore embedded (warm, signed, trusted keys set)"
 TARGETS = [(TARGET_NAME, TARGET_RATIO), (S3PG_NAME, S3PG_RATIO)]  # wall <= ratio x JAX_WARM
 # This bench's own: the team store must beat JAX's own cache on the same S3 server.
-S3_TARGETS = [(S3PG_NAME, 1.0, JAX_S3)]
+S3_TARGETS = [(S3PG_NAME, 1.0, JAX_S3),
+              # issue 32: a pulled node with S3 and the index down starts as fast as with them up
+              ("artstore pulled node (S3 and index down)", 1.05,
+               "artstore pulled node (S3 and index up)")]  # fmt: skip
 COLUMNS = [("first call (s)", "first_call_secs"), ("process wall (s)", "wall_secs")]
 RATIO_COLS = [("first/no-cache", "first_call_secs", NO_CACHE),
               ("first/jax-warm", "first_call_secs", JAX_WARM),
               ("wall/jax-warm", "wall_secs", JAX_WARM)]  # fmt: skip
-S3_RATIO_COLS = [("wall/jax-s3", "wall_secs", JAX_S3)]
+S3_RATIO_COLS = [
+    ("wall/jax-s3", "wall_secs", JAX_S3),
+    ("wall/pulled-up", "wall_secs", "artstore pulled node (S3 and index up)"),
+]
 summary, ratio = _results.summary, _results.ratio
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 S3PG_BUCKET, S3PG_DATABASE = "artstore-bench-warm", "artstore_bench_warm"
@@ -59,6 +65,7 @@ def no_args(_: Path) -> list[str]:
 
 
 EnvFn = Callable[[Path], dict[str, str]]
+Result = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ class Config:
     # Why this config cannot run here (a missing package), or None: then it is skipped
     # with that reason printed, and the other configs run.
     unavailable: Callable[[], str | None] | None = None
+    # Run instead of the prefill (untimed): e.g. a writer elsewhere, then `artstore pull`.
+    prepare: Callable[[Config, Path, Callable[[Config, Path], Result]], Result] | None = None
 
 
 def embedded_env(tmp: Path) -> dict[str, str]:
@@ -175,6 +184,43 @@ def signed_env(tmp: Path) -> dict[str, str]:
             "ARTSTORE_TRUSTED_KEYS": str(keys / "bench.pub")}  # fmt: skip
 
 
+PULLED_UP, PULLED_DOWN = S3_TARGETS[1][2], S3_TARGETS[1][0]
+
+
+def pulled_env(tmp: Path) -> dict[str, str]:
+    """Issue 32: a node `artstore pull` prepared, the store as users run it (quick jits under
+    the default threshold are not stored), in a namespace of its own."""
+    env = {**s3pg_env(tmp), "ARTSTORE_NAMESPACE": "bench-pulled", "ARTSTORE_LOCAL_TIER": str(tmp)}
+    env.pop("ARTSTORE_MIN_COMPILE_SECS")
+    keys = signed_env(tmp.parent / "pulled")  # one team key pair: the writer signs, nodes trust
+    return {**env, **{k: v for k, v in keys.items() if "KEY" in k}}
+
+
+def pulled_down_env(tmp: Path) -> dict[str, str]:
+    """The same node with the object store and the database unreachable."""
+    return {**pulled_env(tmp), "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:1", "ARTSTORE_TIMEOUT": "2",
+            "ARTSTORE_INDEX": "postgresql+psycopg://postgres@127.0.0.1:1/none"}  # fmt: skip
+
+
+def pull_prepare(cfg: Config, tmp: Path, run: Callable[[Config, Path], Result]) -> Result:
+    """A writer (its own tier) fills the namespace, then `artstore pull` (object store only)
+    fills this node's tier."""
+    writer_tier = tmp.parent / f"{tmp.name}-writer"
+    writer_tier.mkdir(exist_ok=True)
+    result = run(replace(cfg, env=pulled_env, prepare=None), writer_tier)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(STRIP_PREFIXES)}
+    env.update({k: v for k, v in pulled_env(tmp).items() if k != "ARTSTORE_INDEX"})
+    proc = subprocess.run([sys.executable, "-m", "artifactstore", "pull", "--json"], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    if proc.returncode != 0:
+        sys.exit(f"[{cfg.name}] artstore pull failed:\n{proc.stderr[-3000:]}")
+    said = json.loads(proc.stdout)
+    print(
+        f"  pulled: fetched {said.get('fetched')}, quick keys {said.get('quick_keys')}", flush=True
+    )
+    return result
+
+
 CONFIGS: list[Config] = [
     Config(NO_CACHE),
     Config(JAX_WARM, args=lambda tmp: ["--jax-cache", str(tmp)], prefill=True),
@@ -184,6 +230,8 @@ CONFIGS: list[Config] = [
     Config(SIGNED, env=signed_env, prefill=True, store=True),
     Config(S3PG_NAME, env=s3pg_env, prefill=True, store=True),
     Config(S3PG_NO_TIER, env=s3pg_no_tier_env, prefill=True, store=True),
+    Config(PULLED_UP, env=pulled_env, prefill=True, store=True, prepare=pull_prepare),
+    Config(PULLED_DOWN, env=pulled_down_env, prefill=True, store=True, prepare=pull_prepare),
 ]
 
 
@@ -249,9 +297,6 @@ def run_child(cfg: Config, tmp: Path, command: list[str]) -> dict[str, Any]:
     return out
 
 
-Result = dict[str, Any]
-
-
 def interleaved(
     configs: list[Config],
     runs: int,
@@ -269,7 +314,8 @@ def interleaved(
             tmps[c.name].mkdir()
             if c.prefill:
                 print(f"prefill (untimed): {c.name} ...", flush=True)
-                prefills.append(run(c, tmps[c.name]))
+                prepare = c.prepare or (lambda c, tmp, run: run(c, tmp))
+                prefills.append(prepare(c, tmps[c.name], run))
         for i in range(runs):
             for c in configs:
                 r = run(c, tmps[c.name])

@@ -32,7 +32,8 @@ def _records(store: Path) -> list[Path]:
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return clean_env(ARTSTORE_URL=str(tmp_path / "store"), **extra)
+    """Prefetch on: the default (`auto`) turns it off on the CPU these tests run on."""
+    return clean_env(**{"ARTSTORE_URL": str(tmp_path / "store"), "ARTSTORE_PREFETCH": "1", **extra})
 
 
 def _warm(env: dict[str, str], **extra: str) -> dict[str, Any]:
@@ -56,8 +57,11 @@ def test_second_run_loads_its_working_set_ahead(tmp_path: Path) -> None:
     assert "WARNING" not in second["_stderr"]
 
 
-def test_prefetch_off_records_and_loads_nothing(tmp_path: Path) -> None:
-    env = _env(tmp_path, ARTSTORE_PREFETCH="0")
+@pytest.mark.parametrize("setting", ["0", "auto"])
+def test_prefetch_off_records_and_loads_nothing(tmp_path: Path, setting: str) -> None:
+    """`0`, and `auto` on the CPU (where loading ahead would take the cores the program
+    traces on), record no working set and load nothing ahead."""
+    env = _env(tmp_path, ARTSTORE_PREFETCH=setting)
     first = run_program("job.py", env)
     assert _records(tmp_path / "store") == []
     second = run_program("job.py", env)
@@ -142,6 +146,7 @@ def test_prefetch_never_initializes_the_backend(tmp_path: Path) -> None:
 def test_a_new_host_predicts_from_the_team_store(team_env: dict[str, str], tmp_path: Path) -> None:
     """A host with an empty tier reads the writers' working set from the bucket, and its
     loads ahead are counted as the store hits they are."""
+    team_env = {**team_env, "ARTSTORE_PREFETCH": "1"}
     first = run_program("job.py", team_env)
     fresh = {**team_env, "XDG_CACHE_HOME": str(tmp_path / "other-host")}
     second = _warm(fresh)

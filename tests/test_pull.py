@@ -16,9 +16,16 @@ import pytest
 from conftest import OpenStore, artstore, clean_env, run_program
 from faultproxy import FaultProxy
 
+from artifactstore.blobstores.base import QUICK, RecordKind
+from artifactstore.blobstores.local import LocalBlobStore
+from artifactstore.bundles.pull import open_puller, pull
+from artifactstore.cli.pull_cmd import summary
 from artifactstore.config import resolve
 from artifactstore.config.host import compute
+from artifactstore.errors import StoreUnavailable
+from artifactstore.formats import quick
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.runtime.summary import Summary
 from artifactstore.store import Store
 from artifactstore.store.tier import LocalTier, open_tier
 
@@ -253,3 +260,98 @@ def test_pulled_tier_serves_a_jax_program_with_the_store_down(
     assert warm["xla_compiles"] == [] and warm["results"] == cold["results"]
     assert warm["store"]["tier_hits"] == len(cold["xla_compiles"])
     assert "artifactstore" not in warm["_stderr"]
+
+
+def test_pull_learns_the_quick_keys_of_its_fingerprint_without_a_manifest(
+    tmp_path: Path, open_store: OpenStore
+) -> None:
+    """Quick-key records of the pulled fingerprint join the tier's quick keys, from the
+    listing alone; those of another fingerprint, those whose key has a manifest (stored
+    since), and names that are not records' are left out. A dry run counts and writes
+    nothing; a key pulled as an entry is no longer quick in the tier."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_READ_ONLY="1",
+                    ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))  # fmt: skip
+    writer = open_store(dict(env, ARTSTORE_READ_ONLY="0"), local_tier="off")
+    a = _fill(writer, FP_A, 2, "a")
+    stored = next(iter(a))
+    quick_a = [f"qa{i:062x}" for i in range(3)]
+    for fp, key in [*((FP_A, k) for k in [*quick_a, stored]), (FP_B, "qb" + "0" * 62)]:
+        writer.blobs.put_record(QUICK, quick.quick_name(fp.digest, key), quick.encode(0.01))
+    folder = tmp_path / "store" / "default" / QUICK.directory
+    (folder / f"{FP_A.digest}.{'x' * 4}").write_text("{}")  # listed, not a record's name
+    tier = _tier(env)
+    tier.quick.remember(stored, 0.01)  # quick here once; stored by another host since
+    tier.quick.save()
+
+    dry = _pull(env, "--fingerprint", FP_A.digest, "--dry-run")
+    assert dry["quick_keys"] == len(quick_a) and dry["quick_unlisted"] is None
+    assert all(_tier(env).quick.get(k) is None for k in quick_a)
+    text = artstore("pull", "--fingerprint", FP_A.digest, env=env)
+    assert text.returncode == 0 and f"learned {len(quick_a)} keys too quick" in text.stdout
+    tier = _tier(env)
+    assert all(tier.quick.get(k) == 0.0 for k in quick_a)
+    assert tier.quick.get(stored) is None and tier.get(stored, FP_A.digest) is not None
+    assert tier.quick.get("qb" + "0" * 62) is None and tier.quick.get("x" * 4) is None
+    again = _pull(env, "--fingerprint", FP_A.digest)
+    assert (again["present"], again["quick_keys"]) == (2, len(quick_a))
+
+
+class _QuickUnlisted(LocalBlobStore):
+    """A store whose credentials predate quick/: listing it is refused."""
+
+    def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
+        if kind is QUICK:
+            raise StoreUnavailable("access denied for list quick-key records")
+        return super().iter_records(kind, prefix=prefix)
+
+
+def test_a_pull_refused_the_quick_keys_still_fetches_every_entry(
+    tmp_path: Path, open_store: OpenStore
+) -> None:
+    """Credentials under policies older than quick/ cannot list it: the pull says so in
+    its summary, learns no quick key, and succeeds with every entry fetched."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_READ_ONLY="1",
+                    ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))  # fmt: skip
+    writer = open_store(dict(env, ARTSTORE_READ_ONLY="0"), local_tier="off")
+    _fill(writer, FP_A, 2, "a")
+    writer.blobs.put_record(QUICK, quick.quick_name(FP_A.digest, "q" * 64), quick.encode(0.01))
+    puller = open_puller(resolve(environ=env))
+    puller.store.blobs = _QuickUnlisted(tmp_path / "store", "default")
+    report = pull(puller, FP_A.digest)
+    assert report.ok and (report.fetched, report.quick_keys) == (2, 0)
+    assert report.quick_unlisted is not None and "access denied" in report.quick_unlisted
+    assert "keys too quick to store not listed: access denied" in summary(report)
+    assert _tier(env).quick.get("q" * 64) is None
+
+
+def test_a_pulled_node_is_offline_warm(team_env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 32.3, end to end with real JAX: a writer runs a program whose trivial jits
+    compile under ARTSTORE_MIN_COMPILE_SECS (never stored; it publishes them as quick)
+    and whose two main functions are slow enough to store; `artstore pull` (the object
+    store alone) fills a fresh tier; the program then runs with S3 and the index
+    unreachable: no log line, no lookup, every stored entry a tier hit, and the summary
+    says so. Without the quick keys, each trivial jit would be looked up (and with the
+    store down, logged).
+
+    Slow: three fresh JAX processes, the writer's main compiles slowed by 1.2 s each.
+    """
+    env = dict(team_env, ARTSTORE_MIN_COMPILE_SECS="1", JOB_SMALL_JITS="1")
+    cold = run_program("job.py", dict(env, JOB_SLOW_COMPILE_SECS="1.2"))
+    small = [m for m in cold["xla_compiles"] if "mlp" not in m and "loss_and_grad" not in m]
+    assert small and cold["store"]["stored"] == 2, cold["store"]
+    assert cold["store"]["quick_published"] == len(small) == cold["store"]["below_threshold"]
+    pulled = dict(env, ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))
+    report = _pull({k: v for k, v in pulled.items() if k != "ARTSTORE_INDEX"})
+    assert (report["fetched"], report["quick_keys"]) == (2, len(small)), report
+
+    down = dict(pulled, AWS_ENDPOINT_URL_S3="http://127.0.0.1:1", ARTSTORE_TIMEOUT="2",
+                ARTSTORE_INDEX=NO_INDEX)  # fmt: skip
+    warm = run_program("job.py", down)
+    assert "artifactstore" not in warm["_stderr"], warm["_stderr"]
+    assert warm["results"] == cold["results"] and warm["imported"] == [], warm["imported"]
+    stats = warm["store"]
+    assert stats["lookups_missed"] == 0 and stats["hits"] == stats["tier_hits"] == 2, stats
+    assert sorted(warm["xla_compiles"]) == sorted(small)
+    summary = Summary.of([stats])
+    assert (summary.hits, summary.compiles, summary.quick) == (2, 0, len(small))
+    assert summary.degraded == 0 and summary.stored == 0

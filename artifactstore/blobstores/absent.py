@@ -57,7 +57,7 @@ class AbsentBlobStore(BlobStore):
     def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:
         self._refuse()
 
-    def iter_records(self, kind: RecordKind) -> Iterator[str]:
+    def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
         self._refuse()
 
     def get_identity(self) -> bytes | None:

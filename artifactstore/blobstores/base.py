@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.journal import MAX_JOURNAL_BYTES, check_journal_name
 from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, check_key
+from artifactstore.formats.quick import MAX_QUICK_BYTES, SEPARATOR, check_quick_name
 from artifactstore.formats.workingset import MAX_WORKING_SET_BYTES, check_program_id
 
-__all__ = ["IDENTITY", "JOURNALS", "LEASES", "MANIFESTS", "WORKING_SETS", "BlobInfo", "BlobStore",
-           "RecordKind", "check_digest"]  # fmt: skip
+__all__ = ["IDENTITY", "JOURNALS", "LEASES", "MANIFESTS", "QUICK", "WORKING_SETS", "BlobInfo",
+           "BlobStore", "RecordKind", "check_digest", "is_digest_name"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,17 @@ class RecordKind:
     sharded: bool = False  # local directories: in subdirectories by the name's first 2 chars
     readers_write: bool = False  # read-only processes may put (never delete) these
     local_folder: str = ""  # a local store's directory, where it is not `folder`
+    joiner: str = ""  # one character names hold besides letters and digits, if any
 
     @property
     def directory(self) -> str:
         return self.local_folder or self.folder
+
+    def listed(self, name: str) -> bool:
+        """Whether a listing shows `name`: letters and digits (and `joiner`); anything
+        else under the folder is not ours (a stray upload, a temporary file, a marker).
+        Callers still check the names they act on (`check_name`)."""
+        return (name.replace(self.joiner, "") if self.joiner else name).isalnum()
 
 
 # Each entry's record (artifactstore.formats.manifest): S3 keeps the name readers' policies grant.
@@ -55,6 +63,17 @@ LEASES = RecordKind("lease", "leases", 1024, check_key)
 # What each program loaded last time, per platform, for the next run to load ahead
 # (artifactstore.formats.workingset): written by writers at exit, read by every process.
 WORKING_SETS = RecordKind("working set", "workingsets", MAX_WORKING_SET_BYTES, check_program_id)
+# Keys too quick to store, published by writers for `artstore pull` (artifactstore.formats.quick).
+QUICK = RecordKind("quick-key record", "quick", MAX_QUICK_BYTES, check_quick_name,
+                   joiner=SEPARATOR)  # fmt: skip
+
+
+def is_digest_name(name: str) -> bool:
+    """Whether a listing shows an object named `name` (a digest's length; the callers
+    check the digests they act on)."""
+    return len(name) == 64
+
+
 # The store's identity (artifactstore.store.identity): one small object beside the folders
 # above, `{namespace}/identity`, read at most this far.
 IDENTITY = "identity"
@@ -105,7 +124,7 @@ class BlobStore(abc.ABC):
     def describe(self) -> str:
         """Where the objects live, without secrets."""
 
-    # -- records: manifests and journals, beside the objects ---------------------
+    # -- records: manifests, journals, leases, quick keys, beside the objects -------
     @abc.abstractmethod
     def get_record(self, kind: RecordKind, name: str) -> bytes | None:
         """The record as stored (at most `kind.max_bytes` + 1 bytes), or None if absent.
@@ -120,8 +139,9 @@ class BlobStore(abc.ABC):
         """Remove the records `names`, present or not."""
 
     @abc.abstractmethod
-    def iter_records(self, kind: RecordKind) -> Iterator[str]:
-        """The name of every record of `kind` (streamed)."""
+    def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
+        """The name of every record of `kind` (streamed), or of those whose names start
+        with `prefix` (S3 lists only those)."""
 
     # -- the store's identity: one object beside the folders (artifactstore.store.identity) --
     @abc.abstractmethod

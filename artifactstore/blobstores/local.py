@@ -11,7 +11,7 @@ import contextlib
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from artifactstore.blobstores import safedir
@@ -22,6 +22,7 @@ from artifactstore.blobstores.base import (
     BlobStore,
     RecordKind,
     check_digest,
+    is_digest_name,
 )
 from artifactstore.config import check_namespace
 from artifactstore.errors import CorruptObject, OverLimit
@@ -133,9 +134,9 @@ class LocalBlobStore(BlobStore):
             with contextlib.suppress(FileNotFoundError):
                 self.tree.unlink(self._record_path(kind, name))
 
-    def iter_records(self, kind: RecordKind) -> Iterator[str]:
-        found = _scan(self._records_dir(kind), nested=kind.sharded, length=0)
-        return (info.digest for info in found)
+    def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
+        found = _scan(self._records_dir(kind), nested=kind.sharded, ours=kind.listed)
+        return (info.digest for info in found if info.digest.startswith(prefix))
 
     def get_identity(self) -> bytes | None:
         try:
@@ -176,10 +177,12 @@ class LocalBlobStore(BlobStore):
         return str(self.base)
 
 
-def _scan(directory: Path, *, nested: bool, length: int = 64) -> Iterator[BlobInfo]:
+def _scan(
+    directory: Path, *, nested: bool, ours: Callable[[str], bool] = is_digest_name
+) -> Iterator[BlobInfo]:
     """Files under `directory` (in its shard directories if `nested`) whose names are
-    `length` long (0: any of our names, letters and digits; records' `digest` is
-    their name), as S3's `_list` filters its listing."""
+    `ours` (records: their kind's names, RecordKind.listed; records' `digest` is their
+    name), as S3's `_list` filters its listing."""
     if not directory.is_dir():
         return
     dirs = sorted(p for p in directory.iterdir() if p.is_dir()) if nested else [directory]
@@ -187,9 +190,7 @@ def _scan(directory: Path, *, nested: bool, length: int = 64) -> Iterator[BlobIn
         with os.scandir(sub) as entries:
             for entry in entries:
                 name = entry.name
-                if name.startswith(".") or (
-                    (len(name) != length) if length else not name.isalnum()
-                ):
+                if name.startswith(".") or not ours(name):
                     continue  # not ours: a temporary file, a stray
                 with contextlib.suppress(FileNotFoundError):
                     st = entry.stat()

@@ -54,8 +54,8 @@ class ReadOnlyBlobStore(BlobStore):
     def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:
         raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to delete")
 
-    def iter_records(self, kind: RecordKind) -> Iterator[str]:
-        return self.inner.iter_records(kind)
+    def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
+        return self.inner.iter_records(kind, prefix=prefix)
 
     def get_identity(self) -> bytes | None:
         return self.inner.get_identity()

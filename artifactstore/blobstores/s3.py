@@ -11,6 +11,8 @@ Layout inside the bucket (one namespace per team/project)::
     {prefix}/{namespace}/quarantine/{digest}
     {prefix}/{namespace}/keys/{key}          manifests (artifactstore.formats.manifest)
     {prefix}/{namespace}/journals/{name}     hit journals (artifactstore.formats.journal)
+    {prefix}/{namespace}/leases/{key}        compile leases' mirrors (artifactstore.store.flight)
+    {prefix}/{namespace}/quick/{fp}.{key}    keys too quick to store (artifactstore.formats.quick)
     {prefix}/{namespace}/identity            the store's id (artifactstore.store.identity)
 
 S3 makes an object visible only once its upload (single or multipart) has
@@ -37,6 +39,7 @@ from artifactstore.blobstores.base import (
     BlobStore,
     RecordKind,
     check_digest,
+    is_digest_name,
 )
 from artifactstore.blobstores.s3client import make_client
 from artifactstore.blobstores.s3errors import (
@@ -260,8 +263,9 @@ class S3BlobStore(BlobStore):
         keys = [self.record_key(kind, n) for n in names]
         self._delete_keys(keys, f"{kind.name}s", one_by_one)
 
-    def iter_records(self, kind: RecordKind) -> Iterator[str]:
-        listing = self._list(f"{self.base}/{kind.folder}/", f"list {kind.name}s", 0)
+    def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
+        listed = f"{self.base}/{kind.folder}/{prefix}"
+        listing = self._list(listed, f"list {kind.name}s", kind.listed)
         return (info.digest for info in listing)
 
     def get_identity(self) -> bytes | None:
@@ -374,15 +378,17 @@ class S3BlobStore(BlobStore):
             return False
         return not any(item.get("Key") == key for item in found.get("Contents", ()))
 
-    def _list(self, prefix: str, op: str, length: int = 64) -> Iterator[BlobInfo]:
-        """Objects under `prefix` whose names are `length` long (0: any our own name;
-        records' `digest` is their name)."""
+    def _list(
+        self, prefix: str, op: str, ours: Callable[[str], bool] = is_digest_name
+    ) -> Iterator[BlobInfo]:
+        """Objects under `prefix` whose names are `ours` (records: their kind's names,
+        RecordKind.listed; records' `digest` is their name)."""
         try:
             paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
                 for item in page.get("Contents", ()):
                     name = str(item["Key"]).rsplit("/", 1)[-1]
-                    if (len(name) != length) if length else not name.isalnum():
+                    if not ours(name):
                         continue  # not ours (a stray upload or a marker)
                     yield BlobInfo(name, int(item["Size"]), item["LastModified"].timestamp())
         except StoreUnavailable:

@@ -18,6 +18,14 @@ Per published manifest (a streamed listing; never the whole list in memory):
 - what fits within the tier's bound (ARTSTORE_LOCAL_TIER_SIZE) is kept; an entry that
   would take the tier past it is skipped and counted. Nothing already there is evicted.
 
+Keys too quick to store (artifactstore.formats.quick) are learned too: the records of
+this fingerprint are listed first (their names say everything: no GET), those whose key
+has a manifest are dropped as the manifests are listed (stored since: not quick; the
+tier forgets them as quick too), and the rest join the tier's quick keys once the
+listing is complete (a pull that stopped learns none), so that a pulled node never
+looks up its trivial jits. A refused listing of them (credentials from before they
+existed) is said in the summary and stops nothing.
+
 At most `jobs` entries are in flight (their GETs in parallel), so at most `jobs`
 objects and their inflated executables are in memory at once. A failure of the object
 store or of the tier's disk stops the pull (what was kept stays kept).
@@ -35,11 +43,14 @@ from pathlib import Path
 from typing import Any
 
 from artifactstore.blobstores import open_blobstore
+from artifactstore.blobstores.base import QUICK
 from artifactstore.config import Settings
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit, StoreUnavailable, one_line
 from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.quick import SEPARATOR, split_quick_name
 from artifactstore.store import Store, secure_local_dirs
+from artifactstore.store.quick import BELOW_THRESHOLD_MAX
 from artifactstore.store.tier import LocalTier, open_tier
 
 log = logging.getLogger("artifactstore")
@@ -72,6 +83,8 @@ class PullReport:
     bad_manifests: int = 0  # unreadable manifests
     failed: int = 0  # could not be fetched or kept (see `stopped`)
     tier_bytes: int = 0  # the tier's own copies after the pull
+    quick_keys: int = 0  # keys too quick to store, now known to the tier (dry run: would be)
+    quick_unlisted: str | None = None  # why they were not listed, if they were not
     stopped: str | None = None  # why the pull stopped early, if it did
 
     @property
@@ -235,9 +248,13 @@ def pull(
                     progress(1)
             slots.release()
 
+    quick = _quick_keys(store, fingerprint, report)
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="artstore-pull") as pool:
         try:
             for key in store.blobs.iter_manifest_keys():
+                quick.discard(key)  # a manifest: stored now, so not quick
+                if not dry_run:
+                    tier.quick.forget(key)  # nor here, if this host once found it quick
                 slots.acquire()  # at most `jobs` entries (and objects) in flight
                 if stop.is_set():
                     slots.release()
@@ -246,8 +263,35 @@ def pull(
                 pool.submit(run, key)
         except StoreUnavailable as exc:  # the listing failed part way
             halt(str(exc))
+    if report.stopped is None:  # else some manifests went unseen: their keys may be stored
+        report.quick_keys = len(quick)
+        if not dry_run:
+            for key in quick:
+                tier.quick.remember(key, 0.0)  # under any threshold that stores anything
+    if not dry_run:
+        tier.quick.save()
     report.tier_bytes = tier.object_bytes() if not dry_run else used
     return report
+
+
+def _quick_keys(store: Store, fingerprint: str, report: PullReport) -> set[str]:
+    """The keys of `fingerprint`'s quick-key records (at most as many as a tier keeps);
+    none, with the reason in `report`, where the object store refuses to list them."""
+    keys: set[str] = set()
+    try:
+        for name in store.blobs.iter_records(QUICK, prefix=fingerprint + SEPARATOR):
+            try:
+                of, key = split_quick_name(name)
+            except ValueError:  # not one of ours: anyone who may write the bucket put it
+                continue
+            if of == fingerprint:
+                keys.add(key)
+            if len(keys) >= BELOW_THRESHOLD_MAX:
+                break
+    except StoreUnavailable as exc:
+        report.quick_unlisted = str(exc)  # one secret-free line, as `stopped`
+        keys.clear()
+    return keys
 
 
 def _fetch(

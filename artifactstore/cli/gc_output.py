@@ -99,6 +99,12 @@ class Output:
                 report.journals_folded, report.journals_refused, report.journals_set_aside
             )
             self._write(f"  {line}\n")
+        if report.quick_records_removed:
+            verb = "would delete" if self.dry_run else "deleted"
+            self._write(
+                f"  {verb} {report.quick_records_removed} records of keys once too quick "
+                "to store, stored since\n"
+            )
         if report.reconcile_skipped:
             self._write(f"  object store not cross-checked: {report.reconcile_skipped}\n")
 

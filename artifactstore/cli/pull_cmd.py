@@ -61,7 +61,9 @@ def pull_cmd(
     only, never the database: read-only credentials suffice. Entries already in
     the tier are not fetched again; each object is verified as a load verifies it;
     the tier's bound (ARTSTORE_LOCAL_TIER_SIZE) is kept, and what would exceed it
-    is skipped and counted. Exits 1 if the pull stopped or an entry failed.
+    is skipped and counted. The keys of this fingerprint that writers found too
+    quick to store are learned too, so that processes here never look them up.
+    Exits 1 if the pull stopped or an entry failed.
     """
     from artifactstore.bundles import pull as _pull
     from artifactstore.formats.codec import check_digest
@@ -142,6 +144,11 @@ def summary(r: PullReport) -> str:
         ("bad_manifests", "with unreadable manifests"),
     ]
     parts += [f"{getattr(r, name)} {what}" for name, what in extra if getattr(r, name)]
+    if r.quick_keys:
+        learn = "would learn" if r.dry_run else "learned"
+        parts.append(f"{learn} {r.quick_keys} keys too quick to store")
+    if r.quick_unlisted:
+        parts.append(f"keys too quick to store not listed: {r.quick_unlisted}")
     if r.tier_bound is not None:
         parts.append(f"tier {format_size(r.tier_bytes)} of {format_size(r.tier_bound)}")
     line = "; ".join(parts)

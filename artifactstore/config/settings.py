@@ -38,6 +38,7 @@ from artifactstore.config.defaults import (
 from artifactstore.config.urls import BlobLocation, parse_blob_url, parse_index_url
 from artifactstore.config.values import (
     check_namespace,
+    parse_auto_bool,
     parse_bool,
     parse_count,
     parse_float,
@@ -104,9 +105,11 @@ class Settings:
     # Why the metrics settings were refused: metrics are optional, so a typo there turns
     # off metrics alone (one log line), never the store.
     metrics_error: str | None = None
-    # Working-set prefetch (artifactstore.jaxhook.prefetch): on or off, the bound on what it
-    # holds, and the program's name for its record (None: the script's resolved path).
-    prefetch: bool = True
+    # Working-set prefetch (artifactstore.jaxhook.prefetch): on, off, or None (auto: on
+    # for accelerators, off on the CPU, where loading ahead competes with the program's
+    # own tracing for the same cores); the bound on what it holds, and the program's name
+    # for its record (None: the script's resolved path).
+    prefetch: bool | None = None
     prefetch_max_bytes: int = DEFAULT_PREFETCH_BYTES
     program: str | None = None
 
@@ -305,7 +308,7 @@ def resolve(
             values.get("lease_max_hold_secs", DEFAULT_LEASE_MAX_HOLD_SECS),
             minimum=1,
         ),
-        prefetch=parse_bool(ENV_PREFIX + "PREFETCH", values.get("prefetch", True)),
+        prefetch=parse_auto_bool(ENV_PREFIX + "PREFETCH", values.get("prefetch", "auto")),
         prefetch_max_bytes=parse_limit(
             "PREFETCH_MAX_SIZE", values.get("prefetch_max_size"), DEFAULT_PREFETCH_BYTES
         ),

@@ -32,6 +32,16 @@ def parse_bool(name: str, value: str | bool) -> bool:
     raise ConfigError(f"invalid boolean {value!r} for {name}: use 1/0, true/false, yes/no")
 
 
+def parse_auto_bool(name: str, value: str | bool | None) -> bool | None:
+    """A boolean, or None for `auto` (the default: the feature decides where it helps)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        return parse_bool(name, value)
+    except ConfigError:
+        raise ConfigError(f"invalid value {value!r} for {name}: use auto, 1 or 0") from None
+
+
 def parse_float(
     name: str, value: str | float, *, minimum: float = 0.0, maximum: float = MAX_SECS
 ) -> float:

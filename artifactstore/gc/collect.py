@@ -11,6 +11,7 @@ from artifactstore.errors import ConfigError, StoreUnavailable, one_line
 from artifactstore.gc import reconcile
 from artifactstore.gc.journals import fold_or_say_why
 from artifactstore.gc.policy import Policy, effective_limit, old_jaxlib_versions
+from artifactstore.gc.quick import drop_stored_quick_keys
 from artifactstore.gc.rebuild import require_sound_index
 from artifactstore.gc.report import GcReport, OnRemove, PhaseProgress, Removal
 from artifactstore.gc.run import GcRun
@@ -74,6 +75,7 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         run.report.journals_folded, run.report.journals_refused = fold.journals, fold.refused
         run.report.journals_set_aside = fold.set_aside
         run.report.accesses_folded = fold_accesses(run.store.engine, run.store.namespace)
+        drop_stored_quick_keys(run)
         limit = effective_limit(run.store, run.policy.max_bytes)
         run.report.limit_bytes = limit
         run.report.bytes_before = run.ix.referenced_bytes()

@@ -42,6 +42,7 @@ class GcReport:
     journals_refused: int = 0  # malformed or oversized: deleted unread
     journals_set_aside: int = 0  # not named as journals, or unreadable: left alone
     accesses_folded: int = 0
+    quick_records_removed: int = 0  # keys once too quick to store, stored since
     entries_removed: int = 0
     entry_bytes_removed: int = 0
     objects_removed: int = 0

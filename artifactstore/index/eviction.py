@@ -232,6 +232,16 @@ class EvictionIndex:
         with self.engine.connect() as conn:
             return [(str(k), int(s)) for k, s in conn.execute(stmt.order_by(Entry.key))]
 
+    def stored_keys(self, keys: list[str]) -> set[str]:
+        """Which of `keys` have an entry (gc: quick-key records of keys stored since)."""
+        if not keys:
+            return set()
+        stmt = select(Entry.key).where(
+            Entry.namespace == self.namespace, one_of(self.engine, Entry.key, keys)
+        )
+        with self.engine.connect() as conn:
+            return {str(k) for k in conn.scalars(stmt)}
+
     def drop_dangling(self, digests: list[str]) -> list[tuple[str, int]]:
         """Delete the entries (and object rows) of objects that are gone; (key, size) deleted."""
         if not digests:

@@ -309,7 +309,7 @@ def _compile_then_store(
             session.tier.quick.remember(request.key, compile_secs)
         # Never stored, so its miss (if it looked up) is not an eligible one.
         fp = request.fingerprint.digest if request.fingerprint is not None else ""
-        session.compiled_below_threshold(store, request.key, fp)
+        session.compiled_below_threshold(store, request.key, fp, compile_secs)
         return executable, False
     if session.tier is not None:
         session.tier.quick.forget(request.key)  # quick once, stored now

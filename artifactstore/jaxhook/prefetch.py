@@ -81,7 +81,7 @@ class Prefetcher:
     def _run(self) -> None:
         try:
             backend = self._wait_for_backend()
-            if backend is None:
+            if backend is None or not enabled(self.session, backend.platform):
                 return
             fingerprint = backend_fingerprint(backend).digest
             session = self.session
@@ -257,10 +257,18 @@ def wire(request: Any) -> tuple[bytes, tuple[int, ...]]:
 _current: Prefetcher | None = None
 
 
+def enabled(session: Session, platform: str) -> bool:
+    """ARTSTORE_PREFETCH for a backend of `platform`: `auto` loads ahead on accelerators
+    only. On the CPU, deserializing ahead takes the cores the program traces on (measured:
+    a slower first call than without it), and a CPU executable loads fast anyway."""
+    wanted = session.settings.prefetch
+    return wanted if wanted is not None else platform != "cpu"
+
+
 def start(session: Session) -> None:
     """Load `session`'s program's working set ahead, unless ARTSTORE_PREFETCH=0."""
     global _current
-    if not session.settings.prefetch or session.working_sets.program is None:
+    if session.settings.prefetch is False or session.working_sets.program is None:
         _current = None
         return
     _current = Prefetcher(session)
@@ -284,7 +292,9 @@ def claim(session: Session, request: Any) -> Any:
 
 def note(session: Session, request: Any) -> None:
     """The program loaded or stored `request`'s key: part of its working set."""
-    if not session.settings.prefetch or request.fingerprint is None or not request.key:
+    if request.fingerprint is None or not request.key:
+        return
+    if not enabled(session, str(getattr(request.backend, "platform", "cpu"))):
         return
     try:
         options, devices = wire(request)

@@ -249,14 +249,16 @@ class Session:
         if self.on_change is not None:
             self.on_change()
 
-    def compiled_below_threshold(self, store: Store | None, key: str, fingerprint: str) -> None:
+    def compiled_below_threshold(
+        self, store: Store | None, key: str, fingerprint: str, compile_secs: float
+    ) -> None:
         """A compile took less than ARTSTORE_MIN_COMPILE_SECS (never stored): tell the
-        store that looked it up (its miss was not an eligible one), or the open store
-        (a key the tier knew to be quick); a process that never opened one keeps the
-        count in process_stats() only."""
+        store that looked it up (its miss was not an eligible one; a writer publishes
+        the key as quick), or the open store (a key the tier knew to be quick); a process
+        that never opened one keeps the count in process_stats() only."""
         target = store if store is not None else self._store
         if target is not None:
-            target.compiled_below_threshold(key, fingerprint)
+            target.compiled_below_threshold(key, fingerprint, compile_secs)
         else:
             self.below_threshold += 1
 

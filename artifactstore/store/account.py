@@ -135,16 +135,18 @@ class Accounts:
         with self.lock:
             return self._missed.get(key) == "misses"
 
-    def compiled_below_threshold(self, key: str, fingerprint: str) -> None:
+    def compiled_below_threshold(self, key: str, fingerprint: str) -> bool:
         """The caller compiled `key` faster than ARTSTORE_MIN_COMPILE_SECS: it will not be
         stored, so a miss this process counted for it was not an eligible miss
-        (`misses_below_threshold`); every such compile counts as `below_threshold`."""
+        (`misses_below_threshold`); every such compile counts as `below_threshold`.
+        True if this process's lookup of `key` found no entry at all (the store may
+        then be told that the key is quick: Store.compiled_below_threshold)."""
         with self.lock:
-            missed = key in self._missed
-            self._missed.pop(key, None)
-        if missed:
+            reason = self._missed.pop(key, None)
+        if reason is not None:
             self.counters.add("misses_below_threshold", fingerprint=fingerprint)
         self.counters.add("below_threshold", fingerprint=fingerprint)
+        return reason == "misses"
 
     # -- hits -----------------------------------------------------------------
     def touch(self, key: str) -> None:

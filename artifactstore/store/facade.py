@@ -233,9 +233,14 @@ class Store:
         """Whether this process's last lookup of `key` found no entry at all."""
         return self.accounts.found_nothing(key)
 
-    def compiled_below_threshold(self, key: str, fingerprint: str) -> None:
-        """`key` compiled below ARTSTORE_MIN_COMPILE_SECS: not stored (see Accounts)."""
-        self.accounts.compiled_below_threshold(key, fingerprint)
+    def compiled_below_threshold(
+        self, key: str, fingerprint: str, compile_secs: float = 0.0
+    ) -> None:
+        """`key` compiled below ARTSTORE_MIN_COMPILE_SECS: not stored (counted: see
+        Accounts). If this process looked it up and found nothing, a writer publishes
+        that it is quick, in the background (a pulled node then never looks it up)."""
+        if self.accounts.compiled_below_threshold(key, fingerprint) and not self.read_only:
+            self.uploads.submit_quick(key, fingerprint, compile_secs)
 
     def fold_tier_journals(self) -> None:
         """Count hits that processes served from this host's tier, so LRU sees them."""

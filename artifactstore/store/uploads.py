@@ -117,6 +117,18 @@ class Uploads:
 
         self.worker.submit(f"put {module_name}", job)
 
+    def submit_quick(self, key: str, fingerprint: str, compile_secs: float) -> None:
+        """Queue the publication of a key too quick to store (WritePath.publish_quick),
+        unless uploads are paused for a failing backend: a lost one costs a pulled node
+        one lookup, never a result."""
+        if self.backends.read_only or time.monotonic() < self._paused_until:
+            return
+
+        def job() -> None:
+            self.writes.publish_quick(key, fingerprint, compile_secs)
+
+        self.worker.submit("publish a quick key", job)
+
     def flush(
         self, accounts: Accounts, flight: SingleFlight | None, timeout: float | None = None
     ) -> bool:

@@ -14,8 +14,9 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from artifactstore.blobstores.base import QUICK
 from artifactstore.errors import CorruptObject, ReadOnlyError, one_line
-from artifactstore.formats import codec
+from artifactstore.formats import codec, quick
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.manifest import Manifest
 from artifactstore.index import db
@@ -276,6 +277,31 @@ class WritePath:
             raise ReadOnlyError(why)
         if keys:
             self.backends.blobs.delete_manifests(keys)
+
+    # -- keys too quick to store (artifactstore.formats.quick) ------------------
+    def publish_quick(self, key: str, fingerprint: str, compile_secs: float) -> bool:
+        """Publish that `key` compiled below ARTSTORE_MIN_COMPILE_SECS on `fingerprint`,
+        so that nodes `artstore pull` prepares never look it up. Best effort: False
+        (counted, logged once) if the object store refused; nothing else depends on it."""
+        if self.backends.read_only:  # readers never publish (the wrapper would refuse)
+            return False
+        try:
+            name = quick.quick_name(fingerprint, key)
+        except ValueError:  # no fingerprint digest known for this compile
+            return False
+        try:
+            self.backends.blobs.put_record(QUICK, name, quick.encode(compile_secs))
+        except Exception as exc:
+            self.counters.add("quick_unpublished")
+            self.backends.warn_once(
+                "publish quick",
+                "keys too quick to store not published (%s): nodes that `artstore pull` "
+                "prepares will look them up",
+                one_line(exc),
+            )
+            return False
+        self.counters.add("quick_published")
+        return True
 
     # -- removing what a reader found bad ---------------------------------------
     def quarantine(self, entry: EntryInfo | Manifest, why: str) -> None:

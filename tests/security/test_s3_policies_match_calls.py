@@ -3,9 +3,11 @@
 moto does not enforce IAM, so the check is by recording: every S3 call of the real boto3
 client (a botocore `before-parameter-build` hook), against moto over HTTP, while each
 role's code path runs -- the reader (a hit, a miss that waits on a writer's lease record,
-its hit journal, `pull`), the writer (single-flight: a lease taken, waited on, abandoned
-and released; puts, a failed multipart upload, a corrupt object quarantined, `rm`) and
-the operator (`gc` with journals to fold, `verify --repair`, `db rebuild`, `sign`). Each
+its hit journal, `pull` with the quick keys it learns), the writer (single-flight: a lease
+taken, waited on, abandoned and released; puts, a key too quick to store published, a
+failed multipart upload, a corrupt object quarantined, `rm`, `pull`) and the operator
+(`gc` with journals to fold and a quick key stored since, `verify --repair`, `db
+rebuild`, `sign`). Each
 call becomes the IAM action and resource AWS authorizes it by; the policy must allow
 every one (a call it refuses is a feature that breaks under the documented roles, as
 single-flight did: readers could not read `leases/*`) and must not allow an action on a
@@ -28,7 +30,7 @@ from boto3.s3.transfer import TransferConfig
 from conftest import OpenStore
 
 from artifactstore import config, gc
-from artifactstore.blobstores.base import JOURNALS, LEASES, MANIFESTS, WORKING_SETS
+from artifactstore.blobstores.base import JOURNALS, LEASES, MANIFESTS, QUICK, WORKING_SETS
 from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.bundles.pull import open_puller, pull
 from artifactstore.config.keyfiles import generate, load_signing_key
@@ -46,7 +48,7 @@ NS = "team-a"
 MiB = 1024 * 1024
 # Every folder of a namespace (artifactstore/blobstores/s3.py's layout).
 FOLDERS = ("objects", "quarantine", MANIFESTS.folder, JOURNALS.folder, LEASES.folder,
-           WORKING_SETS.folder)  # fmt: skip
+           QUICK.folder, WORKING_SETS.folder)  # fmt: skip
 # The object-level action AWS authorizes each call by (HeadObject is s3:GetObject's; a
 # multipart upload and a copy's target are s3:PutObject's, a copy's source s3:GetObject's).
 ACTIONS = {
@@ -216,6 +218,13 @@ def _writer_path(writer: Store, second: Store, reader: Store, raw: Any, bucket: 
     # `artstore verify --repair`, which writers run once after an upgrade (README).
     verify(writer, repair=True)
     _failed_multipart(writer)
+    # Keys too quick to store: looked up, missed, compiled fast, so published (key(8)'s
+    # is stored later: gc deletes its record).
+    for quick in (key(8), key(9)):
+        assert writer.get(quick, fp().digest) is None
+        writer.compiled_below_threshold(quick, fp().digest, 0.01)
+    assert writer.flush(30)
+    assert writer.counters.snapshot().get("quick_published") == 2
     # A program's working set: read at start (absent, then present), written at exit.
     _working_set(writer, write=True)
 
@@ -264,23 +273,33 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     recorder.current = "reader"
     reader = open_store(env, read_only=True, lazy_index=True)
     _writer_path(writer, second, reader, raw, bucket)
+    # A writer pulls too (a CI node that warms and then runs).
+    recorder.current = "writer"
+    tier = {**env, "ARTSTORE_LOCAL_TIER": str(tmp_path / "writer-tier")}
+    assert pull(open_puller(config.resolve(environ=tier)), fp().digest).quick_keys == 2
+    recorder.current = "reader"
 
     # The reader: a hit, its hit journal, `artstore pull` into its tier.
     assert reader.get(key(2), fp().digest) is not None
+    assert reader.get(key(10), fp().digest) is None
+    reader.compiled_below_threshold(key(10), fp().digest, 0.01)  # read-only: not published
     reader.flush_access()
     _working_set(reader, write=False)
     settings = config.resolve(
         {"read_only": True}, environ={**env, "ARTSTORE_LOCAL_TIER": str(tmp_path / "tier")}
     )
-    assert pull(open_puller(settings), fp().digest).fetched >= 1
+    pulled = pull(open_puller(settings), fp().digest)
+    assert pulled.fetched >= 1 and pulled.quick_keys == 2 and pulled.quick_unlisted is None
 
     # The operator: gc (folds the journal, evicts), verify --repair, db rebuild, sign.
     recorder.current = "gc"
     operator = open_store(env)
     put(writer, key(5))
+    put(writer, key(8))  # stored since it was quick: gc deletes its record
     identity.require_bound(operator)  # what every changing command checks first
     out = gc.collect(operator, gc.Policy(max_bytes=1, grace_secs=0))
     assert out.journals_folded == 1 and out.entries_removed >= 1
+    assert out.quick_records_removed == 1
     put(writer, key(6))
     put(writer, key(7))
     entry = writer.index.lookup(key(6))
