@@ -38,7 +38,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent / "artifactstore"
-PROBE = "artstore_tests_jaxprobe"  # tests/adapter_probe.py, copied into site-packages
+PROBE = "artstore_tests_adapter_probe"  # tests/adapter_probe.py, copied into site-packages
 SLOW_SECS = 15.0
 # Files whose tests assert how long something waits (tight bounds): run them alone.
 SERIAL = ("faults/",)
