@@ -62,11 +62,13 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         run.lease.release()  # the signal may have landed just after the row was taken
         raise
     try:
+        store_down = False  # a dry run goes on from the index alone (never more waits)
         try:
             reconcile.check_missing(run)
-        except StoreUnavailable:
+        except StoreUnavailable as exc:
             if not run.policy.dry_run:
                 raise
+            store_down, run.report.reconcile_skipped = True, one_line(exc)
         # Also in dry runs: folding loses nothing, and without it the dry
         # run would choose by other access times than the real run.
         fold, why = fold_or_say_why(run.store)
@@ -75,14 +77,20 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         run.report.journals_folded, run.report.journals_refused = fold.journals, fold.refused
         run.report.journals_set_aside = fold.set_aside
         run.report.accesses_folded = fold_accesses(run.store.engine, run.store.namespace)
-        drop_stored_quick_keys(run)
+        if not store_down:
+            try:
+                drop_stored_quick_keys(run)
+            except StoreUnavailable as exc:
+                if not run.policy.dry_run:
+                    raise
+                store_down, run.report.reconcile_skipped = True, one_line(exc)
         limit = effective_limit(run.store, run.policy.max_bytes)
         run.report.limit_bytes = limit
         run.report.bytes_before = run.ix.referenced_bytes()
         drop_old_jaxlib(run)
         drop_lru(run, limit)
         delete_unreferenced_objects(run)
-        if run.policy.reconcile:
+        if run.policy.reconcile and not store_down:
             try:
                 reconcile.remove_orphans(run)
             except StoreUnavailable as exc:
