@@ -177,6 +177,11 @@ def _artstore_run(env: dict[str, str], *args: str, cwd: Path | None = None) -> A
 def test_run_activates_the_store_in_subprocesses_and_spawn_workers(
     tmp_path: Path,
 ) -> None:
+    """`artstore run` activates the store in the program, its subprocess and its spawn worker.
+
+    Slow: 10-18 s on 2 busy cores; three `artstore run`s, each starting three processes
+    that import JAX (nine JAX interpreters).
+    """
     # `artstore run` must work whatever the environment says: ARTSTORE_ACTIVATE=0 inherited.
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), PLAIN_SPAWN="1")
     program = [sys.executable, str(PROGRAMS / "plain_jax.py")]

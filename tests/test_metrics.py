@@ -215,6 +215,11 @@ def test_multiprocess_dir_adds_up_short_processes(tmp_path: Path, cli: Cli) -> N
 
 # -- `artstore metrics`: the index's gauges -------------------------------------------
 def test_artstore_metrics_after_known_workload(any_env: dict[str, str], cli: Cli) -> None:
+    """`artstore metrics` after a known workload: each gauge and counter has its value.
+
+    Slow: 10-20 s on 2 busy cores; a JAX workload process, then about ten CLI processes
+    (fold, quota, stats, metrics in three namespaces), each a fresh interpreter.
+    """
     out = workload(any_env, METRICS_PHASES="compile")
     assert not out["prometheus_imported"]  # a process that does not opt in never imports it
     assert out["store"]["stored"] == N
