@@ -198,7 +198,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     lines = {(f, n) for said in recorded for f, n in said["lines"]}  # type: ignore[attr-defined]
     config.stash[COVER] = (
         f"{len(chosen)} of {len({str(r['test']) for r in recorded})} recorded tests run all "
-        f"{len(lines)} adapter lines the suite ran; {len(keep)} of them selected here"
+        f"{len(lines)} adapter lines the suite ran (-m selects among them)"
     )
     config.hook.pytest_deselected(items=[i for i in items if i not in keep])
     items[:] = keep
