@@ -18,7 +18,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from artifactstore.blobstores.base import WORKING_SETS
@@ -123,19 +122,13 @@ class WorkingSets:
                 store.worker.submit("working set", _putter(store, found.program, data))
 
 
-def _tier_path(tier: LocalTier, name: str) -> Path:
-    return tier.base / WORKING_SETS.folder / name
-
-
 def _tier_get(tier: LocalTier | None, name: str) -> bytes | None:
-    if tier is None:
-        return None
-    return tier._do(lambda: tier.tree.read(_tier_path(tier, name)), None)
+    return None if tier is None else tier.read_file(f"{WORKING_SETS.folder}/{name}")
 
 
 def _tier_put(tier: LocalTier | None, name: str, data: bytes) -> None:
     if tier is not None:
-        tier._do(lambda: tier.tree.write(_tier_path(tier, name), data, durable=False), None)
+        tier.write_file(f"{WORKING_SETS.folder}/{name}", data)
 
 
 def _store_get(store: Store | None, name: str) -> bytes | None:

@@ -14,10 +14,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
-from artifactstore.blobstores.safedir import Tree
 
 log = logging.getLogger("artifactstore")
 
@@ -33,10 +29,11 @@ BELOW_THRESHOLD_MAX = 20_000
 class QuickKeys:
     """The tier's below-threshold keys: read on first use, changes merged by `save`."""
 
-    def __init__(self, tree: Tree, path: Path, do: Callable[..., Any]) -> None:
-        self.tree = tree
-        self.path = path
-        self._do = do  # the tier's guard: a refused or missing directory is a default
+    def __init__(
+        self, name: str, read: Callable[[], bytes | None], write: Callable[[bytes], None]
+    ) -> None:
+        self.name = name  # the file, for messages
+        self._read_file, self._write_file = read, write  # the tier's (LocalTier.read_file)
         self._lock = threading.Lock()
         self._known: BelowThreshold | None = None
         self._added: BelowThreshold = {}
@@ -85,12 +82,12 @@ class QuickKeys:
             newest = sorted(merged.items(), key=lambda kv: kv[1][1])[-BELOW_THRESHOLD_MAX:]
             merged = dict(newest)
         body = json.dumps(merged).encode()
-        self._do(lambda: self.tree.write(self.path, body, durable=False), None)
+        self._write_file(body)
 
     def _read(self) -> BelowThreshold:
         try:
-            raw = json.loads(self._do(lambda: self.tree.read(self.path), b"{}"))
+            raw = json.loads(self._read_file() or b"{}")
             return {str(k): (float(c), float(t)) for k, (c, t) in raw.items()}
         except (OSError, ValueError, TypeError, AttributeError):
-            log.debug("artifactstore: ignoring an unreadable %s", self.path)
+            log.debug("artifactstore: ignoring an unreadable %s", self.name)
             return {}

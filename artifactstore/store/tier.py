@@ -121,7 +121,10 @@ class LocalTier:
         self._accesses: Accesses = {}
         self._pruned = False
         # Keys too quick to store, so never looked up (store/quick.py).
-        self.quick = QuickKeys(self.tree, self.base / "below-threshold.json", self._do)
+        quick = "below-threshold.json"
+        self.quick = QuickKeys(
+            quick, lambda: self.read_file(quick), lambda data: self.write_file(quick, data)
+        )
 
     # -- is this directory ours? ------------------------------------------------
     def check(self) -> bool:
@@ -144,6 +147,16 @@ class LocalTier:
         except FileNotFoundError:
             pass
         return default
+
+    # -- small files beside the key map (quick keys, working sets) ---------------
+    def read_file(self, name: str) -> bytes | None:
+        """The file `name` under the tier's directory, or None if it is missing or the
+        tier is refused; other OSErrors are raised."""
+        return self._do(lambda: self.tree.read(self.base / name), None)
+
+    def write_file(self, name: str, data: bytes) -> None:
+        """Replace `name` atomically, not fsynced: these files are hints, rebuilt by use."""
+        self._do(lambda: self.tree.write(self.base / name, data, durable=False), None)
 
     def _key_path(self, key: str) -> Path:
         if len(key) < 8 or not key.isalnum():
