@@ -12,14 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import clean_env, run_program
+from conftest import PROGRAMS, clean_env, run_program
 
 from artifactstore.errors import CorruptObject
 from artifactstore.formats.workingset import (
     MAX_WORKING_SET_BYTES,
     MAX_WORKING_SET_KEYS,
+    Hint,
     WorkingEntry,
     WorkingSet,
+    hint_id,
     program_id,
 )
 from artifactstore.jaxhook import prefetch
@@ -28,7 +30,13 @@ FP = "ab" * 32
 
 
 def _records(store: Path) -> list[Path]:
-    return sorted((store / "default" / "workingsets").glob("*"))
+    """The working sets in the store's tier (not the hints beside them)."""
+    hints = {hint_id(str(PROGRAMS / p)) for p in ("job.py", "named_job.py")}
+    return sorted(p for p in _folder(store).glob("*") if p.name not in hints)
+
+
+def _folder(store: Path) -> Path:
+    return store / "default" / "workingsets"
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -55,6 +63,56 @@ def test_second_run_loads_its_working_set_ahead(tmp_path: Path) -> None:
     assert stats["misses"] == 0 and "prefetch_refused" not in stats
     assert second["events"]["/jax/compilation_cache/cache_hits"] == 12
     assert "WARNING" not in second["_stderr"]
+
+
+def test_fetched_while_jax_initializes(tmp_path: Path) -> None:
+    """With the platform of the program's last run on this host (its hint), the working
+    set is fetched and verified before JAX has a backend; deserialized once it has."""
+    env = _env(tmp_path)
+    first = run_program("job.py", env)
+    hint = Hint.decode(
+        (_folder(tmp_path / "store") / hint_id(str(PROGRAMS / "job.py"))).read_bytes()
+    )
+    assert hint.platform == "cpu"
+    second = _warm(env, JOB_WAIT_EARLY="12")
+    assert second["early"] == {"fetched": 12, "had_backend": False}
+    stats = second["store"]
+    assert stats["prefetch_early"] == stats["prefetched"] == stats["prefetch_used"] == 12
+    assert second["xla_compiles"] == [] and second["results"] == first["results"]
+
+
+def test_a_wrong_hint_costs_only_the_prediction(tmp_path: Path) -> None:
+    """A hint naming another platform (the last run used another backend): nothing is
+    fetched for it, the real fingerprint's set is loaded, and the hint is corrected."""
+    env = _env(tmp_path)
+    first = run_program("job.py", env)
+    path = _folder(tmp_path / "store") / hint_id(str(PROGRAMS / "job.py"))
+    real = Hint.decode(path.read_bytes())
+    path.write_bytes(Hint(FP, "tpu").encode())
+    second = _warm(env)
+    stats = second["store"]
+    assert "prefetch_early" not in stats
+    assert stats["prefetched"] == stats["prefetch_used"] == 12
+    assert second["xla_compiles"] == [] and second["results"] == first["results"]
+    assert Hint.decode(path.read_bytes()) == real
+
+
+def test_named_executables_are_loaded_ahead(tmp_path: Path) -> None:
+    """A program that loaded a named executable finds it deserialized on its next run,
+    counted as the tier hit it is; the call gives what the built one gave."""
+    env = _env(tmp_path)
+    built = run_program("named_job.py", {**env, "NAMED_MODE": "compiled"})
+    (record,) = _records(tmp_path / "store")
+    found = WorkingSet.decode(record.read_bytes(), record.name)
+    assert [e.kind for e in found.entries].count("named") == 1
+    loaded = run_program(
+        "named_job.py", {**env, "NAMED_MODE": "compiled", "NAMED_WAIT_PREFETCH": "1"}
+    )
+    stats = loaded["stats"]
+    assert loaded["source"] == "store" and loaded["digest"] == built["digest"]
+    assert loaded["calls"] == 0 and stats["compiles"] == 0
+    assert stats["prefetched"] >= 1 and stats["prefetch_used"] >= 1
+    assert stats["tier_hits"] == stats["loads"] >= 1 and "prefetch_refused" not in stats
 
 
 @pytest.mark.parametrize("setting", ["0", "auto"])
@@ -191,6 +249,38 @@ def test_record_refuses_bad_entries(entry: Any) -> None:
     data = json.dumps({"v": 1, "p": name, "f": FP, "e": [entry]}).encode()
     with pytest.raises(CorruptObject):
         WorkingSet.decode(data, name)
+
+
+def test_record_versions() -> None:
+    """A set of jitted entries only is written as version 1, which clients from before
+    named entries read; one with a named entry as version 2, which they refuse whole."""
+    name = program_id("p", FP)
+    jit = WorkingEntry("key00000001", b"\x01", (0,))
+    named = WorkingEntry("key00000002", b"", (0, 1), 0, "named")
+    assert json.loads(WorkingSet(name, FP, (jit,)).encode())["v"] == 1
+    data = WorkingSet(name, FP, (jit, named)).encode()
+    assert json.loads(data)["v"] == 2
+    assert WorkingSet.decode(data, name).entries == (jit, named)
+    row = ["key00000001", "", [0], 0]
+    for version, bad_row in [(2, [*row, "exec"]), (2, row), (1, [*row, "jit"]), (3, [*row, "jit"])]:
+        bad = json.dumps({"v": version, "p": name, "f": FP, "e": [bad_row]}).encode()
+        with pytest.raises(CorruptObject):
+            WorkingSet.decode(bad, name)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"[]",
+        b'{"v": 1, "f": "ab", "pl": "cpu"}',
+        b'{"v": 1, "f": "' + b"ab" * 32 + b'", "pl": "../x"}',
+    ],
+)
+def test_hint_refuses_bad_records(data: bytes) -> None:
+    with pytest.raises(CorruptObject):
+        Hint.decode(data)
+    assert Hint.decode(Hint(FP, "tpu").encode()) == Hint(FP, "tpu")
 
 
 def test_entries_with_callbacks_are_never_loaded_ahead() -> None:

@@ -11,15 +11,26 @@ those it was deserialized with, and its object is verified exactly as any hit is
 stale, forged or damaged record costs bounded memory and background time, never a
 wrong load.
 
-Format (version 1): one UTF-8 JSON object of at most MAX_WORKING_SET_BYTES,
+Format: one UTF-8 JSON object of at most MAX_WORKING_SET_BYTES,
 
     {"v": 1, "p": program id, "f": fingerprint digest,
      "e": [[entry key, base64 compile options, [device id, ...], host callbacks], ...]}
 
 in first-use order, at most MAX_WORKING_SET_KEYS entries, named by the program id
-(`program_id`: a digest of the program and the fingerprint). Records come from a
-bucket that anyone who may write it chose: parsed with `load_record`, every field
-checked, anything else refused whole (`CorruptObject`).
+(`program_id`: a digest of the program and the fingerprint). Version 2 adds a fifth
+field to each entry, its kind: "jit" (an executable JAX asks for through the compile
+hook) or "named" (a named executable's payload, `formats.named`; no options). A set
+with no named entry is written as version 1, so that clients from before version 2
+still read it during a rollout; they refuse a version 2 set whole (no prediction,
+never a wrong load). Records come from a bucket that anyone who may write it chose:
+parsed with `load_record`, every field checked, anything else refused whole
+(`CorruptObject`).
+
+A host also keeps, in its tier only, the program's *hint*: the fingerprint digest and
+platform of its last run's default backend (`Hint`), so that the next run fetches and
+verifies its working set while JAX still initializes the backend that the fingerprint
+is computed from; deserializing waits for the backend, and a wrong hint costs the
+fetches only.
 """
 
 from __future__ import annotations
@@ -36,7 +47,9 @@ from artifactstore.errors import CorruptObject
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.manifest import check_key, load_record
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
+KINDS = ("jit", "named")
 MAX_WORKING_SET_BYTES = 1024 * 1024
 MAX_WORKING_SET_KEYS = 256
 # One entry's compile options, serialized (a few KiB for the largest programs we know).
@@ -54,6 +67,7 @@ class WorkingEntry:
     options: bytes  # the compile options, serialized (`CompileOptions.SerializeAsString`)
     devices: tuple[int, ...]  # the ids of the executable's devices, in order
     callbacks: int = 0  # host callbacks: such entries are never loaded ahead
+    kind: str = "jit"  # or "named": a named executable (its devices are its header's)
 
 
 @dataclass(frozen=True)
@@ -69,13 +83,19 @@ class WorkingSet:
     def encode(self) -> bytes:
         """The record; entries beyond the bounds (count, then bytes) are left out, the
         latest first used going first."""
-        rows = [
-            [e.key, base64.b64encode(e.options).decode(), list(e.devices), e.callbacks]
+        kept = [
+            e
             for e in self.entries[:MAX_WORKING_SET_KEYS]
             if len(e.options) <= MAX_OPTIONS_BYTES and len(e.devices) <= MAX_DEVICES
         ]
+        version = 1 if all(e.kind == "jit" for e in kept) else FORMAT_VERSION
+        rows = [
+            [e.key, base64.b64encode(e.options).decode(), list(e.devices), e.callbacks]
+            + ([e.kind] if version > 1 else [])
+            for e in kept
+        ]
         while True:
-            record = {"v": FORMAT_VERSION, "p": self.program, "f": self.fingerprint, "e": rows}
+            record = {"v": version, "p": self.program, "f": self.fingerprint, "e": rows}
             data = json.dumps(record, separators=(",", ":")).encode()
             if len(data) <= MAX_WORKING_SET_BYTES or not rows:
                 return data
@@ -88,15 +108,15 @@ class WorkingSet:
             raise CorruptObject(f"working set {program[:12]} is {len(data)} bytes: too big")
         try:
             raw = load_record(data)
-            if not isinstance(raw, dict) or raw.get("v") != FORMAT_VERSION:
-                raise ValueError("not a version 1 working set")
+            if not isinstance(raw, dict) or raw.get("v") not in READ_VERSIONS:
+                raise ValueError(f"not a working set of version {READ_VERSIONS}")
             rows = raw["e"]
             if not isinstance(rows, list) or len(rows) > MAX_WORKING_SET_KEYS:
                 raise ValueError("entries not a list within the bound")
             found = cls(
                 program=check_program_id(raw["p"]),
                 fingerprint=check_digest(raw["f"]),
-                entries=tuple(_entry(row) for row in rows),
+                entries=tuple(_entry(row, raw["v"]) for row in rows),
             )
         except Exception as exc:  # anything the bytes can cause
             raise CorruptObject(f"working set {program[:12]} is unreadable ({exc})") from None
@@ -105,10 +125,13 @@ class WorkingSet:
         return found
 
 
-def _entry(row: Any) -> WorkingEntry:
-    if not isinstance(row, list) or len(row) != 4:
-        raise ValueError("an entry is not [key, options, devices, callbacks]")
-    key, options, devices, callbacks = row
+def _entry(row: Any, version: int) -> WorkingEntry:
+    if not isinstance(row, list) or len(row) != 3 + version:
+        raise ValueError(f"an entry of a version {version} set has not {3 + version} fields")
+    key, options, devices, callbacks = row[:4]
+    kind = row[4] if version > 1 else "jit"
+    if kind not in KINDS:
+        raise ValueError(f"an entry's kind is not one of {KINDS}")
     if not isinstance(options, str) or len(options) > MAX_OPTIONS_BYTES * 4 // 3 + 4:
         raise ValueError("options are not base64 within the bound")
     if not isinstance(devices, list) or len(devices) > MAX_DEVICES:
@@ -122,7 +145,7 @@ def _entry(row: Any) -> WorkingEntry:
     except binascii.Error:
         raise ValueError("options are not base64") from None
     return WorkingEntry(check_key(str(key)) if isinstance(key, str) else _bad(), raw_options,
-                        tuple(devices), callbacks)  # fmt: skip
+                        tuple(devices), callbacks, kind)  # fmt: skip
 
 
 def _bad() -> str:
@@ -139,3 +162,33 @@ def check_program_id(name: Any) -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise ValueError(f"not a working set name: {str(name)[:140]!r}")
     return name
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A program's last default backend on this host: which working set to fetch while
+    JAX still initializes this run's (`{"v": 1, "f": digest, "pl": platform}`)."""
+
+    fingerprint: str
+    platform: str
+
+    def encode(self) -> bytes:
+        return json.dumps({"v": 1, "f": self.fingerprint, "pl": self.platform}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Hint:
+        try:
+            raw = load_record(data[:4096])
+            if not isinstance(raw, dict) or raw.get("v") != 1:
+                raise ValueError("not a version 1 hint")
+            platform = raw["pl"]
+            if not isinstance(platform, str) or not re.fullmatch(r"[a-z0-9_]{1,32}", platform):
+                raise ValueError("not a platform name")
+            return cls(check_digest(raw["f"]), platform)
+        except Exception as exc:
+            raise CorruptObject(f"working set hint is unreadable ({exc})") from None
+
+
+def hint_id(program: str) -> str:
+    """The hint's name: the program on this host, whatever its platform."""
+    return program_id(program, "hint")

@@ -3,31 +3,36 @@
 Why: a warm first call spends most of its time deserializing executables one after
 another, as JAX asks for them (issue 31: 8 of 9.7 s on a TPU), and the backend
 deserializes several at once. So when a session is installed, a background thread
-waits until the program has a JAX backend (it never initializes one: the program may
-still choose its platforms), reads the working set the last run of this program
-recorded for this platform (runtime.workingset), and fetches, verifies and
-deserializes its entries in a few threads. The compile wrapper asks here first
-(`claim`): an executable loaded ahead is used only if the request's key, fingerprint,
-compile options and devices are those it was deserialized with, so a stale or forged
-working set can never cause a wrong load. Its object was verified exactly as a hit is
-(the same tier and store read paths), and it is counted as the hit it is only when
-claimed. What is never claimed is dropped (after HOLD_SECS, at the latest at exit);
-what is held is bounded (ARTSTORE_PREFETCH_MAX_SIZE); any failure is a debug line, and
-the program proceeds as without it.
+reads the working set the last run of this program recorded for this platform
+(runtime.workingset) and fetches, verifies and deserializes its entries in a few
+threads. Deserializing needs the program's JAX backend, which the thread never
+initializes (the program may still choose its platforms): it fetches and verifies
+while JAX initializes, for the platform this host's last run had (the hint), and
+deserializes once the backend is there and has that fingerprint (else it starts over
+with the real one). The compile wrapper asks here first (`claim`), and so do named
+executables (`claim_named`): an executable loaded ahead is used only if the request's
+key, fingerprint, compile options and devices are those it was deserialized with, so a
+stale or forged working set can never cause a wrong load. Its object was verified
+exactly as a hit is (the same tier and store read paths), and it is counted as the hit
+it is only when claimed. What is never claimed is dropped (after HOLD_SECS, at the
+latest at exit); what is held is bounded (ARTSTORE_PREFETCH_MAX_SIZE); any failure is a
+debug line, and the program proceeds as without it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import one_line
-from artifactstore.formats.workingset import WorkingEntry
+from artifactstore.formats import named as named_format
+from artifactstore.formats.workingset import Hint, WorkingEntry
 from artifactstore.jaxhook import compat
 from artifactstore.jaxhook.events import USE_CACHE, record_event, record_load
 from artifactstore.jaxhook.platform import backend_fingerprint
@@ -56,6 +61,7 @@ class _Ahead:
     fingerprint: str = ""
     source: Any = None  # the Store it came from, or None for this host's tier
     record: Any = None  # what led to its object (counted when claimed)
+    header: Any = None  # a named entry's header (parsed JSON, from its verified payload)
     size: int = 0  # its serialized size, held against the bound
 
 
@@ -67,6 +73,12 @@ class Prefetcher:
         self._items: dict[str, _Ahead] = {}
         self._held = 0
         self._closed = threading.Event()
+        self._ready = threading.Event()  # the backend is known (or never will be: closed)
+        self._backend: Any = None
+        self._fingerprint = ""  # the default backend's, once known
+        self._devices: dict[int, Any] = {}
+        self._loads: ThreadPoolExecutor | None = None  # deserializes, once there is a backend
+        self._parked: list[tuple[_Ahead, Any, str]] = []  # fetched before there was one
         self._timer: threading.Timer | None = None
 
     def start(self) -> None:
@@ -80,30 +92,44 @@ class Prefetcher:
     # -- the background thread ----------------------------------------------------
     def _run(self) -> None:
         try:
+            session = self.session
+            hint = session.working_sets.read_hint(session.tier)
+            if hint is not None and enabled(session, hint.platform):
+                self._begin(hint.fingerprint)  # fetched now, deserialized once JAX is ready
             backend = self._wait_for_backend()
-            if backend is None or not enabled(self.session, backend.platform):
+            if backend is None:
                 return
             fingerprint = backend_fingerprint(backend).digest
-            session = self.session
-            tier = session.tier
-            # A warm host's tier holds the working set too: the store is opened here only
-            # where the tier is empty (then the session opens it anyway).
-            store = session.store() if tier is None or not tier.has_entries() else None
-            found = session.working_sets.read(tier, store, fingerprint)
-            entries = loadable(found.entries) if found else []
-            if not entries or self._closed.is_set():
-                return
-            devices = {d.id: d for d in backend.devices()}
-            with self._lock:
-                items = [self._items.setdefault(e.key, _Ahead(e)) for e in entries]
-            with ThreadPoolExecutor(min(THREADS, len(items)), "artifactstore-load") as pool:
-                for item in items:
-                    pool.submit(self._load, item, backend, fingerprint, devices, store)
+            self._ready_with(backend, fingerprint)
+            now = Hint(fingerprint, str(backend.platform))
+            if now != hint and (hint is not None or enabled(session, now.platform)):
+                session.working_sets.save_hint(session.tier, now)
+            if not enabled(session, now.platform):
+                self.close()
+            elif hint is None or hint.fingerprint != fingerprint:
+                self._begin(fingerprint)
             self._timer = threading.Timer(HOLD_SECS, self.close)
             self._timer.daemon = True
             self._timer.start()
         except Exception as exc:
             log.debug("artifactstore: no load ahead: %s", one_line(exc))
+        finally:
+            if not self._ready.is_set():
+                self._ready_with(None, "")
+
+    def _begin(self, fingerprint: str) -> None:
+        """Load the working set recorded for `fingerprint` in a few threads."""
+        session, tier = self.session, self.session.tier
+        # A warm host's tier holds the working set too: the store is opened here only
+        # where the tier is empty (then the session opens it anyway).
+        store = session.store() if tier is None or not tier.has_entries() else None
+        found = session.working_sets.read(tier, store, fingerprint)
+        entries = loadable(found.entries) if found else []
+        if not entries or self._closed.is_set():
+            return
+        with self._lock:
+            items = [self._items.setdefault(e.key, _Ahead(e)) for e in entries]
+        in_daemons([functools.partial(self._fetch, item, fingerprint, store) for item in items])
 
     def _wait_for_backend(self) -> Any:
         """The program's default backend once it has initialized its backends; None if
@@ -117,59 +143,101 @@ class Prefetcher:
                 break
         return None
 
-    def _load(
-        self,
-        item: _Ahead,
-        backend: Any,
-        fingerprint: str,
-        devices: dict[int, Any],
-        store: Store | None,
-    ) -> None:
+    def _ready_with(self, backend: Any, fingerprint: str) -> None:
+        """The backend is known: deserialize what was fetched meanwhile, and from now on
+        each entry as soon as it is fetched (None: nothing is)."""
+        with self._lock:
+            if backend is not None and not self._closed.is_set():
+                self._backend, self._fingerprint = backend, fingerprint
+                self._devices = {d.id: d for d in backend.devices()}
+                self._loads = ThreadPoolExecutor(THREADS, "artifactstore-load")
+            parked, self._parked = self._parked, []
+            self._ready.set()
+        for args in parked:
+            self._deserialize_later(*args)
+
+    def _fetch(self, item: _Ahead, fingerprint: str, store: Store | None) -> None:
+        """Through the program's own read path: tier, else store, verified in full. Then
+        deserialized, at once if the backend is there, else when it is."""
         with self._lock:
             if item.state != "queued" or self._closed.is_set():
                 return
             item.state = "loading"
+        hit = None
         try:
-            self._fetch_and_load(item, backend, fingerprint, devices, store)
+            hit = self._read(item, fingerprint, store)
         except Exception as exc:
             log.debug("artifactstore: %s not loaded ahead: %s", item.entry.key[:12], one_line(exc))
-        finally:
-            with self._lock:
-                item.state = "done"
-                if item.executable is None or self._closed.is_set():
-                    self._release(item)
-            item.done.set()
+        if hit is None:
+            self._end(item)
+            return
+        with self._lock:
+            if not self._ready.is_set():
+                self.session.prefetch["prefetch_early"] += 1  # fetched while JAX initialized
+                self._parked.append((item, hit, fingerprint))
+                return
+        self._deserialize_later(item, hit, fingerprint)
 
-    def _fetch_and_load(
-        self,
-        item: _Ahead,
-        backend: Any,
-        fingerprint: str,
-        devices: dict[int, Any],
-        store: Store | None,
-    ) -> None:
-        """Through the program's own read path: tier, else store, verified in full."""
+    def _read(self, item: _Ahead, fingerprint: str, store: Store | None) -> Any:
         session, key = self.session, item.entry.key
         hit: Any = session.tier_get(key, fingerprint, callbacks=0, account=False)
         if hit is None:
             store = store or session.store()
             if store is None:
-                return
+                return None
             hit = session.lookup(store, key, fingerprint, callbacks=0, account=False)
             if hit is None:
-                return
+                return None
             item.source = store
         with self._lock:
             if self._held + len(hit.payload) > self.max_bytes:
-                session.prefetch["prefetch_over_bound"] += 1
-                return
+                self.session.prefetch["prefetch_over_bound"] += 1
+                return None
             self._held += len(hit.payload)
             item.size = len(hit.payload)
-        device_list = compat.device_list(tuple(devices[i] for i in item.entry.devices))
-        options = compat.parse_options(item.entry.options)
-        item.executable = backend.deserialize_executable(hit.payload, device_list, options)
-        item.fingerprint, item.record = fingerprint, hit.entry
-        self._count("prefetched")
+        return hit
+
+    def _deserialize_later(self, item: _Ahead, hit: Any, fingerprint: str) -> None:
+        loads = self._loads
+        if loads is None or fingerprint != self._fingerprint:
+            self._end(item)  # no backend after all, or the hint was another platform's
+            return
+        try:
+            loads.submit(self._deserialize, item, hit, fingerprint)
+        except RuntimeError:  # the interpreter is exiting
+            self._end(item)
+
+    def _deserialize(self, item: _Ahead, hit: Any, fingerprint: str) -> None:
+        try:
+            if self._closed.is_set():
+                return
+            backend, devices = self._backend, self._devices
+            if item.entry.kind == "named":
+                header, body = named_format.unframe(bytes(hit.payload))
+                ids = named_format.native_devices(header)
+                if ids is None or ids != item.entry.devices:
+                    return
+                device_list = compat.device_list(tuple(devices[i] for i in ids))
+                item.executable = backend.deserialize_executable(body, device_list, None)
+                item.header = header
+            else:
+                device_list = compat.device_list(tuple(devices[i] for i in item.entry.devices))
+                options = compat.parse_options(item.entry.options)
+                item.executable = backend.deserialize_executable(hit.payload, device_list, options)
+            item.fingerprint, item.record = fingerprint, hit.entry
+            self._count("prefetched")
+        except Exception as exc:
+            log.debug("artifactstore: %s not loaded ahead: %s", item.entry.key[:12], one_line(exc))
+        finally:
+            self._end(item)
+
+    def _end(self, item: _Ahead) -> None:
+        """`item` is done: loaded, or given up (its bytes then leave the bound)."""
+        with self._lock:
+            item.state = "done"
+            if item.executable is None or self._closed.is_set():
+                self._release(item)
+        item.done.set()
 
     def _release(self, item: _Ahead) -> None:
         """Drop `item`'s executable and its bytes from the bound (under the lock)."""
@@ -177,27 +245,34 @@ class Prefetcher:
         item.size, item.executable = 0, None
 
     # -- the compile wrapper's side -----------------------------------------------
-    def claim(self, request: Any) -> Any:
-        """The executable loaded ahead for `request`, counted as the hit it is; None when
-        there is none, it is not loaded yet (the wrapper loads it), or it was loaded
-        with other options or devices than `request` has."""
+    def _take(self, key: str, kind: str) -> tuple[_Ahead, Any] | None:
+        """The item loaded ahead for `key` and its executable, waiting for a load in
+        progress; None when there is none or it is not started (the caller loads it)."""
         with self._lock:
-            item = self._items.get(request.key)
-            if item is None or item.state == "taken":
+            item = self._items.get(key)
+            if item is None or item.state == "taken" or item.entry.kind != kind:
                 return None
             if item.state == "queued":  # not started: loading it now is no slower
                 item.state = "taken"
                 return None
-        started = time.monotonic()
         item.done.wait(CLAIM_WAIT_SECS)
         with self._lock:
             if item.state != "done":
                 return None
             item.state = "taken"
-            executable, size = item.executable, item.size
+            executable = item.executable
             self._release(item)
-        if executable is None:
+        return None if executable is None else (item, executable)
+
+    def claim(self, request: Any) -> Any:
+        """The executable loaded ahead for `request`, counted as the hit it is; None when
+        there is none, it is not loaded yet (the wrapper loads it), or it was loaded
+        with other options or devices than `request` has."""
+        started = time.monotonic()
+        taken = self._take(request.key, "jit")
+        if taken is None:
             return None
+        item, executable = taken
         options, devices = wire(request)
         fits = (
             item.fingerprint == request.fingerprint.digest
@@ -209,10 +284,28 @@ class Prefetcher:
             self._count("prefetch_refused")
             return None
         self._count_hit(item)
+        record_event(USE_CACHE)
         record_load(self.session, float(item.record.compile_secs), started)
         self._count("prefetch_used")
-        log.debug("artifactstore: %s loaded ahead (%d bytes)", request.key[:12], size)
+        log.debug("artifactstore: %s loaded ahead", request.key[:12])
         return executable
+
+    def claim_named(self, key: str, fingerprint: str) -> tuple[Any, Any] | None:
+        """(header as JSON, executable) of the named executable `key` loaded ahead for
+        `fingerprint`, counted as the hit it is; the named part checks the header."""
+        started = time.monotonic()
+        taken = self._take(key, "named")
+        if taken is None:
+            return None
+        item, executable = taken
+        if item.fingerprint != fingerprint:
+            self._count("prefetch_refused")
+            return None
+        self._count_hit(item)
+        self.session.loads += 1
+        self.session.observe_load(time.monotonic() - started)
+        self._count("prefetch_used")
+        return item.header, executable
 
     def _count_hit(self, item: _Ahead) -> None:
         """The tier hit or store hit it is, counted as the wrapper's path counts them."""
@@ -223,11 +316,15 @@ class Prefetcher:
             session.tier_hit()
         else:
             item.source.count_hit(key, item.record)
-        record_event(USE_CACHE)
 
     def close(self) -> None:
         """Drop whatever was not claimed; start nothing more."""
         self._closed.set()
+        with self._lock:
+            parked, self._parked = self._parked, []
+            self._ready.set()
+        for item, _hit, _fp in parked:
+            self._end(item)
         if self._timer is not None:
             self._timer.cancel()
         with self._lock:
@@ -238,6 +335,24 @@ class Prefetcher:
                 if item.state != "loading":
                     item.state = "taken"
                     self._release(item)
+
+
+def in_daemons(tasks: Sequence[Callable[[], None]], threads: int = THREADS) -> None:
+    """Run `tasks` on a few daemon threads: a program's exit never waits for a fetch
+    (deserializing, which must not outlive the backend, runs in a pool exit joins)."""
+    queue = list(reversed(tasks))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                task = queue.pop()
+            task()
+
+    for _ in range(min(threads, len(queue))):
+        threading.Thread(target=work, name="artifactstore-fetch", daemon=True).start()
 
 
 def loadable(entries: Sequence[WorkingEntry]) -> list[WorkingEntry]:
@@ -288,6 +403,26 @@ def claim(session: Session, request: Any) -> Any:
     if executable is not None:
         note(session, request)
     return executable
+
+
+def claim_named(session: Session | None, key: str, fingerprint: str) -> tuple[Any, Any] | None:
+    """The named executable `key` loaded ahead (see Prefetcher.claim_named), or None."""
+    current = _current
+    if session is None or current is None or current.session is not session:
+        return None
+    try:
+        return current.claim_named(key, fingerprint)
+    except Exception as exc:
+        log.debug("artifactstore: load ahead not used: %s", one_line(exc))
+        return None
+
+
+def note_named(session: Session | None, key: str, fingerprint: str, devices: tuple[int, ...],
+               platform: str) -> None:  # fmt: skip
+    """The program loaded or built the named executable `key`: part of its working set."""
+    if session is not None and enabled(session, platform):
+        entry = WorkingEntry(key, b"", devices, 0, "named")
+        session.working_sets.note(fingerprint, entry)
 
 
 def note(session: Session, request: Any) -> None:

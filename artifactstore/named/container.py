@@ -8,18 +8,14 @@ header is covered by the entry's signature. `kind` says what the body is:
 
 from __future__ import annotations
 
-import json
-import struct
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from artifactstore.errors import CorruptObject
+from artifactstore.formats.named import frame, unframe
 from artifactstore.named.signature import Signature
 
-MAGIC = b"ARTSTORE-NAMED\0"
-FORMAT_VERSION = 1
 Kind = Literal["native", "portable"]
-_LENGTH = struct.Struct(">BI")  # format version, header length
 
 
 @dataclass(frozen=True)
@@ -70,26 +66,19 @@ class Header:
 
 
 def encode(header: Header, body: bytes) -> bytes:
-    text = json.dumps(header.to_json(), sort_keys=True, separators=(",", ":")).encode()
-    return MAGIC + _LENGTH.pack(FORMAT_VERSION, len(text)) + text + body
+    return frame(header.to_json(), body)
 
 
 def decode(payload: bytes) -> tuple[Header, bytes]:
     """(header, body); CorruptObject for anything that is not a named payload of a
-    format this client reads (a newer format says so, rather than failing later)."""
-    start = len(MAGIC) + _LENGTH.size
-    if not payload.startswith(MAGIC) or len(payload) < start:
-        raise CorruptObject("not a named executable")
-    version, length = _LENGTH.unpack_from(payload, len(MAGIC))
-    if version != FORMAT_VERSION:
-        raise CorruptObject(
-            f"named executable format {version}; this artifactstore reads {FORMAT_VERSION} "
-            "(upgrade artifactstore)"
-        )
-    if start + length > len(payload):
-        raise CorruptObject("named executable header truncated")
+    format this client reads (`formats.named`)."""
+    raw, body = unframe(payload)
+    return parse_header(raw), body
+
+
+def parse_header(raw: Any) -> Header:
+    """A header as `formats.named.unframe` parsed it; CorruptObject if malformed."""
     try:
-        header = Header.from_json(json.loads(payload[start : start + length]))
-    except (ValueError, UnicodeDecodeError) as exc:
+        return Header.from_json(raw)
+    except ValueError as exc:
         raise CorruptObject(f"malformed named executable header: {exc}") from exc
-    return header, payload[start + length :]

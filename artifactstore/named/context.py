@@ -12,7 +12,7 @@ from typing import Any
 
 from artifactstore.errors import CorruptObject, NamedBuildError, one_line
 from artifactstore.formats import fingerprint as _fp
-from artifactstore.jaxhook import compat
+from artifactstore.jaxhook import compat, prefetch
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.named import container, keys
@@ -80,7 +80,12 @@ class Context:
 
     def find(self, name: str, version: str) -> NamedExecutable | None:
         fp = self.fingerprint
-        payload = self.fetch(keys.key(name, version, fp.digest), fp.digest)
+        key = keys.key(name, version, fp.digest)
+        ahead = prefetch.claim_named(self.session, key, fp.digest)  # loaded ahead
+        if ahead is not None:
+            header = _check(container.parse_header(ahead[0]), name, version, "native")
+            return self._found(key, header, ahead[1])
+        payload = self.fetch(key, fp.digest)
         if payload is not None:
             started = time.monotonic()
             header, body = _decode(payload, name, version, "native")
@@ -94,7 +99,7 @@ class Context:
                 if self.session is not None:
                     self.session.observe_load(time.monotonic() - started)
                     self.session.loads += 1
-                return NamedExecutable(header, executable, "store")
+                return self._found(key, header, executable)
         payload = self.fetch(keys.portable_key(name, version), keys.PORTABLE.digest)
         if payload is None:
             return None
@@ -102,6 +107,12 @@ class Context:
         built = rebuild(header, body, self.backend)
         self.store_native(built)
         return built.executable
+
+    def _found(self, key: str, header: container.Header, executable: Any) -> NamedExecutable:
+        """A native hit, noted in the working set for the next run to load ahead."""
+        fp = self.fingerprint
+        prefetch.note_named(self.session, key, fp.digest, header.devices, fp.platform)
+        return NamedExecutable(header, executable, "store")
 
     def not_found(self, name: str, version: str) -> str:
         fp = self.fingerprint
@@ -138,8 +149,10 @@ class Context:
     def store_native(self, built: Built) -> None:
         header = built.executable.header
         fp = self.fingerprint
-        self._put(keys.key(header.name, header.version, fp.digest), built.payload, fp,
-                  keys.module_name(header.name, header.version), built.compile_secs)  # fmt: skip
+        key = keys.key(header.name, header.version, fp.digest)
+        self._put(key, built.payload, fp, keys.module_name(header.name, header.version),
+                  built.compile_secs)  # fmt: skip
+        prefetch.note_named(self.session, key, fp.digest, header.devices, fp.platform)
 
     def store_portable(self, name: str, version: str, payload: bytes) -> None:
         self._put(keys.portable_key(name, version), payload, keys.PORTABLE,
@@ -148,9 +161,13 @@ class Context:
 
 def _decode(payload: bytes, name: str, version: str, kind: str) -> tuple[container.Header, bytes]:
     header, body = container.decode(payload)
+    return _check(header, name, version, kind), body
+
+
+def _check(header: container.Header, name: str, version: str, kind: str) -> container.Header:
     if (header.name, header.version, header.kind) != (name, version, kind):
         # Signed and bound to its key, so only a forged or mis-written entry gets here.
         raise CorruptObject(
             f"entry for {name}@{version} holds {header.kind} {header.name}@{header.version}"
         )
-    return header, body
+    return header

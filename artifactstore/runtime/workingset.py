@@ -24,8 +24,10 @@ from artifactstore.blobstores.base import WORKING_SETS
 from artifactstore.errors import one_line
 from artifactstore.formats.workingset import (
     MAX_WORKING_SET_KEYS,
+    Hint,
     WorkingEntry,
     WorkingSet,
+    hint_id,
     program_id,
 )
 
@@ -88,6 +90,25 @@ class WorkingSets:
         with self._lock:
             self._read[fingerprint] = found.keys if found is not None else ()
         return found
+
+    def read_hint(self, tier: LocalTier | None) -> Hint | None:
+        """The fingerprint and platform of this program's last default backend here."""
+        if self.program is None or tier is None:
+            return None
+        try:
+            data = _tier_get(tier, hint_id(self.program))
+            return None if data is None else Hint.decode(data)
+        except Exception as exc:
+            log.debug("artifactstore: working set hint unusable: %s", one_line(exc))
+            return None
+
+    def save_hint(self, tier: LocalTier | None, hint: Hint) -> None:
+        if self.program is None:
+            return
+        try:
+            _tier_put(tier, hint_id(self.program), hint.encode())
+        except Exception as exc:
+            log.debug("artifactstore: could not keep the working set hint: %s", one_line(exc))
 
     # -- while running ---------------------------------------------------------
     def note(self, fingerprint: str, entry: WorkingEntry) -> None:

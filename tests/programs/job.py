@@ -15,6 +15,8 @@ Environment knobs (tests only):
                          time.monotonic(), as "printed_at" in the result line)
   JOB_WAIT_PREFETCH=N    initialize the backend (no compile), then wait (bounded) until N
                          executables were loaded ahead (artifactstore.jaxhook.prefetch)
+  JOB_WAIT_EARLY=N       before that, wait (bounded) until N were fetched while JAX had no
+                         backend yet ("early": the count, and whether JAX had one then)
   JOB_LATE_PLATFORM=1    after configuring, wait, then report whether JAX has backends yet
                          ("backends_before_platform") and set jax_platforms to cpu
   JOB_PAUSE              comma list of points (open, exit) where the program prints a JSON
@@ -66,15 +68,26 @@ if os.environ.get("JOB_LATE_PLATFORM"):
     backends_before_platform = bool(xla_bridge._backends)
     jax.config.update("jax_platforms", "cpu")
 
-if os.environ.get("JOB_WAIT_PREFETCH"):
+
+def wait_for_counter(name: str, at_least: int) -> int:
+    """The store's process counter `name` once it reaches `at_least` (at most 60 s)."""
     import artifactstore
 
-    jax.devices()  # the backend, as a program's first array would make it
     deadline = time.monotonic() + 60
-    while artifactstore.process_stats().get("prefetched", 0) < int(os.environ["JOB_WAIT_PREFETCH"]):
-        if time.monotonic() > deadline:
-            break
+    while artifactstore.process_stats().get(name, 0) < at_least and time.monotonic() < deadline:
         time.sleep(0.01)
+    return int(artifactstore.process_stats().get(name, 0))
+
+
+early = None
+if os.environ.get("JOB_WAIT_EARLY"):
+    from jax._src import xla_bridge
+
+    count = wait_for_counter("prefetch_early", int(os.environ["JOB_WAIT_EARLY"]))
+    early = {"fetched": count, "had_backend": bool(xla_bridge._backends)}
+if os.environ.get("JOB_WAIT_PREFETCH"):
+    jax.devices()  # the backend, as a program's first array would make it
+    wait_for_counter("prefetched", int(os.environ["JOB_WAIT_PREFETCH"]))
 
 pause = set(filter(None, os.environ.get("JOB_PAUSE", "").split(",")))
 
@@ -141,6 +154,7 @@ print(
             "store": stats,
             "version": version,
             "backends_before_platform": backends_before_platform,
+            "early": early,
             "imported": sorted(m for m in ("sqlalchemy", "boto3", "psycopg") if m in sys.modules),
         }
     ),

@@ -4,10 +4,12 @@ NAMED_MODE: `compiled` (artifactstore.compiled with the function) or `load` (by 
 alone, with this directory removed from the path so the model cannot be imported).
 NAMED_OTHER_FP=1: this host's fingerprint differs (another device kind), as on a
 host of another type. NAMED_PLATFORMS: the platforms `compiled` exports the portable
-form for (comma-separated). NAMED_MIN_CCV: the oldest jax.export calling convention this
-JAX pretends to read. Prints one JSON line: how it was obtained, how often the
-function body ran, JAX's trace/lower/compile events, a digest of the results, and
-the errors that wrong calls raise.
+form for (comma-separated). NAMED_WAIT_PREFETCH=1: configure the store and make the
+backend first, then wait (bounded) until the working set was loaded ahead.
+NAMED_MIN_CCV: the oldest jax.export calling convention this JAX pretends to read.
+Prints one JSON line: how it was obtained, how often the function body ran, JAX's
+trace/lower/compile events, a digest of the results, and the errors that wrong calls
+raise.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,6 +49,13 @@ if os.environ.get("NAMED_MIN_CCV"):  # as if this JAX no longer read older expor
     jax.export.minimum_supported_calling_convention_version = int(os.environ["NAMED_MIN_CCV"])
 if os.environ.get("NAMED_OTHER_FP"):
     host.register_provider(lambda f: {**f, "device_kind": "cpu-other-kind"})
+
+if os.environ.get("NAMED_WAIT_PREFETCH"):  # the store, then the backend, then (bounded)
+    artifactstore.configure()  # the working set loaded ahead: as a program that waits
+    jax.devices()
+    deadline = time.monotonic() + 60
+    while not artifactstore.process_stats().get("prefetched") and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 model: Any = None
 try:
