@@ -129,8 +129,11 @@ def test_many_lightweight_readers_no_failures_no_connections(
                            ARTSTORE_TIMEOUT="120"))  # fmt: skip
     pg_url = team_env["ARTSTORE_INDEX"]
     writer.close()
+    # At the lowest CPU priority: the 200 starting at once otherwise starve the other
+    # xdist worker (a 1 s `artstore quota ls` beside them took 45-70 s in CI runs).
     proc = subprocess.Popen(
-        [sys.executable, str(PROGRAMS / "readers.py"), str(N_READERS), str(keys_file)],
+        ["nice", "-n", "19", sys.executable, str(PROGRAMS / "readers.py"), str(N_READERS),
+         str(keys_file)],
         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
