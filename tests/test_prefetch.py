@@ -24,7 +24,7 @@ from artifactstore.formats.workingset import (
     hint_id,
     program_id,
 )
-from artifactstore.jaxhook import prefetch
+from artifactstore.jaxhook import ahead
 
 FP = "ab" * 32
 
@@ -285,7 +285,7 @@ def test_hint_refuses_bad_records(data: bytes) -> None:
 
 def test_entries_with_callbacks_are_never_loaded_ahead() -> None:
     entries = [WorkingEntry("key00000001", b"", (0,), 0), WorkingEntry("key00000002", b"", (0,), 1)]
-    assert [e.key for e in prefetch.loadable(entries)] == ["key00000001"]
+    assert [e.key for e in ahead.loadable(entries)] == ["key00000001"]
 
 
 def test_load_many_loads_named_executables_in_parallel(tmp_path: Path) -> None:

@@ -25,15 +25,13 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import one_line
-from artifactstore.formats import named as named_format
 from artifactstore.formats.workingset import Hint, WorkingEntry
 from artifactstore.jaxhook import compat
+from artifactstore.jaxhook.ahead import THREADS, Ahead, deserialize, in_daemons, loadable
 from artifactstore.jaxhook.events import USE_CACHE, record_event, record_load
 from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.runtime.session import Session
@@ -43,26 +41,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("artifactstore")
 
-THREADS = 4  # deserializations at once: the backend's parallelism, not the host's cores
 POLL_SECS = 0.02  # how often the thread looks for the program's backend
 BACKEND_WAIT_SECS = 600.0  # a program that has none by then gets no load ahead
 HOLD_SECS = 300.0  # what is unclaimed this long after the last load ends is dropped
 CLAIM_WAIT_SECS = 120.0  # a request waits this long at most for its load in progress
-
-
-@dataclass
-class _Ahead:
-    """One working-set entry on its way: queued, loading, then done (or given up)."""
-
-    entry: WorkingEntry
-    state: str = "queued"  # queued -> loading -> done; "taken" once the wrapper took it
-    done: threading.Event = field(default_factory=threading.Event)
-    executable: Any = None
-    fingerprint: str = ""
-    source: Any = None  # the Store it came from, or None for this host's tier
-    record: Any = None  # what led to its object (counted when claimed)
-    header: Any = None  # a named entry's header (parsed JSON, from its verified payload)
-    size: int = 0  # its serialized size, held against the bound
 
 
 class Prefetcher:
@@ -70,7 +52,7 @@ class Prefetcher:
         self.session = session
         self.max_bytes = session.settings.prefetch_max_bytes
         self._lock = threading.Lock()
-        self._items: dict[str, _Ahead] = {}
+        self._items: dict[str, Ahead] = {}
         self._held = 0
         self._closed = threading.Event()
         self._ready = threading.Event()  # the backend is known (or never will be: closed)
@@ -78,7 +60,7 @@ class Prefetcher:
         self._fingerprint = ""  # the default backend's, once known
         self._devices: dict[int, Any] = {}
         self._loads: ThreadPoolExecutor | None = None  # deserializes, once there is a backend
-        self._parked: list[tuple[_Ahead, Any, str]] = []  # fetched before there was one
+        self._parked: list[tuple[Ahead, Any, str]] = []  # fetched before there was one
         self._timer: threading.Timer | None = None
 
     def start(self) -> None:
@@ -128,7 +110,7 @@ class Prefetcher:
         if not entries or self._closed.is_set():
             return
         with self._lock:
-            items = [self._items.setdefault(e.key, _Ahead(e)) for e in entries]
+            items = [self._items.setdefault(e.key, Ahead(e)) for e in entries]
         in_daemons([functools.partial(self._fetch, item, fingerprint, store) for item in items])
 
     def _wait_for_backend(self) -> Any:
@@ -156,7 +138,7 @@ class Prefetcher:
         for args in parked:
             self._deserialize_later(*args)
 
-    def _fetch(self, item: _Ahead, fingerprint: str, store: Store | None) -> None:
+    def _fetch(self, item: Ahead, fingerprint: str, store: Store | None) -> None:
         """Through the program's own read path: tier, else store, verified in full. Then
         deserialized, at once if the backend is there, else when it is."""
         with self._lock:
@@ -178,7 +160,7 @@ class Prefetcher:
                 return
         self._deserialize_later(item, hit, fingerprint)
 
-    def _read(self, item: _Ahead, fingerprint: str, store: Store | None) -> Any:
+    def _read(self, item: Ahead, fingerprint: str, store: Store | None) -> Any:
         session, key = self.session, item.entry.key
         hit: Any = session.tier_get(key, fingerprint, callbacks=0, account=False)
         if hit is None:
@@ -197,7 +179,7 @@ class Prefetcher:
             item.size = len(hit.payload)
         return hit
 
-    def _deserialize_later(self, item: _Ahead, hit: Any, fingerprint: str) -> None:
+    def _deserialize_later(self, item: Ahead, hit: Any, fingerprint: str) -> None:
         loads = self._loads
         if loads is None or fingerprint != self._fingerprint:
             self._end(item)  # no backend after all, or the hint was another platform's
@@ -207,31 +189,22 @@ class Prefetcher:
         except RuntimeError:  # the interpreter is exiting
             self._end(item)
 
-    def _deserialize(self, item: _Ahead, hit: Any, fingerprint: str) -> None:
+    def _deserialize(self, item: Ahead, hit: Any, fingerprint: str) -> None:
         try:
             if self._closed.is_set():
                 return
-            backend, devices = self._backend, self._devices
-            if item.entry.kind == "named":
-                header, body = named_format.unframe(bytes(hit.payload))
-                ids = named_format.native_devices(header)
-                if ids is None or ids != item.entry.devices:
-                    return
-                device_list = compat.device_list(tuple(devices[i] for i in ids))
-                item.executable = backend.deserialize_executable(body, device_list, None)
-                item.header = header
-            else:
-                device_list = compat.device_list(tuple(devices[i] for i in item.entry.devices))
-                options = compat.parse_options(item.entry.options)
-                item.executable = backend.deserialize_executable(hit.payload, device_list, options)
+            item.executable, item.header = deserialize(
+                self._backend, self._devices, item.entry, hit.payload
+            )
             item.fingerprint, item.record = fingerprint, hit.entry
-            self._count("prefetched")
+            if item.executable is not None:
+                self._count("prefetched")
         except Exception as exc:
             log.debug("artifactstore: %s not loaded ahead: %s", item.entry.key[:12], one_line(exc))
         finally:
             self._end(item)
 
-    def _end(self, item: _Ahead) -> None:
+    def _end(self, item: Ahead) -> None:
         """`item` is done: loaded, or given up (its bytes then leave the bound)."""
         with self._lock:
             item.state = "done"
@@ -239,13 +212,13 @@ class Prefetcher:
                 self._release(item)
         item.done.set()
 
-    def _release(self, item: _Ahead) -> None:
+    def _release(self, item: Ahead) -> None:
         """Drop `item`'s executable and its bytes from the bound (under the lock)."""
         self._held -= item.size
         item.size, item.executable = 0, None
 
     # -- the compile wrapper's side -----------------------------------------------
-    def _take(self, key: str, kind: str) -> tuple[_Ahead, Any] | None:
+    def _take(self, key: str, kind: str) -> tuple[Ahead, Any] | None:
         """The item loaded ahead for `key` and its executable, waiting for a load in
         progress; None when there is none or it is not started (the caller loads it)."""
         with self._lock:
@@ -307,7 +280,7 @@ class Prefetcher:
         self._count("prefetch_used")
         return item.header, executable
 
-    def _count_hit(self, item: _Ahead) -> None:
+    def _count_hit(self, item: Ahead) -> None:
         """The tier hit or store hit it is, counted as the wrapper's path counts them."""
         session, key = self.session, item.entry.key
         if item.source is None:
@@ -335,30 +308,6 @@ class Prefetcher:
                 if item.state != "loading":
                     item.state = "taken"
                     self._release(item)
-
-
-def in_daemons(tasks: Sequence[Callable[[], None]], threads: int = THREADS) -> None:
-    """Run `tasks` on a few daemon threads: a program's exit never waits for a fetch
-    (deserializing, which must not outlive the backend, runs in a pool exit joins)."""
-    queue = list(reversed(tasks))
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                task = queue.pop()
-            task()
-
-    for _ in range(min(threads, len(queue))):
-        threading.Thread(target=work, name="artifactstore-fetch", daemon=True).start()
-
-
-def loadable(entries: Sequence[WorkingEntry]) -> list[WorkingEntry]:
-    """What is loaded ahead: never an entry with host callbacks, which a load binds to
-    this trace's Python functions (the trace is not there yet)."""
-    return [e for e in entries if not e.callbacks]
 
 
 def wire(request: Any) -> tuple[bytes, tuple[int, ...]]:
