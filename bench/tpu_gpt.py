@@ -144,6 +144,8 @@ def _timed(obj: Any, attr: str, into: dict[str, float], key: str) -> None:
 def child(a: argparse.Namespace) -> None:
     born = time.perf_counter()  # before JAX's import: "setup" is what a load ahead overlaps
     import jax
+
+    imported = time.perf_counter()
     import numpy as np
 
     events: dict[str, float] = {}
@@ -172,7 +174,9 @@ def child(a: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, V, size=(B, T + 1), dtype=np.int32)
     x, y = tokens[:, :-1], tokens[:, 1:]
-    key = np.asarray(jax.random.PRNGKey(0))
+    key_started = time.perf_counter()
+    key = np.asarray(jax.random.PRNGKey(0))  # JAX's backend, and a first small jit
+    key_secs = time.perf_counter() - key_started
     built = Path(a.named or ".", "built").exists()
     t0 = time.perf_counter()
     if a.named and built and os.environ.get("TPU_GPT_LOAD_MANY"):
@@ -211,7 +215,7 @@ def child(a: argparse.Namespace) -> None:
     ev = {k.rsplit("/", 1)[-1]: v for k, v in events.items()}
     print(json.dumps({
         "first_call_secs": first_call, "ready_secs": ready, "all_three_secs": all_three,
-        "setup_secs": t0 - born,
+        "setup_secs": t0 - born, "key_secs": key_secs, "import_secs": imported - born,
         "loss": f"{first_loss:.6f}", "eval_loss": f"{eval_loss:.6f}", "source": source,
         "trace_lower_secs": ev.get("jaxpr_trace_duration", 0.0)
         + ev.get("jaxpr_to_mlir_module_duration", 0.0),
@@ -311,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     def run(c: Config) -> Result:
         r = run_child(c, tmps[c.name], [sys.executable, __file__, "--child",
                                         "--steps", str(a.steps)])  # fmt: skip
-        print(f"{c.name:<30} first {r['first_call_secs']:7.2f}s wall {r['wall_secs']:7.2f}s "
+        print(f"{c.name:<30} import {r['import_secs']:.2f}s key {r['key_secs']:.2f}s "
+              f"setup {r['setup_secs']:.2f}s "
+              f"first {r['first_call_secs']:7.2f}s wall {r['wall_secs']:7.2f}s "
               f"step {r['step_ms']:6.1f}ms {r['source']} {r['backend']} {r['phases']} "
               f"{r['prefetch']}",
               flush=True)  # fmt: skip
