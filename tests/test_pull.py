@@ -329,13 +329,13 @@ def test_a_pulled_node_is_offline_warm(team_env: dict[str, str], tmp_path: Path)
     compile under ARTSTORE_MIN_COMPILE_SECS (never stored; it publishes them as quick)
     and whose two main functions are slow enough to store; `artstore pull` (the object
     store alone) fills a fresh tier; the program then runs with S3 and the index
-    unreachable: no log line, no lookup, every stored entry a tier hit, and the summary
-    says so. Without the quick keys, each trivial jit would be looked up (and with the
-    store down, logged).
+    unreachable: no log line, no lookup, every stored entry a tier hit (loaded ahead: the
+    pull copied the writer's working set), and the summary says so. Without the quick
+    keys, each trivial jit would be looked up (and with the store down, logged).
 
     Slow: three fresh JAX processes, the writer's main compiles slowed by 1.2 s each.
     """
-    env = dict(team_env, ARTSTORE_MIN_COMPILE_SECS="1", JOB_SMALL_JITS="1")
+    env = dict(team_env, ARTSTORE_MIN_COMPILE_SECS="1", JOB_SMALL_JITS="1", ARTSTORE_PREFETCH="1")
     cold = run_program("job.py", dict(env, JOB_SLOW_COMPILE_SECS="1.2"))
     small = [m for m in cold["xla_compiles"] if "mlp" not in m and "loss_and_grad" not in m]
     assert small and cold["store"]["stored"] == 2, cold["store"]
@@ -343,14 +343,16 @@ def test_a_pulled_node_is_offline_warm(team_env: dict[str, str], tmp_path: Path)
     pulled = dict(env, ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))
     report = _pull({k: v for k, v in pulled.items() if k != "ARTSTORE_INDEX"})
     assert (report["fetched"], report["quick_keys"]) == (2, len(small)), report
+    assert report["working_sets"] == 1  # the writer's, so that the first run loads ahead
 
     down = dict(pulled, AWS_ENDPOINT_URL_S3="http://127.0.0.1:1", ARTSTORE_TIMEOUT="2",
                 ARTSTORE_INDEX=NO_INDEX)  # fmt: skip
-    warm = run_program("job.py", down)
+    warm = run_program("job.py", dict(down, JOB_WAIT_PREFETCH="2"))
     assert "artifactstore" not in warm["_stderr"], warm["_stderr"]
     assert warm["results"] == cold["results"] and warm["imported"] == [], warm["imported"]
     stats = warm["store"]
     assert stats["lookups_missed"] == 0 and stats["hits"] == stats["tier_hits"] == 2, stats
+    assert stats.get("prefetched") == stats.get("prefetch_used") == 2, stats
     assert sorted(warm["xla_compiles"]) == sorted(small)
     summary = Summary.of([stats])
     assert (summary.hits, summary.compiles, summary.quick) == (2, 0, len(small))

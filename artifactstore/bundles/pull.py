@@ -24,7 +24,9 @@ has a manifest are dropped as the manifests are listed (stored since: not quick;
 tier forgets them as quick too), and the rest join the tier's quick keys once the
 listing is complete (a pull that stopped learns none), so that a pulled node never
 looks up its trivial jits. A refused listing of them (credentials from before they
-existed) is said in the summary and stops nothing.
+existed) is said in the summary and stops nothing. So are the working sets of this
+fingerprint (artifactstore.formats.workingset): copied into the tier, so that a pulled
+node's first run of a program loads ahead what the team's runs of it loaded.
 
 At most `jobs` entries are in flight (their GETs in parallel), so at most `jobs`
 objects and their inflated executables are in memory at once. A failure of the object
@@ -43,12 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from artifactstore.blobstores import open_blobstore
-from artifactstore.blobstores.base import QUICK
+from artifactstore.blobstores.base import QUICK, WORKING_SETS
 from artifactstore.config import Settings
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit, StoreUnavailable, one_line
 from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.quick import SEPARATOR, split_quick_name
+from artifactstore.formats.workingset import WorkingSet, check_program_id
 from artifactstore.store import Store, secure_local_dirs
 from artifactstore.store.quick import BELOW_THRESHOLD_MAX
 from artifactstore.store.tier import LocalTier, open_tier
@@ -56,6 +59,7 @@ from artifactstore.store.tier import LocalTier, open_tier
 log = logging.getLogger("artifactstore")
 
 DEFAULT_JOBS = 8
+MAX_WORKING_SETS = 1000  # records a pull reads (each at most 1 MiB): a team's programs
 
 
 @dataclass
@@ -85,6 +89,8 @@ class PullReport:
     tier_bytes: int = 0  # the tier's own copies after the pull
     quick_keys: int = 0  # keys too quick to store, now known to the tier (dry run: would be)
     quick_unlisted: str | None = None  # why they were not listed, if they were not
+    working_sets: int = 0  # programs' working sets copied to the tier (dry run: would be)
+    working_sets_unlisted: str | None = None  # why they were not, if they were not read
     stopped: str | None = None  # why the pull stopped early, if it did
 
     @property
@@ -270,6 +276,8 @@ def pull(
                 tier.quick.remember(key, 0.0)  # under any threshold that stores anything
     if not dry_run:
         tier.quick.save()
+    if report.stopped is None:
+        _working_sets(store, tier, fingerprint, report, dry_run)
     report.tier_bytes = tier.object_bytes() if not dry_run else used
     return report
 
@@ -292,6 +300,28 @@ def _quick_keys(store: Store, fingerprint: str, report: PullReport) -> set[str]:
         report.quick_unlisted = str(exc)  # one secret-free line, as `stopped`
         keys.clear()
     return keys
+
+
+def _working_sets(
+    store: Store, tier: LocalTier, fingerprint: str, report: PullReport, dry_run: bool
+) -> None:
+    """Copy `fingerprint`'s working sets into the tier; an unreadable one (anyone who
+    may write the bucket chose its bytes) is skipped, a refused listing is said."""
+    try:
+        for n, name in enumerate(store.blobs.iter_records(WORKING_SETS)):
+            if n >= MAX_WORKING_SETS:
+                break
+            try:
+                data = store.blobs.get_record(WORKING_SETS, check_program_id(name))
+                if data is None or WorkingSet.decode(data, name).fingerprint != fingerprint:
+                    continue
+            except (CorruptObject, ValueError):
+                continue
+            if not dry_run:
+                tier.write_file(f"{WORKING_SETS.folder}/{name}", data)
+            report.working_sets += 1
+    except StoreUnavailable as exc:
+        report.working_sets_unlisted = str(exc)  # one secret-free line, as `stopped`
 
 
 def _fetch(

@@ -149,6 +149,11 @@ def summary(r: PullReport) -> str:
         parts.append(f"{learn} {r.quick_keys} keys too quick to store")
     if r.quick_unlisted:
         parts.append(f"keys too quick to store not listed: {r.quick_unlisted}")
+    if r.working_sets:
+        copy = "would copy" if r.dry_run else "copied"
+        parts.append(f"{copy} {r.working_sets} programs' working sets")
+    if r.working_sets_unlisted:
+        parts.append(f"working sets not read: {r.working_sets_unlisted}")
     if r.tier_bound is not None:
         parts.append(f"tier {format_size(r.tier_bytes)} of {format_size(r.tier_bound)}")
     line = "; ".join(parts)
