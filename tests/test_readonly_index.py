@@ -4,6 +4,8 @@ transactions), with the same one line."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from conftest import OpenStore, artstore
 from sqlalchemy import func, select
 
@@ -29,13 +31,15 @@ def test_reader_setting_refuses_index_writes_but_records_hits(
     writer.close()
     assert artstore("quota", "set", "default", "1G", env=any_env).returncode == 0
     reader_env = dict(any_env, ARTSTORE_READ_ONLY="1")
-    for args in (
+    refused = (
         ["rm", "--all", "--yes"],
         ["rm", KEY[:12]],
         ["quota", "set", "default", "2G"],
         ["quota", "rm", "default"],
-    ):
-        proc = artstore(*args, env=reader_env)
+    )
+    with ThreadPoolExecutor(len(refused)) as pool:  # four CLI processes at once
+        procs = list(pool.map(lambda args: artstore(*args, env=reader_env), refused))
+    for args, proc in zip(refused, procs, strict=True):
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1, (args, lines)
         assert "read-only" in lines[0] and "unset ARTSTORE_READ_ONLY" in lines[0], lines
