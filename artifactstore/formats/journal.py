@@ -39,9 +39,10 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any
 
 from artifactstore.errors import CorruptObject
-from artifactstore.formats.manifest import load_record
+from artifactstore.formats.manifest import decode_record
 from artifactstore.formats.usage import Usage
 
 FORMAT_VERSION = 1
@@ -103,20 +104,10 @@ class Journal:
     def decode(cls, data: bytes) -> Journal:
         """Strict about the shape (CorruptObject otherwise, whatever the bytes make fail);
         rows are checked by the fold."""
-        if len(data) > MAX_JOURNAL_BYTES:
-            raise CorruptObject(f"hit journal over {MAX_JOURNAL_BYTES} bytes")
-        try:
-            return cls._decode(load_record(data))
-        except CorruptObject:
-            raise
-        except Exception as exc:  # ValueError, RecursionError, OverflowError, ...
-            raise CorruptObject(f"hit journal is unreadable ({type(exc).__name__}: "
-                                f"{str(exc)[:100]})") from None  # fmt: skip
+        return decode_record(data, "hit journal", MAX_JOURNAL_BYTES, (FORMAT_VERSION,), cls._decode)
 
     @classmethod
-    def _decode(cls, raw: object) -> Journal:
-        if not isinstance(raw, dict) or raw.get("v") != FORMAT_VERSION:
-            raise CorruptObject("not a version 1 hit journal")
+    def _decode(cls, raw: dict[str, Any]) -> Journal:
         rows, counts = raw.get("a"), raw.get("c", {})
         if not isinstance(rows, dict) or not isinstance(counts, dict):
             raise CorruptObject("hit journal without its tables")

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from artifactstore.errors import CorruptObject
 from artifactstore.formats.codec import check_digest
 
+T = TypeVar("T")
 FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 16 * 1024
 _KEY_RE = re.compile(r"[0-9A-Za-z]{8,128}")
@@ -55,6 +57,30 @@ def load_record(data: bytes, max_depth: int = MAX_RECORD_DEPTH) -> Any:
     if brackets:  # JSON within the bound reduces to nothing
         raise ValueError(f"nested deeper than {max_depth} levels, or unbalanced")
     return json.loads(text)
+
+
+def decode_record(
+    data: bytes,
+    what: str,
+    max_bytes: int,
+    versions: Collection[int],
+    parse: Callable[[dict[str, Any]], T],
+) -> T:
+    """`parse` of a record from a bucket or a tier: a JSON object whose "v" is one of
+    `versions`, bytes that anyone who may write there chose. Over `max_bytes` it is
+    refused unread; whatever else the bytes make fail is CorruptObject naming `what`."""
+    if len(data) > max_bytes:
+        raise CorruptObject(f"{what} is {len(data)} bytes: over {max_bytes}")
+    try:
+        raw = load_record(data)
+        if not isinstance(raw, dict) or raw.get("v") not in versions:
+            got = raw.get("v") if isinstance(raw, dict) else "?"
+            raise ValueError(f"format {str(got)[:20]}, not {'/'.join(map(str, versions))}")
+        return parse(raw)
+    except CorruptObject:
+        raise
+    except Exception as exc:  # anything the bytes can cause: RecursionError, OverflowError
+        raise CorruptObject(f"{what} is unreadable ({str(exc)[:100]})") from None
 
 
 def check_key(key: str) -> str:
@@ -109,13 +135,9 @@ class Manifest:
     @classmethod
     def decode(cls, data: bytes, key: str) -> Manifest:
         """The manifest published for `key`; CorruptObject for anything else."""
-        if len(data) > MAX_MANIFEST_BYTES:
-            raise CorruptObject(f"manifest of {key[:12]} is {len(data)} bytes: not a manifest")
-        try:
-            raw = load_record(data)
-            if not isinstance(raw, dict) or raw.get("v") != FORMAT_VERSION:
-                raise ValueError(f"format {raw.get('v') if isinstance(raw, dict) else '?'}")
-            manifest = cls(
+
+        def parse(raw: dict[str, Any]) -> Manifest:
+            return cls(
                 key=_text(raw["k"]),
                 digest=check_digest(raw["d"]),
                 fingerprint=check_digest(raw["f"]),
@@ -126,8 +148,9 @@ class Manifest:
                 callbacks=None if raw.get("cb") is None else _size(raw["cb"]),
                 signer=None if raw.get("sg") is None else _text(raw["sg"])[:64],
             )
-        except Exception as exc:  # anything the bytes can cause: RecursionError, OverflowError
-            raise CorruptObject(f"manifest of {key[:12]} is unreadable ({exc})") from None
+
+        what = f"manifest of {key[:12]}"
+        manifest = decode_record(data, what, MAX_MANIFEST_BYTES, (FORMAT_VERSION,), parse)
         if manifest.key != key:
             # A manifest copied under another key: it names another entry's object.
             raise CorruptObject(f"manifest under {key[:12]} is {manifest.key[:12]}'s")

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
-from artifactstore.errors import CorruptObject
 from artifactstore.formats.codec import check_digest
-from artifactstore.formats.manifest import check_key, load_record
+from artifactstore.formats.manifest import check_key, decode_record
 
 FORMAT_VERSION = 1
 MAX_QUICK_BYTES = 256
@@ -61,15 +61,13 @@ def encode(compile_secs: float) -> bytes:
 
 def decode(data: bytes) -> float:
     """The compile seconds a record says; CorruptObject for anything that is not one."""
-    if len(data) > MAX_QUICK_BYTES:
-        raise CorruptObject(f"quick-key record over {MAX_QUICK_BYTES} bytes")
-    try:
-        raw = load_record(data)
-        secs = raw["c"] if isinstance(raw, dict) and raw.get("v") == FORMAT_VERSION else None
+
+    def parse(raw: dict[str, Any]) -> float:
+        secs = raw["c"]
         if isinstance(secs, bool) or not isinstance(secs, (int, float)):
-            raise ValueError("not a version 1 record")
+            raise ValueError("compile seconds are not a number")
         if not 0 <= secs < 1e9:  # also false for NaN
             raise ValueError("compile seconds out of range")
         return float(secs)
-    except Exception as exc:  # anything the bytes can cause
-        raise CorruptObject(f"quick-key record is unreadable ({str(exc)[:100]})") from None
+
+    return decode_record(data, "quick-key record", MAX_QUICK_BYTES, (FORMAT_VERSION,), parse)

@@ -45,13 +45,14 @@ from typing import Any
 
 from artifactstore.errors import CorruptObject
 from artifactstore.formats.codec import check_digest
-from artifactstore.formats.manifest import check_key, load_record
+from artifactstore.formats.manifest import check_key, decode_record
 
 FORMAT_VERSION = 2
 READ_VERSIONS = (1, 2)
 KINDS = ("jit", "named")
 MAX_WORKING_SET_BYTES = 1024 * 1024
 MAX_WORKING_SET_KEYS = 256
+MAX_HINT_BYTES = 1024
 # One entry's compile options, serialized (a few KiB for the largest programs we know).
 MAX_OPTIONS_BYTES = 64 * 1024
 # Devices of one executable: a large pod slice's, with room to spare.
@@ -104,22 +105,19 @@ class WorkingSet:
     @classmethod
     def decode(cls, data: bytes, program: str) -> WorkingSet:
         """The working set recorded under `program`; CorruptObject for anything else."""
-        if len(data) > MAX_WORKING_SET_BYTES:
-            raise CorruptObject(f"working set {program[:12]} is {len(data)} bytes: too big")
-        try:
-            raw = load_record(data)
-            if not isinstance(raw, dict) or raw.get("v") not in READ_VERSIONS:
-                raise ValueError(f"not a working set of version {READ_VERSIONS}")
+
+        def parse(raw: dict[str, Any]) -> WorkingSet:
             rows = raw["e"]
             if not isinstance(rows, list) or len(rows) > MAX_WORKING_SET_KEYS:
                 raise ValueError("entries not a list within the bound")
-            found = cls(
+            return cls(
                 program=check_program_id(raw["p"]),
                 fingerprint=check_digest(raw["f"]),
                 entries=tuple(_entry(row, raw["v"]) for row in rows),
             )
-        except Exception as exc:  # anything the bytes can cause
-            raise CorruptObject(f"working set {program[:12]} is unreadable ({exc})") from None
+
+        what = f"working set {program[:12]}"
+        found = decode_record(data, what, MAX_WORKING_SET_BYTES, READ_VERSIONS, parse)
         if found.program != program:
             raise CorruptObject(f"working set under {program[:12]} is {found.program[:12]}'s")
         return found
@@ -177,16 +175,13 @@ class Hint:
 
     @classmethod
     def decode(cls, data: bytes) -> Hint:
-        try:
-            raw = load_record(data[:4096])
-            if not isinstance(raw, dict) or raw.get("v") != 1:
-                raise ValueError("not a version 1 hint")
+        def parse(raw: dict[str, Any]) -> Hint:
             platform = raw["pl"]
             if not isinstance(platform, str) or not re.fullmatch(r"[a-z0-9_]{1,32}", platform):
                 raise ValueError("not a platform name")
             return cls(check_digest(raw["f"]), platform)
-        except Exception as exc:
-            raise CorruptObject(f"working set hint is unreadable ({exc})") from None
+
+        return decode_record(data, "working set hint", MAX_HINT_BYTES, (1,), parse)
 
 
 def hint_id(program: str) -> str:
