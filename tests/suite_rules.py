@@ -1,7 +1,8 @@
 """How CI runs the suite: the JAX adapter on both ends of the range, timing tests alone.
 
-Timing-sensitive tests (bounds on how long a command waits for a frozen server) are marked
-`serial`: `.ci/run` runs them after the rest, on their own, not beside xdist workers.
+Timing-sensitive tests (bounds on how long a command waits for a frozen server), and a load
+test that would starve its neighbours (200 reader processes), are marked `serial`:
+`.ci/run` runs them after the rest, on their own, not beside xdist workers.
 
 What depends on JAX's version is the adapter: the modules of artifactstore that import JAX
 (and `jaxhook/`). Everything else behaves the same whichever JAX filled the store, so CI
