@@ -237,6 +237,9 @@ def open_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenStore]:
         store.close()
 
 
+# In CI a skipped security test fails; the hostile_record marker (tests/security/ci_rules.py).
+pytest_plugins = ["security.ci_rules"]
+
 # How CI splits the suite (JAX tests on both ends, timing tests serial) and the 15 s rule:
 # tests/suite_rules.py.
 from suite_rules import (  # noqa: E402

@@ -17,8 +17,9 @@ from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, check_key
 from artifactstore.formats.quick import MAX_QUICK_BYTES, SEPARATOR, check_quick_name
 from artifactstore.formats.workingset import MAX_WORKING_SET_BYTES, check_program_id
 
-__all__ = ["IDENTITY", "JOURNALS", "LEASES", "MANIFESTS", "QUICK", "WORKING_SETS", "BlobInfo",
-           "BlobStore", "RecordKind", "check_digest", "is_digest_name"]  # fmt: skip
+__all__ = ["IDENTITY", "JOURNALS", "LEASES", "MANIFESTS", "QUICK", "UNTRUSTED_KINDS",
+           "WORKING_SETS", "BlobInfo", "BlobStore", "RecordKind", "UntrustedKind", "check_digest",
+           "is_digest_name"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,101 @@ def is_digest_name(name: str) -> bool:
 # above, `{namespace}/identity`, read at most this far.
 IDENTITY = "identity"
 MAX_IDENTITY_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class UntrustedKind:
+    """A kind of bytes a process reads from a bucket, a tier or a bundle: untrusted input.
+
+    Why a registry: each new kind re-opened the same hole (issue 38), so every kind is
+    named here with its decoder, and tests/security/test_record_kinds.py fails when one
+    has no hostile-record test or no row in docs/security.md's table. `decoder` is a
+    "module:qualname" string (decoders live above this layer: store/, bundles/)."""
+
+    name: str  # as the table and the tests' `hostile_record` markers name it
+    where: str  # where such bytes are read from
+    decoder: str  # the function every such byte goes through first
+    max_bytes: int | None  # read at most this far, where the kind has a bound
+
+
+UNTRUSTED_KINDS: tuple[UntrustedKind, ...] = (
+    UntrustedKind(
+        "object", "bucket objects/, tier, bundle", "artifactstore.formats.codec:decode", None
+    ),
+    UntrustedKind(
+        "manifest",
+        "bucket keys/, local manifests/",
+        "artifactstore.formats.manifest:Manifest.decode",
+        MANIFESTS.max_bytes,
+    ),
+    UntrustedKind(
+        "quick-key record",
+        "bucket quick/",
+        "artifactstore.formats.quick:split_quick_name",
+        QUICK.max_bytes,
+    ),
+    UntrustedKind(
+        "hit journal",
+        "bucket journals/",
+        "artifactstore.formats.journal:Journal.decode",
+        JOURNALS.max_bytes,
+    ),
+    UntrustedKind(
+        "working set",
+        "bucket workingsets/, tier workingsets/",
+        "artifactstore.formats.workingset:WorkingSet.decode",
+        WORKING_SETS.max_bytes,
+    ),
+    UntrustedKind(
+        "working set hint",
+        "tier workingsets/",
+        "artifactstore.formats.workingset:Hint.decode",
+        1024,
+    ),
+    UntrustedKind(
+        "lease record",
+        "bucket leases/",
+        "artifactstore.store.lease:LeaseRecord.decode",
+        LEASES.max_bytes,
+    ),
+    UntrustedKind(
+        "identity",
+        "bucket {namespace}/identity",
+        "artifactstore.store.identity:decode",
+        MAX_IDENTITY_BYTES,
+    ),
+    UntrustedKind(
+        "bundle member",
+        "bundle (tar member names and headers)",
+        "artifactstore.bundles.layout:member_digest",
+        None,
+    ),
+    UntrustedKind(
+        "bundle manifest",
+        "bundle manifest.json",
+        "artifactstore.bundles.layout:parse_manifest",
+        None,
+    ),
+    UntrustedKind(
+        "named payload header",
+        "a verified object's payload",
+        "artifactstore.formats.named:unframe",
+        None,
+    ),
+    UntrustedKind("tier key file", "tier keys/", "artifactstore.store.tier:LocalTier.record", None),
+    UntrustedKind(
+        "tier access journal",
+        "tier access/",
+        "artifactstore.store.tier:LocalTier.drain_journals",
+        None,
+    ),
+    UntrustedKind(
+        "tier quick keys",
+        "tier below-threshold.json",
+        "artifactstore.store.quick:QuickKeys.get",
+        None,
+    ),
+)
 
 
 class BlobStore(abc.ABC):

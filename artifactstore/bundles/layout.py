@@ -29,7 +29,7 @@ from typing import Any
 from artifactstore.errors import ArtstoreError
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.fingerprint import Fingerprint
-from artifactstore.formats.manifest import Manifest, check_key
+from artifactstore.formats.manifest import Manifest, check_key, load_record
 
 MANIFEST_FORMAT = "artifactstore-bundle"
 FORMAT_VERSION = 1
@@ -145,10 +145,10 @@ class BundleManifest:
 def parse_manifest(data: bytes) -> BundleManifest:
     """The bundle's manifest, every record checked; BundleError naming the first
     problem (the record's key prefix where it has one)."""
-    try:
-        raw = json.loads(data)
+    try:  # nested at most a few levels, checked before parsing (no RecursionError)
+        raw = load_record(data)
     except ValueError:
-        raise BundleError(f"{MANIFEST} is not JSON") from None
+        raise BundleError(f"{MANIFEST} is not JSON, or nested too deep") from None
     if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
         raise BundleError(f"{MANIFEST} is not an artifactstore bundle manifest")
     if raw.get("version") != FORMAT_VERSION:

@@ -13,10 +13,13 @@ import struct
 from typing import Any
 
 from artifactstore.errors import CorruptObject
+from artifactstore.formats.manifest import load_record
 
 MAGIC = b"ARTSTORE-NAMED\0"
 FORMAT_VERSION = 1
 _LENGTH = struct.Struct(">BI")  # format version, header length
+# A header's signature trees and shardings nest a few levels; deeper is refused unparsed.
+HEADER_DEPTH = 32
 
 
 def frame(header: dict[str, Any], body: bytes) -> bytes:
@@ -38,9 +41,9 @@ def unframe(payload: bytes) -> tuple[Any, bytes]:
         )
     if start + length > len(payload):
         raise CorruptObject("named executable header truncated")
-    try:
-        header = json.loads(payload[start : start + length])
-    except (ValueError, UnicodeDecodeError) as exc:
+    try:  # nested at most HEADER_DEPTH levels, checked before parsing (no RecursionError)
+        header = load_record(payload[start : start + length], HEADER_DEPTH)
+    except ValueError as exc:
         raise CorruptObject(f"malformed named executable header: {exc}") from exc
     return header, payload[start + length :]
 

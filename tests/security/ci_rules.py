@@ -1,0 +1,56 @@
+"""Security tests in CI: a skip is a failure, and hostile-record tests say which kind they cover.
+
+Why: a security test that skips where it cannot run (no second OS user, no server) leaves
+CI green while the defence goes untested (issue 38 measured 4 tier-security tests skipped
+with CI=true, exit 0). Under CI=true any skip of a test under tests/security/ or of
+tests/test_tier_security.py becomes a failure carrying the skip's reason.
+
+The `hostile_record(kind)` marker declares that a Hypothesis test drives hostile records of
+`kind` (a name in artifactstore.blobstores.base.UNTRUSTED_KINDS) through a real path;
+tests/security/test_record_kinds.py fails for a registered kind no test declares.
+Loaded by tests/conftest.py (`pytest_plugins`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+# Tests that may not skip in CI: paths relative to tests/.
+NO_SKIP_IN_CI = ("security/", "test_tier_security.py")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "hostile_record(*kinds): a Hypothesis test of hostile records of these kinds "
+        "(artifactstore.blobstores.base.UNTRUSTED_KINDS) through a real path",
+    )
+
+
+def must_run(path: Path) -> bool:
+    """Whether the test file at `path` may not skip in CI."""
+    try:
+        rel = path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return False
+    return rel.startswith(NO_SKIP_IN_CI)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not (report.skipped and in_ci() and must_run(item.path)) or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"skipped in CI, where security tests must run: {reason}"
