@@ -94,10 +94,9 @@ class Output:
                 f"  {verb} {report.entries_restored} entries the index had lost, "
                 "from their objects' metadata\n"
             )
-        if report.journals_folded or report.journals_refused or report.journals_set_aside:
-            line = fold_line(
-                report.journals_folded, report.journals_refused, report.journals_set_aside
-            )
+        folds = (report.journals_folded, report.journals_refused, report.journals_set_aside)
+        if any(folds) or report.journals_left:
+            line = fold_line(*folds, left=report.journals_left)
             self._write(f"  {line}\n")
         if report.quick_records_removed:
             verb = "would delete" if self.dry_run else "deleted"
@@ -114,11 +113,17 @@ class Output:
         self.out.flush()
 
 
-def fold_line(journals: int, refused: int, set_aside: int = 0) -> str:
-    """One line for folded hit journals, shared by gc and `artstore fold`."""
+def fold_line(journals: int, refused: int, set_aside: int = 0, left: int = 0) -> str:
+    """One line for folded hit journals, shared by gc and `artstore fold`; `left`: journals
+    beyond this run's bound (gc.journals.FOLD_MAX_JOURNALS, FOLD_MAX_BYTES)."""
     line = f"folded {journals} hit journal{'s' if journals != 1 else ''} into the index"
     if refused:
         line += f"; deleted {refused} malformed or oversized one{'s' if refused != 1 else ''}"
     if set_aside:
         line += f"; set aside {set_aside} unreadable or not named as a journal (left in the bucket)"
+    if left:
+        from artifactstore.gc.journals import FOLD_MAX_BYTES, FOLD_MAX_JOURNALS
+
+        bound = f"{FOLD_MAX_JOURNALS} journals or {format_size(FOLD_MAX_BYTES)}"
+        line += f"; {left} left for the next run (a run folds at most {bound})"
     return line

@@ -75,7 +75,7 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         if why is not None and not run.policy.dry_run:
             raise StoreUnavailable(f"hit journals not folded: {why}")
         run.report.journals_folded, run.report.journals_refused = fold.journals, fold.refused
-        run.report.journals_set_aside = fold.set_aside
+        run.report.journals_set_aside, run.report.journals_left = fold.set_aside, fold.left
         run.report.accesses_folded = fold_accesses(run.store.engine, run.store.namespace)
         if not store_down:
             try:

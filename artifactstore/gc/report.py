@@ -41,6 +41,7 @@ class GcReport:
     journals_folded: int = 0  # readers' hit journals (artifactstore.formats.journal)
     journals_refused: int = 0  # malformed or oversized: deleted unread
     journals_set_aside: int = 0  # not named as journals, or unreadable: left alone
+    journals_left: int = 0  # beyond this run's fold bound: the next run folds them
     accesses_folded: int = 0
     quick_records_removed: int = 0  # keys once too quick to store, stored since
     entries_removed: int = 0

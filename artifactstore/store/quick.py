@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from artifactstore.formats.manifest import load_record
+
 log = logging.getLogger("artifactstore")
 
 # key -> (compile seconds, expiry as seconds since the epoch)
@@ -86,8 +88,8 @@ class QuickKeys:
 
     def _read(self) -> BelowThreshold:
         try:
-            raw = json.loads(self._read_file() or b"{}")
+            raw = load_record(self._read_file() or b"{}")  # nested a few levels at most
             return {str(k): (float(c), float(t)) for k, (c, t) in raw.items()}
-        except (OSError, ValueError, TypeError, AttributeError):
+        except (OSError, ValueError, TypeError, AttributeError, OverflowError):
             log.debug("artifactstore: ignoring an unreadable %s", self.name)
             return {}

@@ -53,7 +53,8 @@ from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
 from artifactstore.formats import codec
-from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.codec import check_digest
+from artifactstore.formats.manifest import Manifest, load_record
 from artifactstore.store.quick import QuickKeys
 
 if TYPE_CHECKING:
@@ -196,16 +197,17 @@ class LocalTier:
         try:
             # Never through a symbolic link: a key file chooses what is loaded.
             data = self.tree.read(self._key_path(key))
-            raw = json.loads(data)
+            raw = load_record(data)  # nested a few levels at most: no RecursionError
             if isinstance(raw, dict) and "v" in raw:  # a manifest, checked as the store's
                 return Manifest.decode(data, key)
-            return TierEntry(str(raw["d"]), str(raw["f"]), float(raw["c"]))
+            # A 0.2 key file: its digests name files, so they are checked as digests.
+            return TierEntry(check_digest(raw["d"]), check_digest(raw["f"]), float(raw["c"]))
         except FileNotFoundError:
             return None
         except UnsafeDirectory as exc:
             self._refused(exc)
             return None
-        except (OSError, ValueError, KeyError, TypeError, CorruptObject):
+        except (OSError, ValueError, KeyError, TypeError, OverflowError, CorruptObject):
             self.forget(key)
             return None
 
@@ -366,9 +368,9 @@ class LocalTier:
         try:
             for name, data in [] if self._off else self.tree.claim(self.journal, ".json"):
                 try:
-                    raw = json.loads(data)
+                    raw = load_record(data)  # nested a few levels at most
                     yield {str(k): (int(n), float(t)) for k, (n, t) in raw.items()}
-                except (ValueError, TypeError, AttributeError):
+                except (ValueError, TypeError, AttributeError, OverflowError):
                     log.debug("artifactstore: dropping unreadable access journal %s", name)
         except UnsafeDirectory as exc:
             self._refused(exc)

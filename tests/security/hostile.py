@@ -14,7 +14,13 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from conftest import TEAM_KEY, TEAM_PUB
 from hypothesis import strategies as st
+
+from artifactstore.config import keyfiles
+from artifactstore.config.host import compute
+from artifactstore.formats import codec
+from artifactstore.formats.manifest import Manifest
 
 # Names an attacker would try where a name becomes a path or an object key.
 NASTY_TEXT = [
@@ -164,3 +170,38 @@ def names() -> st.SearchStrategy[str]:
 DEEP = b"[" * 100_000 + b"]" * 100_000
 DEEP_FIELD = b'{"v":1,"a":' + b"[" * 5000 + b"]" * 5000 + b"}"
 HUGE_NUMBER = b'{"v":1,"c":1' + b"0" * 400 + b"}"
+
+
+# -- the entries the path tests store: two keys, signed by the team tests' key ----------
+FP = compute(
+    platform_name="cpu",
+    platform_version="v",
+    device_kind="cpu-test",
+    device_count=1,
+    jax_version="1",
+    jaxlib_version="1",
+)
+KEY, OTHER = "k" * 64, "o" * 64
+PAYLOADS = {KEY: b"the executable stored for KEY" * 8, OTHER: b"another entry's executable" * 8}
+SIGNER = keyfiles.load_signing_key(str(TEAM_KEY))
+TRUSTED = keyfiles.load_trusted_keys(str(TEAM_PUB))
+
+
+def signed(key: str, payload: bytes, namespace: str = "default") -> codec.Encoded:
+    """`payload`'s object for `key`, signed as the team tests' writers sign."""
+    meta = codec.ObjectMeta(key, "jit_f", 1.5, len(payload), "h", FP.to_dict(), callbacks=0)
+    return codec.encode(payload, FP.digest, meta, signer=SIGNER, namespace=namespace)
+
+
+def manifest_of(key: str, encoded: codec.Encoded) -> Manifest:
+    return Manifest(
+        key,
+        encoded.digest,
+        FP.digest,
+        1.5,
+        encoded.raw_size,
+        len(encoded.data),
+        "jit_f",
+        callbacks=0,
+        signer=SIGNER.name,
+    )
