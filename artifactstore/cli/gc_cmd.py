@@ -112,10 +112,17 @@ def gc_cmd(
 
 @click.command("fold")
 @json_option()
+@click.option(
+    "--max-journals",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Fold at most this many journals (default 500); the rest waits.",
+)
 @click.pass_obj
-def fold_cmd(obj: Ctx, as_json: bool) -> None:
+def fold_cmd(obj: Ctx, as_json: bool, max_journals: int | None) -> None:
     """Fold readers' hit journals into the index (gc does too; run it every few minutes
-    from cron where gc runs less often, so that `stats` and LRU see the cluster's hits)."""
+    from cron where gc runs less often, so that `stats` and LRU see the cluster's hits).
+    A run folds at most 500 journals or 8 MiB of them; it says how many it left."""
     from artifactstore.cli.gc_output import fold_line
     from artifactstore.gc.journals import fold_journals
     from artifactstore.index.accesses import fold_accesses
@@ -123,14 +130,15 @@ def fold_cmd(obj: Ctx, as_json: bool) -> None:
     with obj.store(changes=True) as store:
         if store.read_only:
             fail("fold writes the index: unset ARTSTORE_READ_ONLY to run it", EXIT_USAGE)
-        fold = fold_journals(store)
+        fold = fold_journals(store, max_journals=max_journals)
         rows = fold_accesses(store.engine, store.namespace)
     if as_json:
         print_json({"namespace": store.namespace, "journals_folded": fold.journals,
                     "journals_refused": fold.refused, "journals_set_aside": fold.set_aside,
-                    "hits": fold.hits, "accesses_folded": rows})  # fmt: skip
+                    "journals_left": fold.left, "hits": fold.hits,
+                    "accesses_folded": rows})  # fmt: skip
         return
-    line = fold_line(fold.journals, fold.refused, fold.set_aside)
+    line = fold_line(fold.journals, fold.refused, fold.set_aside, fold.left)
     click.echo(f"namespace {store.namespace}: {line} ({fold.hits} hits); "
                f"{rows} access rows applied")  # fmt: skip
 

@@ -7,13 +7,19 @@ fingerprint: clamped by `usage.clean_usage`; journals of clients that wrote none
 fold as before), and the journal is deleted after the commit. Then the access
 rows are folded into the entries (index/accesses.py), so LRU, `ls` and `stats`
 see the cluster's hits.
+
+Bounded per run (FOLD_MAX_JOURNALS journals, FOLD_MAX_BYTES bytes read): a bucket
+holding thousands of journals (a cluster after a gc outage, or junk) must not hold
+one fold, or the gc that starts with it, for minutes. What is left is counted from
+the listing alone (up to COUNT_LEFT_MAX) and said in the summary; the next run
+takes it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,6 +35,12 @@ log = logging.getLogger("artifactstore")
 # Journals read before their rows are committed and they are deleted: bounds memory
 # and how much a fold killed midway counts twice.
 BATCH = 200
+# Most journals one run folds, and most bytes of journals it reads (documented in
+# docs/operations.md); the rest waits for the next run.
+FOLD_MAX_JOURNALS = 500
+FOLD_MAX_BYTES = 8 * 1024 * 1024
+# Journals left are counted from the listing up to this many ("at least" beyond).
+COUNT_LEFT_MAX = 100_000
 
 
 @dataclass
@@ -37,14 +49,23 @@ class JournalFold:
     refused: int = 0  # malformed or oversized, whatever they made fail: deleted, counted here
     set_aside: int = 0  # not named as journals, or unreadable: left where they are, counted
     hits: int = 0  # hits they added (after clamping)
+    left: int = 0  # journals left for the next run (the bound was reached), counted
 
 
 # One journal's rows, checked and clamped as the index takes them.
 _Rows = tuple[dict[str, tuple[int, datetime]], dict[str, int], _usage.Usage]
 
 
-def fold_journals(store: Store, *, progress: Callable[[int], None] | None = None) -> JournalFold:
-    """Fold every hit journal of the store's namespace into its access rows.
+def fold_journals(
+    store: Store,
+    *,
+    progress: Callable[[int], None] | None = None,
+    max_journals: int | None = None,
+    max_bytes: int | None = None,
+) -> JournalFold:
+    """Fold the store's namespace's hit journals into its access rows, at most
+    `max_journals` of them and `max_bytes` read (FOLD_MAX_JOURNALS, FOLD_MAX_BYTES by
+    default); the rest is counted in `left`.
 
     Journals are untrusted (readers and anyone else who may write the bucket put
     them there): whatever one of them makes fail, it is set aside and counted and
@@ -54,13 +75,21 @@ def fold_journals(store: Store, *, progress: Callable[[int], None] | None = None
     touches: dict[str, tuple[int, datetime]] = {}
     counts: Counter[str] = Counter()
     usage: _usage.Usage = {}
-    for name in store.blobs.iter_records(JOURNALS):
+    max_journals = FOLD_MAX_JOURNALS if max_journals is None else max_journals
+    max_bytes = FOLD_MAX_BYTES if max_bytes is None else max_bytes
+    read, gets = 0, 0  # bytes of the journals taken, journals asked for
+    names = store.blobs.iter_records(JOURNALS)
+    for name in names:
+        if gets >= max_journals and _is_journal(name):
+            result.left = _count_left(name, names)
+            break
         try:
             check_journal_name(name)
         except ValueError:  # not one of ours: never read, never deleted
             result.set_aside += 1
             _warn(f"leaving {name[:40]!r} under journals/ alone: not named as a hit journal")
             continue
+        gets += 1
         try:
             data = store.blobs.get_record(JOURNALS, name)
         except Exception as exc:
@@ -70,6 +99,10 @@ def fold_journals(store: Store, *, progress: Callable[[int], None] | None = None
             continue
         if data is None:  # folded by a concurrent fold
             continue
+        if read and read + len(data) > max_bytes:  # left as it is for the next run
+            result.left = _count_left(name, names)
+            break
+        read += len(data)
         batch.append(name)
         try:
             rows = _rows(data)
@@ -87,6 +120,24 @@ def fold_journals(store: Store, *, progress: Callable[[int], None] | None = None
             _commit(store, batch, touches, counts, usage, result, progress)
     _commit(store, batch, touches, counts, usage, result, progress)
     return result
+
+
+def _count_left(first: str, rest: Iterator[str]) -> int:
+    """Journal names from `first` on, counted from the listing (nothing read)."""
+    left = 1 if _is_journal(first) else 0
+    for name in rest:
+        if left >= COUNT_LEFT_MAX:
+            break
+        left += _is_journal(name)
+    return left
+
+
+def _is_journal(name: str) -> bool:
+    try:
+        check_journal_name(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _rows(data: bytes) -> _Rows:
