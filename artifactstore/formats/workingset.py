@@ -26,6 +26,22 @@ never a wrong load). Records come from a bucket that anyone who may write it cho
 parsed with `load_record`, every field checked, anything else refused whole
 (`CorruptObject`).
 
+Signed sets (issue 38): a record decides what a reader deserializes (which entries,
+with which options and devices), so where a process requires signatures
+(ARTSTORE_TRUSTED_KEYS, the default of team stores) it follows a set only when a trusted
+key signed it. A writer holding ARTSTORE_SIGNING_KEY adds one field to the object,
+
+    "s": {"k": key name, "sig": base64 Ed25519 signature}
+
+over `signature_message(namespace, program id, sha256 of the record without "s")`, that
+record re-encoded as the writer encoded it (compact JSON, its fields in their order), so
+a reader checks the fields it parsed, whatever the bytes' spacing. The message has its
+own domain tag (`SET_DOMAIN`): no entry signature is a working set's, nor the other way.
+Old and new clients during a rollout: clients from before signatures ignore the field
+and read a signed set as before; a new client that requires signatures refuses an old
+client's unsigned set whole (no prediction, never a wrong load); one that does not
+require them reads both.
+
 A host also keeps, in its tier only, the program's *hint*: the fingerprint digest and
 platform of its last run's default backend (`Hint`), so that the next run fetches and
 verifies its working set while JAX still initializes the backend that the fingerprint
@@ -40,12 +56,15 @@ import binascii
 import hashlib
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import CorruptObject
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.manifest import check_key, decode_record
+
+if TYPE_CHECKING:
+    from artifactstore.formats.signing import SigningKey, TrustedKeys
 
 FORMAT_VERSION = 2
 READ_VERSIONS = (1, 2)
@@ -58,6 +77,18 @@ MAX_OPTIONS_BYTES = 64 * 1024
 # Devices of one executable: a large pod slice's, with room to spare.
 MAX_DEVICES = 16384
 _NAME_RE = re.compile(r"[0-9a-f]{40}")
+SET_DOMAIN = b"artifactstore-working-set-signature-v1\x00"
+_SEPARATORS = (",", ":")  # how a writer encodes a record, and so what a signature covers
+_SIGNER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # formats.signing's key names
+
+
+@dataclass(frozen=True)
+class SetSignature:
+    """A set's "s" field: who signed it, and the digest of the record it covers."""
+
+    signer: str
+    signature: bytes
+    content: str  # sha256 of the record without "s", re-encoded as a writer encodes it
 
 
 @dataclass(frozen=True)
@@ -76,14 +107,15 @@ class WorkingSet:
     program: str  # the record's name: `program_id(...)`
     fingerprint: str  # the fingerprint digest every entry was built for
     entries: tuple[WorkingEntry, ...]
+    signature: SetSignature | None = field(default=None, compare=False)
 
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(e.key for e in self.entries)
 
-    def encode(self) -> bytes:
-        """The record; entries beyond the bounds (count, then bytes) are left out, the
-        latest first used going first."""
+    def encode(self, signer: SigningKey | None = None, namespace: str = "") -> bytes:
+        """The record, signed by `signer` for `namespace` if given; entries beyond the
+        bounds (count, then bytes) are left out, the latest first used going first."""
         kept = [
             e
             for e in self.entries[:MAX_WORKING_SET_KEYS]
@@ -96,8 +128,18 @@ class WorkingSet:
             for e in kept
         ]
         while True:
-            record = {"v": version, "p": self.program, "f": self.fingerprint, "e": rows}
-            data = json.dumps(record, separators=(",", ":")).encode()
+            record: dict[str, Any] = {
+                "v": version,
+                "p": self.program,
+                "f": self.fingerprint,
+                "e": rows,
+            }
+            data = json.dumps(record, separators=_SEPARATORS).encode()
+            if signer is not None:
+                message = signature_message(namespace, self.program, _sha256(data))
+                sig = base64.b64encode(signer.sign(message)).decode()
+                record["s"] = {"k": signer.name, "sig": sig}
+                data = json.dumps(record, separators=_SEPARATORS).encode()
             if len(data) <= MAX_WORKING_SET_BYTES or not rows:
                 return data
             rows = rows[: len(rows) * 3 // 4]
@@ -114,6 +156,7 @@ class WorkingSet:
                 program=check_program_id(raw["p"]),
                 fingerprint=check_digest(raw["f"]),
                 entries=tuple(_entry(row, raw["v"]) for row in rows),
+                signature=_signature(raw) if "s" in raw else None,
             )
 
         what = f"working set {program[:12]}"
@@ -121,6 +164,52 @@ class WorkingSet:
         if found.program != program:
             raise CorruptObject(f"working set under {program[:12]} is {found.program[:12]}'s")
         return found
+
+    def refusal(self, trusted: TrustedKeys, namespace: str) -> str | None:
+        """Why a process that requires signatures does not follow this set (one line, no
+        key material); None when a key in `trusted` signed it for `namespace`."""
+        sig = self.signature
+        if sig is None:
+            return "unsigned"
+        if not trusted.knows(sig.signer):
+            return f"signed by key {sig.signer!r}, which is not trusted"
+        message = signature_message(namespace, self.program, sig.content)
+        if not trusted.verify(sig.signer, sig.signature, message):
+            return f"the signature of key {sig.signer!r} does not match (altered or misplaced)"
+        return None
+
+
+def signature_message(namespace: str, program: str, content_digest: str) -> bytes:
+    """What a set's signature covers: its own domain tag, then a JSON array."""
+    return (
+        SET_DOMAIN
+        + json.dumps([namespace, program, content_digest], separators=_SEPARATORS).encode()
+    )
+
+
+def _signature(raw: dict[str, Any]) -> SetSignature:
+    s = raw["s"]
+    if (
+        not isinstance(s, dict)
+        or not isinstance(s.get("k"), str)
+        or not isinstance(s.get("sig"), str)
+    ):
+        raise ValueError("the signature field is not {k, sig}")
+    if not _SIGNER_RE.fullmatch(s["k"]) or len(s["sig"]) > 128:
+        raise ValueError("the signature field names no key")
+    try:
+        signature = base64.b64decode(s["sig"], validate=True)
+    except binascii.Error:
+        raise ValueError("the signature is not base64") from None
+    if len(signature) != 64:
+        raise ValueError("the signature is not 64 bytes")
+    unsigned = {k: v for k, v in raw.items() if k != "s"}
+    content = _sha256(json.dumps(unsigned, separators=_SEPARATORS).encode())
+    return SetSignature(s["k"], signature, content)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _entry(row: Any, version: int) -> WorkingEntry:

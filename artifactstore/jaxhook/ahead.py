@@ -16,6 +16,7 @@ from typing import Any
 from artifactstore.formats import named as named_format
 from artifactstore.formats.workingset import WorkingEntry
 from artifactstore.jaxhook import compat
+from artifactstore.jaxhook.validate import checked_devices, checked_options
 
 THREADS = 4  # deserializations at once: the backend's parallelism, not the host's cores
 
@@ -39,17 +40,19 @@ def deserialize(
     backend: Any, devices: dict[int, Any], entry: WorkingEntry, payload: bytes
 ) -> tuple[Any, Any]:
     """(executable, named header or None) of `entry`'s verified payload; (None, None)
-    for a named payload that is not a native executable on `entry`'s devices."""
+    for a named payload that is not a native executable on `entry`'s devices. Its
+    devices and options are checked against `devices` (this backend's) first: an entry
+    they do not fit raises `validate.Refused` and reaches no XLA call."""
     if entry.kind == "named":
         header, body = named_format.unframe(bytes(payload))
         ids = named_format.native_devices(header)
         if ids is None or ids != entry.devices:
             return None, None
-        device_list = compat.device_list(tuple(devices[i] for i in ids))
+        device_list = compat.device_list(checked_devices(ids, devices))
         return backend.deserialize_executable(body, device_list, None), header
-    device_list = compat.device_list(tuple(devices[i] for i in entry.devices))
-    options = compat.parse_options(entry.options)
-    return backend.deserialize_executable(payload, device_list, options), None
+    chosen = checked_devices(entry.devices, devices)
+    options = checked_options(entry.options, entry.devices)
+    return backend.deserialize_executable(payload, compat.device_list(chosen), options), None
 
 
 def in_daemons(tasks: Sequence[Callable[[], None]], threads: int = THREADS) -> None:

@@ -34,6 +34,7 @@ from artifactstore.jaxhook import compat
 from artifactstore.jaxhook.ahead import THREADS, Ahead, deserialize, in_daemons, loadable
 from artifactstore.jaxhook.events import USE_CACHE, record_event, record_load
 from artifactstore.jaxhook.platform import backend_fingerprint
+from artifactstore.jaxhook.validate import Refused
 from artifactstore.runtime.session import Session
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ class Prefetcher:
         # A warm host's tier holds the working set too: the store is opened here only
         # where the tier is empty (then the session opens it anyway).
         store = session.store() if tier is None or not tier.has_entries() else None
-        found = session.working_sets.read(tier, store, fingerprint)
+        refused = functools.partial(self._count, "prefetch_refused_set")  # unsigned, untrusted
+        found = session.working_sets.read(tier, store, fingerprint, on_refused=refused)
         entries = loadable(found.entries) if found else []
         if not entries or self._closed.is_set():
             return
@@ -199,6 +201,9 @@ class Prefetcher:
             item.fingerprint, item.record = fingerprint, hit.entry
             if item.executable is not None:
                 self._count("prefetched")
+        except Refused as exc:  # options or devices that do not fit this backend
+            self._count("prefetch_refused_options")
+            log.debug("artifactstore: %s not loaded ahead: %s", item.entry.key[:12], exc)
         except Exception as exc:
             log.debug("artifactstore: %s not loaded ahead: %s", item.entry.key[:12], one_line(exc))
         finally:

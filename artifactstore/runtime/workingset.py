@@ -9,6 +9,14 @@ WORKING_SETS record, so that a new host predicts from the team's runs. A process
 only when its set differs from what it read, the store's copy on the writer thread so
 that the exit flush bounds it, and only where the store is open already (a process the
 tier answered in full opens nothing at exit for this).
+
+Signed sets (issue 38): a process with ARTSTORE_SIGNING_KEY signs both copies. One that
+requires signatures (ARTSTORE_TRUSTED_KEYS) follows a copy, tier or store, only when a
+trusted key signed it; another is refused whole, counted, and said once (a warning).
+Such a process without a key of its own writes no copy: an unsigned one it would refuse
+itself next run, and it would replace a signed one (pulled, or copied from the store).
+Instead it keeps in its tier the trusted record it read from the store, so that its next
+runs predict from the tier without asking the store.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ class WorkingSets:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.program = program_name(settings)
+        self._warned = False  # a refused set is said once per process
         self._lock = threading.Lock()
         self._read: dict[str, tuple[str, ...]] = {}  # fingerprint -> the keys read
         self._used: dict[str, dict[str, WorkingEntry]] = {}  # fingerprint -> key -> entry
@@ -68,28 +77,71 @@ class WorkingSets:
 
     # -- at start --------------------------------------------------------------
     def read(
-        self, tier: LocalTier | None, store: Store | None, fingerprint: str
+        self,
+        tier: LocalTier | None,
+        store: Store | None,
+        fingerprint: str,
+        on_refused: Callable[[], None] | None = None,
     ) -> WorkingSet | None:
         """The working set the last run recorded for this platform: this host's copy, else
         the store's (`store`: None where the caller will not open one). Anything unreadable
-        is no working set (a debug line): the program runs as without one."""
+        is no working set (a debug line): the program runs as without one. Where this
+        process requires signatures, a copy no trusted key signed is refused
+        (`on_refused` is called for each)."""
         name = self.name(fingerprint)
         if name is None:
             return None
         found = None
         for where in ("tier", "store"):
+            data = None
             try:
                 data = _tier_get(tier, name) if where == "tier" else _store_get(store, name)
                 if data is not None:
                     found = WorkingSet.decode(data, name)
             except Exception as exc:
                 log.debug("artifactstore: %s working set unusable: %s", where, one_line(exc))
+            if found is not None and not self._trusted(found, where, on_refused):
+                found = None
             if found is not None and found.fingerprint == fingerprint:
+                if where == "store" and data is not None:
+                    self._keep(tier, name, data)
                 break
             found = None
         with self._lock:
             self._read[fingerprint] = found.keys if found is not None else ()
         return found
+
+    def _trusted(
+        self, found: WorkingSet, where: str, on_refused: Callable[[], None] | None
+    ) -> bool:
+        """Whether `found` may be followed: always where signatures are not required."""
+        trusted = self.settings.trusted_keys
+        why = None if trusted is None else found.refusal(trusted, self.settings.namespace)
+        if why is None:
+            return True
+        if on_refused is not None:
+            on_refused()
+        level = logging.DEBUG if self._warned else logging.WARNING
+        self._warned = True
+        where = "this host's tier" if where == "tier" else "the store"
+        log.log(
+            level,
+            "artifactstore: the working set in %s is not followed (nothing loaded ahead from "
+            "it): %s, and this process requires signatures (ARTSTORE_TRUSTED_KEYS)",
+            where,
+            why,
+        )
+        return False
+
+    def _keep(self, tier: LocalTier | None, name: str, data: bytes) -> None:
+        """A process that will not write its own copy (it requires signatures and holds
+        no key) keeps the store's trusted one in its tier, where its next runs find it."""
+        if self.settings.trusted_keys is None or self.settings.signing_key is not None:
+            return
+        try:
+            _tier_put(tier, name, data)
+        except Exception as exc:
+            log.debug("artifactstore: could not keep the working set: %s", one_line(exc))
 
     def read_hint(self, tier: LocalTier | None) -> Hint | None:
         """The fingerprint and platform of this program's last default backend here."""
@@ -133,8 +185,13 @@ class WorkingSets:
     def save(self, tier: LocalTier | None, store: Store | None) -> None:
         """Write what changed: this host's copy now, the store's on its writer thread
         (a writer's open store only), which the exit flush then bounds."""
+        key, namespace = self.settings.signing_key, self.settings.namespace
+        if key is None and self.settings.trusted_keys is not None:
+            if self.changed():  # its own copy it would refuse next run: keep what it read
+                log.debug("artifactstore: working set not written: unsigned (no signing key)")
+            return
         for found in self.changed():
-            data = found.encode()
+            data = found.encode(key, namespace)
             try:
                 _tier_put(tier, found.program, data)
             except Exception as exc:
