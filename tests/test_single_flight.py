@@ -229,7 +229,8 @@ def test_a_wait_is_bounded_and_readers_wait_without_a_lease(
 def test_reader_loads_what_a_writer_compiles(team_env: dict[str, str], tmp_path: Path) -> None:
     """Slow: a writer's compile slowed on purpose so that the reader waits for it."""
     writer = start(env_for(team_env, tmp_path, 0, JOB_PAUSE="open", JOB_SLOW_COMPILE_SECS="8"))
-    reader = start(env_for(team_env, tmp_path, 1, JOB_PAUSE="open", ARTSTORE_READ_ONLY="1"))
+    patient = {"ARTSTORE_READ_ONLY": "1", "ARTSTORE_LEASE_READER_WAIT": "60"}
+    reader = start(env_for(team_env, tmp_path, 1, JOB_PAUSE="open", **patient))
     paused(writer)
     paused(reader)
     resume(writer)

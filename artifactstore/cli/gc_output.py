@@ -104,6 +104,12 @@ class Output:
                 f"  {verb} {report.quick_records_removed} records of keys once too quick "
                 "to store, stored since\n"
             )
+        if report.lease_rows_removed or report.lease_records_removed:
+            verb = "would remove" if self.dry_run else "removed"
+            self._write(
+                f"  {verb} {report.lease_records_removed} stale lease records and "
+                f"{report.lease_rows_removed} lease rows of dead compile holders\n"
+            )
         if report.reconcile_skipped:
             self._write(f"  object store not cross-checked: {report.reconcile_skipped}\n")
 

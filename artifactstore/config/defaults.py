@@ -48,6 +48,10 @@ DEFAULT_LEASE_TTL_SECS = 30.0
 # further, and no waiter waits longer unless ARTSTORE_LEASE_WAIT says so. Twice gc's
 # lease TTL (index.leases.DEFAULT_TTL_SECS).
 DEFAULT_LEASE_MAX_HOLD_SECS = 600.0
+# A read-only reader cannot take a silent holder's lease over, and anyone who may write
+# the bucket can write a lease record: it waits for a writer's compile this long at most,
+# then compiles (a few seconds: what a lost wait may cost each missed key, never a minute).
+DEFAULT_LEASE_READER_WAIT_SECS = 5.0
 SINGLE_FLIGHT_MODES = ("auto", "on", "off")
 # Executables a process loads ahead of JAX's requests (its working set, issue 31) are held
 # until claimed: at most this much serialized executable at once, a bound on what a wrong

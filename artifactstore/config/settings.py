@@ -24,6 +24,7 @@ from artifactstore.config.defaults import (
     DEFAULT_FLUSH_SECS,
     DEFAULT_JOURNAL_SECS,
     DEFAULT_LEASE_MAX_HOLD_SECS,
+    DEFAULT_LEASE_READER_WAIT_SECS,
     DEFAULT_LEASE_TTL_SECS,
     DEFAULT_LOCAL_TIER_BYTES,
     DEFAULT_MAX_EXECUTABLE_BYTES,
@@ -98,6 +99,8 @@ class Settings:
     lease_wait_secs: float | None = None
     lease_ttl_secs: float = DEFAULT_LEASE_TTL_SECS
     lease_max_hold_secs: float = DEFAULT_LEASE_MAX_HOLD_SECS
+    # How long a read-only reader waits for a writer's compile at most (store.lease).
+    lease_reader_wait_secs: float = DEFAULT_LEASE_READER_WAIT_SECS
     # Prometheus metrics (artifactstore.metrics): serve this process's counters on this
     # port (None: not served), bound to `metrics_addr`.
     metrics_port: int | None = None
@@ -162,6 +165,7 @@ _OPTIONS: dict[str, str] = {
     "lease_wait_secs": "LEASE_WAIT",
     "lease_ttl_secs": "LEASE_TTL",
     "lease_max_hold_secs": "LEASE_MAX_HOLD",
+    "lease_reader_wait_secs": "LEASE_READER_WAIT",
     "metrics_port": "METRICS_PORT",
     "metrics_addr": "METRICS_ADDR",
     "prefetch": "PREFETCH",
@@ -307,6 +311,10 @@ def resolve(
             ENV_PREFIX + "LEASE_MAX_HOLD",
             values.get("lease_max_hold_secs", DEFAULT_LEASE_MAX_HOLD_SECS),
             minimum=1,
+        ),
+        lease_reader_wait_secs=parse_float(
+            ENV_PREFIX + "LEASE_READER_WAIT",
+            values.get("lease_reader_wait_secs", DEFAULT_LEASE_READER_WAIT_SECS),
         ),
         prefetch=parse_auto_bool(ENV_PREFIX + "PREFETCH", values.get("prefetch", "auto")),
         prefetch_max_bytes=parse_limit(

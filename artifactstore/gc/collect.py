@@ -10,6 +10,7 @@ from artifactstore import interrupts
 from artifactstore.errors import ConfigError, StoreUnavailable, one_line
 from artifactstore.gc import reconcile
 from artifactstore.gc.journals import fold_or_say_why
+from artifactstore.gc.leases import drop_stale_leases
 from artifactstore.gc.policy import Policy, effective_limit, old_jaxlib_versions
 from artifactstore.gc.quick import drop_stored_quick_keys
 from artifactstore.gc.rebuild import require_sound_index
@@ -80,6 +81,7 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         if not store_down:
             try:
                 drop_stored_quick_keys(run)
+                drop_stale_leases(run)
             except StoreUnavailable as exc:
                 if not run.policy.dry_run:
                     raise

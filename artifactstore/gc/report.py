@@ -44,6 +44,8 @@ class GcReport:
     journals_left: int = 0  # beyond this run's fold bound: the next run folds them
     accesses_folded: int = 0
     quick_records_removed: int = 0  # keys once too quick to store, stored since
+    lease_rows_removed: int = 0  # compile leases of dead holders, in the index (gc/leases.py)
+    lease_records_removed: int = 0  # their `leases/*` records in the object store
     entries_removed: int = 0
     entry_bytes_removed: int = 0
     objects_removed: int = 0

@@ -157,3 +157,50 @@ class Lease:
             conn.execute(
                 delete(LeaseRow).where(LeaseRow.name == self.name, LeaseRow.token == self.token)
             )
+
+
+def stale_leases(
+    engine: Engine,
+    prefix: str,
+    suffix: str,
+    *,
+    grace_secs: float,
+    max_hold_secs: float,
+    remove: bool,
+    limit: int = 10_000,
+) -> list[str]:
+    """The names of leases named `prefix...suffix` whose holder is gone: expired more than
+    `grace_secs` ago, expiring further ahead than `max_hold_secs` (forged, or a clock far
+    ahead: takers already treat it as expired), or held by a process of this host that has
+    exited; deleted when `remove` (gc), each only if still held by the same token. At most
+    `limit` a call. A holder paused past that finds its lease lost, as after a takeover."""
+    now = utcnow()
+    early = now - timedelta(seconds=grace_secs)
+    late = now + timedelta(seconds=max_hold_secs + grace_secs)
+    named = LeaseRow.name.like(_like(prefix) + "%" + _like(suffix), escape="\\")
+    query = select(LeaseRow.name, LeaseRow.holder, LeaseRow.token, LeaseRow.expires_at)
+    with engine.begin() as conn:
+        rows = conn.execute(query.where(named).limit(limit)).all()
+        gone = [
+            (name, token)
+            for name, holder, token, expires in rows
+            if expires < early or expires > late or dead_here(str(holder))
+        ]
+        if gone and remove:
+            for name, token in gone:
+                conn.execute(delete(LeaseRow).where(LeaseRow.name == name, LeaseRow.token == token))
+    return [name for name, _ in gone]
+
+
+def live_leases(engine: Engine, names: list[str], *, grace_secs: float) -> set[str]:
+    """Which of `names` are leases held now (or expired less than `grace_secs` ago)."""
+    if not names:
+        return set()
+    since = utcnow() - timedelta(seconds=grace_secs)
+    with engine.connect() as conn:
+        query = select(LeaseRow.name).where(LeaseRow.name.in_(names), LeaseRow.expires_at >= since)
+        return set(conn.execute(query).scalars())
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

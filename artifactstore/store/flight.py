@@ -20,7 +20,11 @@ dead holder's row decides exactly one holder); the others wait for its result.
   is bounded (`ARTSTORE_LEASE_WAIT`, default a few times the key's last known compile
   time, else 5 minutes, at most ARTSTORE_LEASE_MAX_HOLD): then a waiter compiles.
 - Read-only readers never hold a lease and never open the index: a reader that
-  misses waits only when it finds a writer's record, and compiles otherwise.
+  misses waits only when it finds a writer's record whose holder is alive (neither
+  expired nor gone from this host), at most ARTSTORE_LEASE_READER_WAIT (a few
+  seconds: it cannot take a silent holder over), and compiles otherwise.
+- Every wait is said in one log line: the key, the holder the record names, how
+  long at most and which setting bounds it.
 - A record is untrusted (anyone who may write the bucket can write one): a malformed
   one is no lease, and how long a waiter waits and trusts a silent holder comes from
   its own settings (and a writer's own index), never from the record's fields.
@@ -47,7 +51,7 @@ from artifactstore.index.models import Entry
 from artifactstore.store.account import ProcessCounters
 from artifactstore.store.backends import Backends
 from artifactstore.store.background import call_with_timeout
-from artifactstore.store.lease import LeaseRecord, lease_name, wait_bound
+from artifactstore.store.lease import LeaseRecord, lease_name, reader_wait, wait_bound
 
 log = logging.getLogger("artifactstore")
 
@@ -102,6 +106,7 @@ class SingleFlight:
         self._down_until = 0.0  # monotonic: the index failed a lease, see try_hold
         self._abandoned: list[str] = []  # records marked abandoned: deleted at exit
         self._refusal_said = False  # the index refused this login's compile leases
+        self._waits_said = False  # a wait was said once as a warning (see _say_wait)
 
     # -- holding --------------------------------------------------------------
     def try_hold(self, key: str) -> Held | None:
@@ -166,6 +171,7 @@ class SingleFlight:
         return None if hint is None else float(hint)
 
     def _put_record(self, held: Held) -> None:
+        held.record = replace(held.record, at=time.time())  # when it last showed life
         try:
             self.backends.blobs.put_record(LEASES, held.key, held.record.encode())
         except Exception as exc:
@@ -287,6 +293,9 @@ class SingleFlight:
                 record = self._read_record(key)
                 if record is None or record.state != "compiling":
                     return None, None  # no writer compiles it: a reader compiles itself
+                if self._dead(record):
+                    return None, None  # its holder is gone: waiting gains nothing
+                return self._wait(key, load, writer, record)
             return self._wait(key, load, writer)
         except Exception as exc:
             if isinstance(exc, PrivilegeRefused) and not self._refusal_said:
@@ -300,13 +309,22 @@ class SingleFlight:
             return None, None
 
     def _wait(
-        self, key: str, load: Callable[[], T | None], writer: bool
+        self,
+        key: str,
+        load: Callable[[], T | None],
+        writer: bool,
+        record: LeaseRecord | None = None,
     ) -> tuple[T | None, Held | None]:
         counters = self.counters
         counters.add("lease_waits")
         blobs = self.backends.blobs
         started = time.monotonic()
-        bound = wait_bound(self.settings, self._known_compile_secs(key) if writer else None)
+        if writer:
+            bound = wait_bound(self.settings, self._known_compile_secs(key))
+            setting = "ARTSTORE_LEASE_WAIT"
+        else:  # its own short bound: it cannot take over, and the record may be forged
+            bound, setting = reader_wait(self.settings)
+        self._say_wait(key, self._read_record(key) if record is None else record, bound, setting)
         poll = _FIRST_POLL
         beat: int | None = None
         quiet_since = started  # when the holder last showed life (a new beat)
@@ -329,6 +347,8 @@ class SingleFlight:
                     beat, quiet_since = record.beat, now
             elif not writer:
                 return None, None  # the holder is gone without a manifest
+            if not writer and record is not None and self._dead(record):
+                return None, None  # the holder died (or its record is stale): compile
             dead = record is not None and dead_here(record.holder)
             # Silent for our own TTL (not the record's); no record yet: written just after.
             quiet = now - quiet_since > (self.ttl if record is not None else 1.0)
@@ -342,14 +362,28 @@ class SingleFlight:
                         counters.add("lease_takeovers")
                         return None, held
                     quiet_since = now  # held: renewed, or another waiter took it over
-            if now - started > bound:
+            if now - started > bound:  # said when the wait began (`_say_wait`)
                 counters.add("lease_timeouts")
-                log.info(
-                    "artifactstore: waited %.0f s for another process to compile %s; compiling",
-                    now - started,
-                    key[:12],
-                )
+                log.debug("artifactstore: waited %.1f s for %s; compiling", now - started, key[:12])
                 return None, None
+
+    def _dead(self, record: LeaseRecord) -> bool:
+        """Whether a record's holder is dead: expired (past its TTL and a grace), or a
+        process of this host that has exited. Such a record costs a reader no wait."""
+        if not (record.expired(self.settings, time.time()) or dead_here(record.holder)):
+            return False
+        self.counters.add("lease_stale")
+        return True
+
+    def _say_wait(self, key: str, record: LeaseRecord | None, bound: float, setting: str) -> None:
+        """One line per wait: whose compile, how long at most, which setting bounds it
+        (the process's first wait as a warning, later ones at info: a 64-worker job
+        waits on many keys)."""
+        holder = record.shown_holder() if record is not None else "another process"
+        level = logging.INFO if self._waits_said else logging.WARNING
+        self._waits_said = True
+        line = "artifactstore: waiting up to %.3g s for %s to compile %s, then compiling here"
+        log.log(level, line + " (bound: %s)", bound, holder, key[:12], setting)
 
     def _read_record(self, key: str) -> LeaseRecord | None:
         data = self.backends.blobs.get_record(LEASES, key)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,13 +41,15 @@ def lease_name(namespace: str, key: str) -> str:
 class LeaseRecord:
     """The object-store mirror of a compile lease, read by waiters (format version 1):
     `{"v": 1, "holder": "host:pid", "beat": n, "ttl": secs, "state": "compiling" |
-    "abandoned", "hint": secs | null}`."""
+    "abandoned", "hint": secs | null, "at": unix secs}` (`at`, the holder's clock at its
+    last beat, is optional: older writers leave it out)."""
 
     holder: str
     beat: int
     ttl: float
     state: str = "compiling"
     hint: float | None = None
+    at: float | None = None
 
     def encode(self) -> bytes:
         body = {
@@ -57,6 +60,8 @@ class LeaseRecord:
             "state": self.state,
             "hint": self.hint,
         }
+        if self.at is not None:
+            body["at"] = round(self.at, 3)
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -65,7 +70,7 @@ class LeaseRecord:
             raw = load_record(data[: MAX_RECORD_BYTES + 1])
             if len(data) > MAX_RECORD_BYTES or raw.get("v") != FORMAT_VERSION:
                 raise ValueError("not a version 1 lease record")
-            hint, beat = raw.get("hint"), raw["beat"]
+            hint, beat, at = raw.get("hint"), raw["beat"], raw.get("at")
             if isinstance(beat, bool) or not isinstance(beat, int) or not 0 <= beat < 2**63:
                 raise ValueError("beat is not a count")
             record = cls(
@@ -74,6 +79,7 @@ class LeaseRecord:
                 ttl=float(raw["ttl"]),
                 state=str(raw["state"]),
                 hint=None if hint is None else float(hint),
+                at=None if at is None else float(at),
             )
         except Exception as exc:  # ValueError, OverflowError, RecursionError, ...
             raise CorruptObject(f"bad lease record ({one_line(exc)})") from None
@@ -81,7 +87,23 @@ class LeaseRecord:
             math.isfinite(record.ttl) and record.ttl > 0
         ):
             raise CorruptObject("bad lease record (state or ttl)")
+        if record.at is not None and not math.isfinite(record.at):
+            raise CorruptObject("bad lease record (at)")
         return record
+
+    def expired(self, settings: Settings, now: float) -> bool:
+        """Whether the holder stopped beating longer ago than its TTL and a grace (this
+        process's own TTL): its holder is dead or cut off, and waiting gains nothing. A
+        record without `at`, or one dated ahead, is not expired: what it may cost is
+        bounded by the waiter's own settings (`reader_wait`, `wait_bound`), never by it."""
+        if self.at is None:
+            return False
+        ttl = min(self.ttl, settings.lease_max_hold_secs)
+        return now - self.at > ttl + settings.lease_ttl_secs
+
+    def shown_holder(self) -> str:
+        """The holder, as a log line may show it (untrusted text: no control characters)."""
+        return re.sub(r"[^A-Za-z0-9._:@-]", "?", self.holder[:80]) or "?"
 
 
 def wait_bound(settings: Settings, hint: float | None) -> float:
@@ -92,6 +114,17 @@ def wait_bound(settings: Settings, hint: float | None) -> float:
     known = hint is not None and math.isfinite(hint) and hint > 0
     wait = max(MIN_WAIT_SECS, WAIT_MULTIPLE * hint) if hint and known else DEFAULT_WAIT_SECS
     return min(wait, settings.lease_max_hold_secs)
+
+
+def reader_wait(settings: Settings) -> tuple[float, str]:
+    """How long a read-only reader waits for a writer's compile at most, and the setting
+    that says so: ARTSTORE_LEASE_READER_WAIT (a few seconds), or ARTSTORE_LEASE_WAIT when
+    shorter. A reader cannot take a silent holder's lease over, and a record anyone with
+    bucket write can forge must not hold it longer than its own short bound."""
+    bound, setting = settings.lease_reader_wait_secs, "ARTSTORE_LEASE_READER_WAIT"
+    if settings.lease_wait_secs is not None and settings.lease_wait_secs < bound:
+        bound, setting = settings.lease_wait_secs, "ARTSTORE_LEASE_WAIT"
+    return bound, setting
 
 
 def enabled(settings: Settings) -> tuple[bool, str]:
