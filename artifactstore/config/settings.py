@@ -362,4 +362,13 @@ def _trust(
     from artifactstore.formats.signing import TrustedKeys
 
     keys = listed if listed is not None else TrustedKeys(())
-    return keys if signing_key is None else keys.including(signing_key.public_key())
+    if signing_key is None:
+        return keys
+    for name, raw in keys.keys:
+        if signing_key.is_seed(raw):  # never echoed: the setting holds a secret key
+            raise ConfigError(
+                f"ARTSTORE_TRUSTED_KEYS lists {name!r} as the secret key of "
+                "ARTSTORE_SIGNING_KEY, not its public key: list the NAME.pub file (and "
+                "rotate the key: it was exposed wherever that setting was)"
+            )
+    return keys.including(signing_key.public_key())

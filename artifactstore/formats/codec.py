@@ -267,6 +267,12 @@ def check_signature(
         raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
     signed = _signed_message(memoryview(data)[:end], meta, namespace, content)
     if not trusted.verify(sig.signer, sig.signature, signed):
+        if trusted.lists_secret(sig.signer, sig.signature, signed):
+            raise SecretKeyListed(
+                f"ARTSTORE_TRUSTED_KEYS lists key {sig.signer!r} as its secret key (a .key "
+                f"file's contents), not its public key: list {sig.signer}.pub instead, and "
+                "rotate the key (it was exposed wherever that setting was)"
+            )
         raise BadSignature(
             f"object {short} has a bad signature by key {sig.signer!r} "
             f"(altered, or signed for another namespace than {namespace!r})"
@@ -401,3 +407,10 @@ class UntrustedKey(SignatureRefused):
 
 class BadSignature(SignatureRefused):
     """A signature that does not verify (altered object or frame, another namespace)."""
+
+
+class SecretKeyListed(SignatureRefused):
+    """The trusted entry for the signer's name is its secret seed, not its public key:
+    refused like any bad signature (nothing it signed is accepted), said loudly once."""
+
+    reason = "secret_key_listed"

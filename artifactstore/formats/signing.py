@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import json
 import re
 from dataclasses import dataclass, field
@@ -109,6 +110,17 @@ class SigningKey:
         name, raw = self.public_key()
         return f"{name}:{base64.b64encode(raw).decode()}"
 
+    def is_seed(self, raw: bytes) -> bool:
+        """Whether `raw` is this key's secret seed (listed where a public key belongs)."""
+        from cryptography.hazmat.primitives.serialization import (
+            Encoding,
+            NoEncryption,
+            PrivateFormat,
+        )
+
+        seed = self._private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        return hmac.compare_digest(seed, raw)
+
     def __str__(self) -> str:
         return f"signing key {self.name!r} ({self.path})"
 
@@ -180,6 +192,23 @@ class TrustedKeys:
             return True
         return False
 
+    def lists_secret(self, name: str, signature: bytes, data: bytes) -> bool:
+        """Whether a key called `name` here is a secret seed (a .key file's contents): a
+        signature that failed against the listed bytes verifies against the public key
+        derived from them as a seed. Only ever a reason to refuse, never to accept."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        for known, raw in self.keys:
+            if known != name:
+                continue
+            try:
+                Ed25519PrivateKey.from_private_bytes(raw).public_key().verify(signature, data)
+            except (InvalidSignature, ValueError):
+                continue
+            return True
+        return False
+
     def __str__(self) -> str:
         return "trusted keys " + ", ".join(self.names)
 
@@ -210,14 +239,39 @@ def public_key_from_text(text: str, where: str, item: str) -> tuple[str, bytes]:
             f"{where} looks like a secret key: list public keys (NAME.pub) in "
             "ARTSTORE_TRUSTED_KEYS, never .key files"
         )
-    try:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-        Ed25519PublicKey.from_public_bytes(raw_key)
-    except ValueError:
-        raise bad from None
+    if not is_curve_point(raw_key):
+        # About half of all secret seeds are no point at all: never a public key.
+        raise ConfigError(
+            f"{where} is not a public key (is it the .key file's contents?): list the "
+            "NAME.pub file or its NAME:BASE64 line in ARTSTORE_TRUSTED_KEYS"
+        )
     return name, raw_key
 
 
 def _looks_secret(item: str) -> bool:
     return item.endswith(".key")
+
+
+# Ed25519's curve (RFC 8032, 5.1.3): p = 2^255 - 19, d = -121665/121666 mod p.
+_P = 2**255 - 19
+_D = -121665 * pow(121666, _P - 2, _P) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+
+
+def is_curve_point(raw: bytes) -> bool:
+    """Whether 32 bytes decode to a point of Ed25519's curve (RFC 8032 point decoding):
+    every public key does; `cryptography` accepts any 32 bytes as one without checking."""
+    if len(raw) != PUBLIC_LEN:
+        return False
+    number = int.from_bytes(raw, "little")
+    sign, y = number >> 255, number & ((1 << 255) - 1)
+    if y >= _P:
+        return False
+    u, v = (y * y - 1) % _P, (_D * y * y + 1) % _P
+    x2 = u * pow(v, _P - 2, _P) % _P
+    if x2 == 0:
+        return sign == 0
+    x = pow(x2, (_P + 3) // 8, _P)
+    if (x * x - x2) % _P:
+        x = x * _SQRT_M1 % _P
+    return (x * x - x2) % _P == 0
