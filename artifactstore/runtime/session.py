@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from artifactstore.config import Settings
 from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.runtime import hitreport
 from artifactstore.runtime.workingset import WorkingSets
 from artifactstore.store.background import Breaker, call_with_timeout
 from artifactstore.store.tier import LocalTier, TierHit, open_tier
@@ -345,11 +346,13 @@ class Session:
             if self.quota is not None:
                 store.worker.submit("quota pass", self.quota.finish)
             store.flush()
+            hitreport.park_unwritten(store)
         elif self.tier is not None:
             try:
                 self.tier.write_journal()
+                hitreport.report_tier_hits(self)
             except Exception as exc:
-                log.debug("artifactstore: could not write the access journal: %s", exc)
+                log.debug("artifactstore: tier hits not reported: %s", one_line(exc))
 
     def close(self) -> None:
         self.finish()

@@ -198,10 +198,25 @@ class Accounts:
         except Exception as exc:
             log.debug("artifactstore: could not fold tier access journals: %s", one_line(exc))
 
+    def park_in_tier(self) -> None:
+        """At exit: hits no flush could write (a backend down, the flush bound spent) go
+        back to this host's tier journal, for a later process to report (runtime.hitreport)."""
+        tier = self.backends.tier
+        with self.lock:
+            touches, self._touches = self._touches, {}
+        if tier is not None and touches:
+            tier.write_journal({k: (n, when.timestamp()) for k, (n, when) in touches.items()})
+
     # -- flushing -------------------------------------------------------------
     def tick(self) -> None:
         """The background writer's periodic flush: to the index at once, to a hit
-        journal at most every ARTSTORE_JOURNAL_SECS."""
+        journal at most every ARTSTORE_JOURNAL_SECS. Hits this host's tier served since
+        the last tick join it, so a long-running process reports them while it runs."""
+        tier = self.backends.tier
+        if tier is not None:
+            served = tier.take_accesses()
+            if served:
+                self.add_accesses(served)
         due = time.monotonic() - self._last_journal >= self.backends.settings.journal_secs
         if due or not self.backends.journals_hits:
             self.flush()

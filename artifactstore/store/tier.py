@@ -354,9 +354,9 @@ class LocalTier:
             taken, self._accesses = self._accesses, {}
         return taken
 
-    def write_journal(self) -> None:
-        """Leave this process's hits for the next Store.open to fold into the index."""
-        accesses = self.take_accesses()
+    def write_journal(self, accesses: Accesses | None = None) -> None:
+        """Leave hits (this process's, or `accesses`) for a later Store.open to fold in."""
+        accesses = self.take_accesses() if accesses is None else accesses
         if not accesses:
             return
         name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"

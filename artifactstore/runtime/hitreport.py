@@ -1,0 +1,66 @@
+"""Tier hits reach the index even where no process on this host opens the store.
+
+Why: a warm node serves every compile from its tier, so its processes never open the
+store, and their hits waited in the tier's journals for a Store.open that never came:
+LRU and `stats` did not see the fleet's hottest entries, and gc could evict what every
+warm node uses (issue 38). So at exit, a process that left its hits in the tier
+reports them once the tier's last report is ARTSTORE_JOURNAL_SECS old: it opens the
+store (bounded by ARTSTORE_TIMEOUT, behind the breakers), whose open folds the tier's
+journals into one hit journal in the object store (a record readers may write) or
+into the index. The time is noted before trying, so an offline node pays that bound at
+most once per ARTSTORE_JOURNAL_SECS; its hits stay in the tier until it is back. What
+a flush at exit could not write goes back to the tier (`Accounts.park_in_tier`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from artifactstore.errors import one_line
+
+if TYPE_CHECKING:
+    from artifactstore.runtime.session import Session
+    from artifactstore.store import Store
+    from artifactstore.store.tier import LocalTier
+
+log = logging.getLogger("artifactstore")
+
+# The tier file holding when this host last reported its tier's hits (seconds since
+# the epoch, as text).
+REPORTED = "hits-reported"
+
+
+def report_due(tier: LocalTier, every_secs: float) -> bool:
+    """Whether this host's tier hits were last reported `every_secs` ago, or never."""
+    try:
+        data = tier.read_file(REPORTED)
+        last = float(data.decode()) if data else None
+    except (ValueError, UnicodeDecodeError):
+        last = None  # unreadable: report now, then note a good time
+    now = time.time()
+    return last is None or not 0 <= now - last < every_secs
+
+
+def report_tier_hits(session: Session) -> None:
+    """At exit, with no store open: report the tier's journals when due (see above)."""
+    tier = session.tier
+    if tier is None or not report_due(tier, session.settings.journal_secs):
+        return
+    tier.write_file(REPORTED, repr(time.time()).encode())
+    store = session.store()  # its open folds the tier's journals, on its writer
+    if store is None:
+        return
+    try:
+        store.flush()
+    finally:
+        park_unwritten(store)
+
+
+def park_unwritten(store: Store) -> None:
+    """Hits the exit flush could not write, kept in this host's tier (never lost)."""
+    try:
+        store.accounts.park_in_tier()
+    except Exception as exc:
+        log.debug("artifactstore: hits not kept in the tier: %s", one_line(exc))
