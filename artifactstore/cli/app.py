@@ -28,6 +28,7 @@ from artifactstore.cli import (
     run_cmd,
     setup_cmd,
     sign_cmd,
+    verify_cmd,
     warm_cmd,
 )
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
@@ -52,7 +53,7 @@ def cli(ctx: click.Context, url: str | None, index: str | None, namespace: str |
 for _command in (
     entries.ls_cmd,
     entries.stats_cmd,
-    entries.verify_cmd,
+    verify_cmd.verify_cmd,
     entries.rm_cmd,
     sign_cmd.keygen_cmd,
     sign_cmd.sign_cmd,

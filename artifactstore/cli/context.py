@@ -56,9 +56,7 @@ class Ctx:
         store = Store.open(settings, check_blobs=not index_only and objects, objects=objects)
         try:
             if changes and not settings.read_only:
-                from artifactstore.store.identity import require_bound
-
-                require_bound(store)
+                store.require_bound()
             yield store
         finally:
             store.close()

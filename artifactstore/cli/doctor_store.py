@@ -230,18 +230,24 @@ def check_access(settings: _config.Settings, objects: Check, index: Check) -> Ch
 
 
 def check_binding(settings: _config.Settings, index: dict[str, Any]) -> Check:
-    """Whether object store and index are one store (artifactstore.store.identity); only read."""
+    """Whether object store and index are one store (artifactstore.store.identity); only
+    read. A mismatch degrades: programs here load, but every write is refused there."""
     from artifactstore.store.identity import MISMATCH, UNBOUND, describe
 
+    refusal = ""
     try:
         if index.get("schema") != "current":  # not created or not migrated yet: not opened
             state, detail = UNBOUND, "not yet bound: the index is not at this version's schema"
         else:
-            state, detail = call_with_timeout(lambda: describe(settings), settings.timeout_secs)
+            found = call_with_timeout(lambda: describe(settings), settings.timeout_secs)
+            state, detail, refusal = found
     except Exception as exc:
         state, detail = "unknown", f"not checked ({one_line(exc)})"
     status: Status = "fail" if state == MISMATCH else "ok" if state == "bound" else "warn"
-    return Check("binding", status, detail, blocking=False, data={"state": state})
+    verdict = f"writes are refused here: {refusal}" if state == MISMATCH else ""
+    mismatch = state == MISMATCH
+    data = {"state": state}
+    return Check("binding", status, detail, verdict, False, data, degrades=mismatch)
 
 
 def check_signing(settings: _config.Settings) -> Check:

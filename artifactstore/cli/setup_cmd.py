@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from artifactstore import config as _config
-from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
+from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
 from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import (
     fingerprint_fields,
@@ -158,27 +158,43 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool) -> None:
 @click.option(
     "--force",
     is_flag=True,
-    help="Bind them even where they do not look like one store (after checking by hand).",
+    help="Bind them even where they do not look like one store (after checking by hand); "
+    "says how many of the newest 100 entries have their object in the object store.",
+)
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="With --force: bind even an object store that holds none of those objects.",
 )
 @click.pass_obj
-def db_bind(obj: Ctx, force: bool) -> None:
+def db_bind(obj: Ctx, force: bool, allow_missing: bool) -> None:
     """Bind the object store and the index as one store (artifactstore.store.identity).
 
     The first writer and every command that changes the store bind them by themselves
     where they plausibly belong together; --force is for a pair they refuse, such as a
-    bucket copied without its identity object, once you have checked both URLs.
+    bucket copied without its identity object, once you have checked both URLs. It
+    refuses an object store that holds none of the newest entries' objects (a mistyped
+    or empty bucket) unless --allow-missing.
     """
-    from artifactstore.store.identity import bind
+    from artifactstore.store.identity import bind, force_bind
 
+    if allow_missing and not force:
+        fail("--allow-missing goes with --force", EXIT_USAGE)
     with obj.store() as store:
         if store.read_only:
             fail("bind writes the index and the object store: unset ARTSTORE_READ_ONLY")
-        found = bind(store.blobs, store.engine, store.namespace, store.settings.index_url,
-                     force=force)  # fmt: skip
+        pair = (store.blobs, store.engine, store.namespace, store.settings.index_url)
+        if force:
+            found, counted = force_bind(*pair, allow_missing=allow_missing)
+            click.echo(counted)
+        else:
+            found = bind(*pair)
     if not found.ok:
         fail(found.refusal())
-    click.echo(f"object store {found.objects} and index {found.index} bound as store "
-               f"{found.store_id} (namespace {store.namespace})")  # fmt: skip
+    click.echo(
+        f"object store {found.objects} and index {found.index} bound as store "
+        f"{found.store_id} (namespace {store.namespace})"
+    )
 
 
 @click.command("demo")

@@ -37,12 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from artifactstore import interrupts
-from artifactstore.errors import CorruptObject
+from artifactstore.errors import ArtstoreError, CorruptObject
 from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
 from artifactstore.gc import reconcile
 from artifactstore.gc.policy import DEFAULT_GRACE_SECS
 from artifactstore.index.eviction import EvictionIndex
+from artifactstore.index.identity import entry_count
 from artifactstore.index.repo import EntryInfo
 from artifactstore.store import Store
 
@@ -116,6 +117,7 @@ def verify(
     repair: bool = False,
     progress: CountProgress | None = None,
     grace_secs: float | None = None,
+    allow_missing: bool = False,
 ) -> VerifyReport:
     """Check the digest and envelope of every object and cross-check the index.
 
@@ -124,7 +126,9 @@ def verify(
     (a younger one may be a put in flight) or an entry whose object is gone.
     With `repair`, corrupt objects are quarantined and entries pointing at
     missing or corrupt objects are removed, so the next compile stores them
-    anew; `artstore gc` deletes orphaned objects.
+    anew; `artstore gc` deletes orphaned objects. Like gc, a repair that would drop
+    more than a small share of the entries refuses, changing nothing, unless
+    `allow_missing` (a wrong or emptied bucket is not a store that lost them).
     """
     report = VerifyReport(signatures_checked=store.settings.trusted_keys is not None)
     grace = DEFAULT_GRACE_SECS if grace_secs is None else grace_secs
@@ -154,6 +158,8 @@ def verify(
     report.quarantined = sorted(b.digest for b in store.blobs.iter_quarantined())
     stale = _check_manifests(store, report, set(missing))
     if repair and not store.read_only:
+        if not allow_missing:
+            _check_share(store, set(report.corrupt) | set(missing))
         for digest in report.corrupt:
             store.blobs.quarantine(digest)
         bad = set(report.corrupt) | set(missing)
@@ -171,6 +177,19 @@ def verify(
                 store.publish(entry)
         report.repaired = True
     return report
+
+
+def _check_share(store: Store, bad: set[str]) -> None:
+    """Refuse a repair that drops more entries than gc would (reconcile.missing_limit)."""
+    dropped = sum(len(store.index.keys_for_digest(digest)) for digest in bad)
+    total = entry_count(store.engine, store.namespace)
+    if dropped > reconcile.missing_limit(total):
+        raise ArtstoreError(
+            f"verify --repair refused: {dropped} of {total} entries of namespace "
+            f"{store.namespace} have no intact object in {store.blobs.describe()} (more than "
+            f"{reconcile.MISSING_SHARE:.0%}), so nothing was repaired: check ARTSTORE_URL and "
+            "the namespace (`artstore doctor`), or pass --allow-missing to drop those entries"
+        )
 
 
 def _check_manifests(store: Store, report: VerifyReport, missing: set[str]) -> list[EntryInfo]:

@@ -39,6 +39,7 @@ class Summary:
     compile_secs: float = 0.0
     compile_secs_saved: float = 0.0
     degraded: int = 0  # processes whose store failed (they compiled as usual)
+    mismatched: int = 0  # writers that stored nothing: object store and index not one store
 
     def add(self, stats: dict[str, int]) -> None:
         if not stats:
@@ -52,6 +53,8 @@ class Summary:
         self.compile_secs_saved += int(stats.get("compile_ms_saved", 0)) / 1000
         if not stats.get("active", 1) or stats.get("breaker_opened"):
             self.degraded += 1
+        if stats.get("store_mismatch"):
+            self.mismatched += 1
 
     @classmethod
     def of(cls, records: Iterable[dict[str, int]]) -> Summary:
@@ -77,6 +80,11 @@ class Summary:
             line += f"; compiling took {self.compile_secs:.1f} s"
         if self.degraded:
             line += f"; the store failed in {self.degraded} (they compiled as usual)"
+        if self.mismatched:
+            line += (
+                f"; {self.mismatched} stored nothing: object store and index do not belong "
+                "together (`artstore doctor` says why)"
+            )
         return line
 
 

@@ -114,8 +114,12 @@ class Store:
         """This store's compile leases, or None where single-flight is off here."""
         if self._flight is False:
             on = enabled(self.settings)[0]
-            found_nothing = self.accounts.found_nothing
-            self._flight = SingleFlight(self.backends, self.counters, found_nothing) if on else None
+            accounts = self.accounts
+            self._flight = (
+                SingleFlight(self.backends, self.counters, accounts.found_nothing, accounts.served)
+                if on
+                else None
+            )
         assert self._flight is not True
         return self._flight
 
@@ -308,6 +312,12 @@ class Store:
     def publish(self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None) -> bool:
         """Publish `entry`'s manifest (see WritePath.publish); False if the store refused."""
         return self.writes.publish(entry, callbacks=callbacks)
+
+    def require_bound(self) -> None:
+        """For a command about to change the index or delete objects: StoreMismatch (one
+        line naming both and the fix) unless object store and index are one store; its
+        writes then ask no more (artifactstore.store.identity.WriteGate)."""
+        self.writes.gate.require()
 
     def withdraw(self, keys: list[str]) -> None:
         """Withdraw the manifests of entries being removed (see WritePath.withdraw)."""

@@ -22,14 +22,22 @@ together, so that an upgrade keeps stores written by older clients working:
   newest entries have their object in this object store, else MISMATCH.
 
 `artstore db bind --force` binds a pair that the rule refuses (an identity object
-deleted by hand, a bucket copied without it) after a person has checked them.
+deleted by hand, a bucket copied without it) after a person has checked them; it
+says how many of the FORCE_SAMPLE newest entries have their object in that object
+store and, where none do, refuses unless `--allow-missing` (issue 38.4).
+
+Writers (programs and commands) ask their `WriteGate` before their first write: it
+binds or checks the pair once per store (one identity GET and one index SELECT where
+bound) and, on a mismatch, the writer stores nothing and says so in one line.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,6 +67,7 @@ class Pair(Protocol):
 
 FORMAT = "artifactstore-identity/1"
 SAMPLE = 32  # newest entries whose objects decide whether an unbound pair is one store
+FORCE_SAMPLE = 100  # newest entries counted before `bind --force`
 BOUND, UNBOUND, MISMATCH = "bound", "not yet bound", "MISMATCH"
 FIX = (
     "check ARTSTORE_URL, ARTSTORE_INDEX and the namespace; if they are one store, "
@@ -116,18 +125,24 @@ def _read_bucket(blobs: BlobStore) -> str | None:
     return None if data is None else decode(data)
 
 
+def present(blobs: BlobStore, engine: Engine, namespace: str, limit: int) -> tuple[int, int, int]:
+    """(how many of the `limit` newest entries have their object in `blobs`, how many
+    were asked about, the namespace's entries): whether the index is this store's."""
+    total = ix.entry_count(engine, namespace)
+    if not total:
+        return 0, 0, 0
+    digests = ix.newest_digests(engine, namespace, limit)
+    return sum(1 for d in digests if blobs.exists(d)), len(digests), total
+
+
 def _plausible(blobs: BlobStore, engine: Engine, namespace: str) -> str | None:
     """None if the index's entries of `namespace` may be this object store's (none, or
     at least half of the newest have their object here); else why not."""
-    total = ix.entry_count(engine, namespace)
-    if not total:
-        return None
-    digests = ix.newest_digests(engine, namespace, SAMPLE)
-    found = sum(1 for d in digests if blobs.exists(d))
-    if found * 2 >= len(digests) and found:
+    found, asked, total = present(blobs, engine, namespace, SAMPLE)
+    if not total or (found * 2 >= asked and found):
         return None
     return (
-        f"the index is not bound yet and {found} of its {len(digests)} newest entries "
+        f"the index is not bound yet and {found} of its {asked} newest entries "
         f"(of {total}) have their object in this object store"
     )
 
@@ -177,6 +192,26 @@ def bind(
     return Binding(BOUND, found.objects, found.index, store_id=bucket_id)
 
 
+def force_bind(
+    blobs: BlobStore, engine: Engine, namespace: str, index_url: str, *, allow_missing: bool
+) -> tuple[Binding, str]:
+    """`artstore db bind --force`: (the binding, the line counting the newest entries
+    whose object is in `blobs`). Refuses (StoreMismatch, nothing written) where none
+    of them is, unless `allow_missing`: a person checks before an empty or wrong
+    bucket gets the index's identity (then `verify --repair` would drop every entry)."""
+    found, asked, total = present(blobs, engine, namespace, FORCE_SAMPLE)
+    counted = (
+        f"{found} of the newest {asked} entries have their object in {blobs.describe()} "
+        f"({total} in namespace {namespace} of index {redact(index_url)})"
+    )
+    if asked and not found and not allow_missing:
+        raise StoreMismatch(
+            f"{counted}: not bound, it holds none of the index's objects; check ARTSTORE_URL "
+            "and the namespace, or pass --allow-missing to bind them anyway"
+        )
+    return bind(blobs, engine, namespace, index_url, force=True), counted
+
+
 def require_bound(store: Pair) -> Binding:
     """For a command about to change the index or delete objects: bind the pair where
     the rule allows it, else raise StoreMismatch with one line naming both and the fix."""
@@ -186,20 +221,63 @@ def require_bound(store: Pair) -> Binding:
     return found
 
 
-def bind_after_write(store: Pair) -> None:
-    """A writer's first stored entry binds an unbound pair; never fails the write (a
-    mismatch is said once, in one line: the commands that change things refuse)."""
-    try:
-        found = bind(store.blobs, store.engine, store.namespace, store.settings.index_url)
-    except Exception as exc:
-        log.debug("artifactstore: store identity not checked: %s", one_line(exc))
-        return
-    if not found.ok:
-        log.warning("artifactstore: %s", found.refusal())
+class WriteGate:
+    """Whether one store's writer may write: decided before its first write (object,
+    index row, manifest, repoint, a dropped entry), once per store, so once per
+    program (its session holds one Store). Where bound it costs one identity GET and
+    one index SELECT; an unbound pair is bound here (see the module). A mismatch is
+    said once, in one line naming both, and every later write is refused for free.
+    A failed check (a backend down) is not kept: the write fails as any other would."""
+
+    def __init__(self, pair: Pair, count: Callable[[str], object]) -> None:
+        self._pair = pair
+        self._count = count  # told `store_mismatch` for each write refused
+        self._found: Binding | None = None
+        self._lock = threading.Lock()
+
+    def admits(self, *, quietly: bool = False) -> bool:
+        """Whether this writer may write; a refusal is counted. `quietly`: for a repair
+        on the read path, where a failed check refuses too (it never fails a lookup)."""
+        try:
+            if self.allows():
+                return True
+        except Exception as exc:
+            if not quietly:
+                raise
+            log.debug("artifactstore: store identity not checked: %s", one_line(exc))
+            return False
+        self._count("store_mismatch")
+        return False
+
+    @property
+    def refused(self) -> bool:
+        """Decided already, and refused (what only tries to write asks, for free)."""
+        return self._found is not None and not self._found.ok
+
+    def allows(self) -> bool:
+        if self._found is None:
+            with self._lock:
+                if self._found is None:
+                    pair = self._pair
+                    found = bind(pair.blobs, pair.engine, pair.namespace, pair.settings.index_url)
+                    if not found.ok:
+                        said = "%s; this process stores nothing there (it compiles as usual)"
+                        log.warning("artifactstore: " + said, found.refusal())
+                    self._found = found
+        return self._found.ok
+
+    def require(self) -> Binding:
+        """For a command about to change the index or delete objects: StoreMismatch
+        (one line naming both and the fix) unless bound; decided once, as `allows`."""
+        with self._lock:
+            if self._found is None or not self._found.ok:
+                self._found = require_bound(self._pair)
+            return self._found
 
 
-def describe(settings: Settings) -> tuple[str, str]:
-    """(state, one line) for `artstore doctor`: opens both, changes nothing."""
+def describe(settings: Settings) -> tuple[str, str, str]:
+    """(state, one line, what a mismatch means here) for `artstore doctor`: opens both,
+    changes nothing."""
     from artifactstore.blobstores import open_blobstore
     from artifactstore.index import db
 
@@ -209,7 +287,7 @@ def describe(settings: Settings) -> tuple[str, str]:
     finally:
         engine.dispose()
     if found.state == BOUND:
-        return BOUND, f"bound: object store and index are store {found.store_id}"
+        return BOUND, f"bound: object store and index are store {found.store_id}", ""
     if found.state == UNBOUND:
-        return UNBOUND, "not yet bound: the first writer or `artstore db bind` binds them"
-    return MISMATCH, f"MISMATCH: {found.why}: {FIX}"
+        return UNBOUND, "not yet bound: the first writer or `artstore db bind` binds them", ""
+    return MISMATCH, f"MISMATCH: {found.why}: {FIX}", found.refusal()

@@ -53,7 +53,8 @@ class WritePath:
         # layers above subscribe here (the opt-in quota pass) without the store
         # importing them.
         self.on_stored: list[Callable[[], None]] = []
-        self._identity_checked = False  # see artifactstore.store.identity: first write binds
+        # Object store and index one store? Asked before the first write (identity.WriteGate).
+        self.gate = identity.WriteGate(backends, counters.add)
 
     def put(
         self,
@@ -124,6 +125,8 @@ class WritePath:
         refused for its signature, which a writer that can sign replaces."""
         if self.backends.read_only:
             self.counters.add("skipped_read_only")
+            return False, None
+        if not self.gate.admits():
             return False, None
         settings = self.backends.settings
         existing = self.backends.index.lookup(key)
@@ -212,9 +215,6 @@ class WritePath:
             if encoded.signer is None and self.backends.settings.require_signatures:
                 self.backends.warn_once("unsigned-write", UNSIGNED_WRITE)
             self.publish_checked(entry, callbacks=callbacks)
-            if not self._identity_checked:
-                self._identity_checked = True
-                identity.bind_after_write(self.backends)
             for listener in self.on_stored:
                 listener()
         return created
@@ -283,7 +283,7 @@ class WritePath:
         """Publish that `key` compiled below ARTSTORE_MIN_COMPILE_SECS on `fingerprint`,
         so that nodes `artstore pull` prepares never look it up. Best effort: False
         (counted, logged once) if the object store refused; nothing else depends on it."""
-        if self.backends.read_only:  # readers never publish (the wrapper would refuse)
+        if self.backends.read_only or self.gate.refused:  # readers never publish
             return False
         try:
             name = quick.quick_name(fingerprint, key)
@@ -315,6 +315,8 @@ class WritePath:
                 why,
             )
             return
+        if not self.gate.admits(quietly=True):  # another store's index: not this one's to fix
+            return
         self.backends.warn_once("corrupt", "corrupt object ignored and quarantined (%s)", why)
         try:
             self.backends.blobs.quarantine(entry.digest)
@@ -325,7 +327,7 @@ class WritePath:
 
     def drop_entry(self, entry: EntryInfo | Manifest) -> None:
         """Remove an entry whose object is gone, so the next compile can store it again."""
-        if not self.backends.read_only:
+        if not self.backends.read_only and self.gate.admits(quietly=True):
             try:
                 self.withdraw([entry.key])
                 self.backends.index.delete_entry(entry.key, digest=entry.digest)
