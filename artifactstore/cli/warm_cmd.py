@@ -11,6 +11,7 @@ import click
 
 from artifactstore.cli.context import EXIT_FAIL, Ctx, PassThroughCommand
 from artifactstore.cli.progress import Progress
+from artifactstore.errors import ConfigError
 
 
 class _WarmCommand(PassThroughCommand):
@@ -67,6 +68,11 @@ def warm_cmd(
     if command is not None and jobs != 1:
         raise click.UsageError("-j applies to MODULE:FUNCTION, not to -- CMD", ctx)
     expected = warm.load_expected(expect_fingerprint) if expect_fingerprint else None
+    if obj.settings(need_index=False).read_only:  # never turned into a writer by warm
+        raise ConfigError(
+            "artstore warm stores entries, and ARTSTORE_READ_ONLY says this process stores "
+            "nothing: unset it (warm with writer credentials) to fill the store"
+        )
     warm.check_store(obj.settings(read_only=False))
     if command is not None:
         report = warm.run_command(command, obj.overrides, expected)

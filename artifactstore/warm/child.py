@@ -187,6 +187,18 @@ def activate() -> None:
     report_dir = os.environ.get(ENV_VAR, "")
     if not report_dir:
         return
+    if _read_only_here():
+        # A leftover ARTSTORE_WARM (a shell that ran `artstore warm`, a copied job spec) must
+        # not turn a reader into a writer: it loads as its environment says, stores nothing.
+        log.warning(
+            "artifactstore: %s is ignored: ARTSTORE_READ_ONLY says this process stores "
+            "nothing (loading only)",
+            ENV_VAR,
+        )
+        from artifactstore.jaxhook import environment
+
+        environment.activate()
+        return
     pid = os.getpid()
     try:
         records = Path(report_dir)
@@ -202,6 +214,18 @@ def activate() -> None:
             f"artstore warm: could not activate the store in this process ({one_line(exc)})",
             file=sys.stderr,
         )
+
+
+def _read_only_here() -> bool:
+    """Whether the environment says read-only (a malformed value: the safe side, yes)."""
+    from artifactstore.config.values import parse_bool
+    from artifactstore.errors import ConfigError
+
+    value = os.environ.get("ARTSTORE_READ_ONLY", "")
+    try:
+        return parse_bool("ARTSTORE_READ_ONLY", value)
+    except ConfigError:
+        return True
 
 
 def _follow_reconfiguration(recorder: Recorder) -> None:
