@@ -33,6 +33,7 @@ from artifactstore.formats.workingset import (
     MAX_WORKING_SET_BYTES,
     MAX_WORKING_SET_KEYS,
     Hint,
+    WorkingEntry,
     WorkingSet,
 )
 from artifactstore.index.accesses import clean_touches
@@ -136,16 +137,26 @@ def _working_set(version: int = 1) -> dict[str, object]:
     return {"v": version, "p": PROGRAM, "f": FP.digest, "e": [row]}
 
 
+GENUINE_ENTRIES = (WorkingEntry(KEY, b"\x00\x01\x02", (0, 1), 0),)
+SIGNED_SET = WorkingSet(PROGRAM, FP.digest, GENUINE_ENTRIES).encode(SIGNER, "default")
+
+
 @pytest.mark.hostile_record("working set")
 @given(
-    st.sampled_from([1, 2]).flatmap(
-        lambda v: hostile.records(_working_set(v), max_bytes=MAX_WORKING_SET_BYTES)
+    st.one_of(
+        st.sampled_from([1, 2]).flatmap(
+            lambda v: hostile.records(_working_set(v), max_bytes=MAX_WORKING_SET_BYTES)
+        ),
+        hostile.records(json.loads(SIGNED_SET), max_bytes=MAX_WORKING_SET_BYTES),
     )
 )
 @example(hostile.DEEP)
 @example(hostile.DEEP_FIELD)
 @example(hostile.HUGE_NUMBER)
+@example(SIGNED_SET)
 def test_working_set(data: bytes) -> None:
+    """Decoded within its bounds, and followed (where signatures are required) only as
+    the trusted writer signed it: no altered set passes `refusal`."""
     try:
         found = WorkingSet.decode(data, PROGRAM)
     except CorruptObject:
@@ -155,6 +166,9 @@ def test_working_set(data: bytes) -> None:
         assert entry.key.isalnum() and len(entry.options) <= MAX_OPTIONS_BYTES
         assert entry.kind in ("jit", "named") and entry.callbacks >= 0
         assert all(type(d) is int and d >= 0 for d in entry.devices)
+    if found.refusal(TRUSTED, "default") is None:
+        assert found.entries == GENUINE_ENTRIES and found.fingerprint == FP.digest
+    assert found.refusal(TRUSTED, "elsewhere") is not None  # signed for one namespace only
 
 
 @pytest.mark.hostile_record("working set hint")
@@ -359,8 +373,9 @@ def test_object(data: bytes) -> None:
     assert payload == PAYLOAD
 
 
-def test_the_object_property_can_fail() -> None:
-    """The object test's property is not vacuous: the genuine object decodes."""
+def test_the_properties_can_fail() -> None:
+    """The properties above are not vacuous: the genuine object decodes, the genuine
+    signed working set is followed."""
     got = codec.decode(
         GOOD_OBJECT,
         expected_digest=codec.digest_of(GOOD_OBJECT),
@@ -371,3 +386,5 @@ def test_the_object_property_can_fail() -> None:
     )
     assert got == PAYLOAD
     assert json.loads(Manifest(KEY, "a" * 64, FP.digest, 1, 1, 1, "m").encode())["k"] == KEY
+    signed = WorkingSet.decode(SIGNED_SET, PROGRAM)
+    assert signed.refusal(TRUSTED, "default") is None and signed.entries == GENUINE_ENTRIES
