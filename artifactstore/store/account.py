@@ -114,7 +114,8 @@ class Accounts:
         self._touches: Touches = {}
         # Keys this process just missed, so that a compile of one found below the
         # store threshold counts as `misses_below_threshold` (see compiled_below_threshold).
-        self._missed: dict[str, str] = {}  # recent misses: key -> why (`misses`: absent)
+        # Recent misses: key -> (why: `misses` if absent, fingerprint).
+        self._missed: dict[str, tuple[str, str]] = {}
         self._last_journal = time.monotonic()
 
     # -- misses ---------------------------------------------------------------
@@ -125,7 +126,7 @@ class Accounts:
         if reason != "misses":
             self.counters.add(reason)
         with self.lock:
-            self._missed[key] = reason
+            self._missed[key] = (reason, fingerprint)
             if len(self._missed) > MISSED_KEYS:
                 del self._missed[next(iter(self._missed))]
 
@@ -133,7 +134,18 @@ class Accounts:
         """Whether this process's last lookup of `key` found no entry at all (rather than
         one it could not use here: another platform, a refused signature, over a limit)."""
         with self.lock:
-            return self._missed.get(key) == "misses"
+            return self._missed.get(key, ("", ""))[0] == "misses"
+
+    def served(self, key: str) -> None:
+        """This process's lookup of `key` found nothing, then it waited on another
+        process's compile lease and loaded the entry it published: that load counted a
+        hit, so the miss is taken back (a miss is a compile the store could have served).
+        Taken back from the pending counts; if a flush already wrote it, a negative count
+        follows to the index (a hit journal's fold clamps it to 0: that miss stays)."""
+        with self.lock:
+            reason, fingerprint = self._missed.pop(key, ("", ""))
+        if reason == "misses":
+            self.counters.add("misses", -1, fingerprint=fingerprint)
 
     def compiled_below_threshold(self, key: str, fingerprint: str) -> bool:
         """The caller compiled `key` faster than ARTSTORE_MIN_COMPILE_SECS: it will not be
@@ -142,7 +154,7 @@ class Accounts:
         True if this process's lookup of `key` found no entry at all (the store may
         then be told that the key is quick: Store.compiled_below_threshold)."""
         with self.lock:
-            reason = self._missed.pop(key, None)
+            reason = self._missed.pop(key, ("", ""))[0] or None
         if reason is not None:
             self.counters.add("misses_below_threshold", fingerprint=fingerprint)
         self.counters.add("below_threshold", fingerprint=fingerprint)

@@ -114,8 +114,12 @@ class Store:
         """This store's compile leases, or None where single-flight is off here."""
         if self._flight is False:
             on = enabled(self.settings)[0]
-            found_nothing = self.accounts.found_nothing
-            self._flight = SingleFlight(self.backends, self.counters, found_nothing) if on else None
+            accounts = self.accounts
+            self._flight = (
+                SingleFlight(self.backends, self.counters, accounts.found_nothing, accounts.served)
+                if on
+                else None
+            )
         assert self._flight is not True
         return self._flight
 

@@ -90,12 +90,15 @@ class SingleFlight:
         backends: Backends,
         counters: ProcessCounters,
         found_nothing: Callable[[str], bool],
+        served: Callable[[str], None] = lambda _key: None,
     ) -> None:
         """`found_nothing(key)`: whether this process's last lookup of `key` found no
-        entry at all (the accounts'), the only misses worth waiting for."""
+        entry at all (the accounts'), the only misses worth waiting for. `served(key)`:
+        that miss was then loaded from another process's compile (a hit, not a miss)."""
         self.backends = backends
         self.counters = counters
         self.found_nothing = found_nothing
+        self.served = served
         self.settings = backends.settings
         self.ttl = min(self.settings.lease_ttl_secs, self.settings.lease_max_hold_secs)
         self._held: dict[str, Held] = {}
@@ -288,7 +291,10 @@ class SingleFlight:
                         return None, held
                     # Published since this process missed it (and its holder let go).
                     held.release(stored=True)
-                    return load(), None
+                    loaded = load()
+                    if loaded is not None:
+                        self.served(key)
+                    return loaded, None
             else:
                 record = self._read_record(key)
                 if record is None or record.state != "compiling":
@@ -336,6 +342,7 @@ class SingleFlight:
                 result = load()
                 if result is not None:
                     counters.add("lease_loaded")
+                    self.served(key)
                 return result, None  # not loadable here (another fingerprint...): compile
             record = self._read_record(key)
             if record is not None and record.state == "abandoned":
