@@ -20,6 +20,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,10 +223,16 @@ def test_symlinked_tier_files_are_not_followed(tmp_path: Path) -> None:
     obj.symlink_to(target)
     with pytest.raises(CorruptObject, match="not a regular file"):
         blobs.get(other.digest)
-    # So is the below-threshold list (a link to a file the victim may not mean to share).
+    # So is the below-threshold list (a link to a file the victim may not mean to share):
+    # the file it points at names "c" * 64 as quick, so following it would answer.
+    listed = tmp_path / "listed.json"
+    listed.write_text(json.dumps({"c" * 64: [0.01, time.time() + 3600]}))
     below = t.base / "below-threshold.json"
-    below.symlink_to(target)
+    below.symlink_to(listed)
     assert _tier(tmp_path / "tiers").quick.get("c" * 64) is None
+    below.unlink()
+    below.write_bytes(listed.read_bytes())  # the same list, as a file: read
+    assert _tier(tmp_path / "tiers").quick.get("c" * 64) == 0.01
 
 
 def test_a_symlinked_tier_directory_is_refused(tmp_path: Path) -> None:

@@ -399,4 +399,5 @@ class SingleFlight:
         try:
             return LeaseRecord.decode(data)
         except Exception:  # malformed (CorruptObject, or anything it made fail): no lease
+            self.counters.add("bad_lease_records")  # counted: the refusal is seen to run
             return None

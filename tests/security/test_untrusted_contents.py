@@ -258,6 +258,7 @@ def test_a_malformed_lease_record_is_no_lease(
     assert _turn(reader.flight, 30) < 5
     counts = reader.counters.snapshot()
     assert counts.get("lease_errors", 0) == 0 and counts.get("lease_waits", 0) == 0
+    assert counts.get("bad_lease_records", 0) == 1  # read and refused, not never read
 
 
 # -- lease rows: none stands past the operator's maximum ---------------------------------
