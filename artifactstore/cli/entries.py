@@ -351,24 +351,24 @@ def _confirm(yes: bool, question: str, what: str = "more than one entry") -> Non
 def _rm_named(obj: Ctx, ref: str, yes: bool) -> None:
     """`rm --name`: the named executable's entries (all fingerprints; one version or
     all), found in the index and removed as `rm KEY...` removes them."""
-    from artifactstore.gc.remove import remove
+    from artifactstore.gc.remove import remove_named
     from artifactstore.index.repo import Filters
     from artifactstore.named import keys as named_keys
 
     name, version = named_keys.parse_ref(ref)
     glob = f"{named_keys.MODULE_PREFIX}{name}@{version or '*'}"
     with obj.store(changes=True) as store:
-        found = [
-            e.key
+        found = {
+            e.key: e.module_name
             for e in store.index.iter_entries(Filters(module_glob=glob))
             if named_keys.matches(e.module_name, name, version)
-        ]
+        }
         if not found:
             fail(f"no named executable matches {ref!r} in namespace {store.namespace!r}: "
                  "check `artstore ls --named`")  # fmt: skip
         if len(found) > 1:
             _confirm(yes, f"remove {len(found)} entries of {ref!r}?", f"{len(found)} entries")
-        report = remove(store, sorted(found))
+        report = remove_named(store, found)  # and the versions' removal records
     _removed(report)
 
 

@@ -1,14 +1,16 @@
 """`artstore rm`: delete entries by key, then the objects no entry references any more.
 
 Order: manifests withdrawn, rows deleted, objects deleted; what a crash between two
-steps leaves, and its repair, is in artifactstore/gc/verify.py."""
+steps leaves, and its repair, is in artifactstore/gc/verify.py. `rm --name` first
+leaves each version's removal record (artifactstore/store/removed.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from artifactstore.store import Store
+from artifactstore.formats.named import split_module
+from artifactstore.store import Store, removed
 
 
 @dataclass
@@ -51,3 +53,14 @@ def remove(store: Store, keys: list[str] | None) -> RemoveReport:
             report.bytes += before[digest]
     store.index.forget_objects(orphans)
     return report
+
+
+def remove_named(store: Store, modules: dict[str, str]) -> RemoveReport:
+    """`rm --name`: the entries `modules` names (key -> module name, `named:NAME@VERSION`),
+    after a removal record for each of their versions, so that no copy of them put back
+    in the bucket is ever loaded again and the version is not stored again (issue 38).
+    The records come first: a crash part way leaves a version refused, never half-alive."""
+    versions = {v for v in map(split_module, modules.values()) if v is not None}
+    for name, version in sorted(versions):
+        removed.leave(store.blobs, name, version)
+    return remove(store, sorted(modules))

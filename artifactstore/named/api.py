@@ -91,7 +91,7 @@ def _compiled(
         return found
     built = build(fn, specs, static, name=name, version=version, backend=context.backend)
     context.store_native(built)
-    if portable:
+    if portable and (name, version) not in context.gone:  # a removed version: not stored
         exported = _portable.export(fn, specs, static, built.executable.header, platforms)
         if exported is not None:
             context.store_portable(name, version, exported)

@@ -19,7 +19,13 @@ from artifactstore.named import container, keys
 from artifactstore.named.build import Built, device_list, rebuild
 from artifactstore.named.call import NamedExecutable
 from artifactstore.runtime.session import Session, warn_once
+from artifactstore.store import removed
 from artifactstore.store.background import call_with_timeout
+
+IMMUTABLE = (
+    "versions are immutable once published: this build is used but not stored; "
+    "build it as a new version"
+)
 
 
 class Context:
@@ -30,6 +36,7 @@ class Context:
         self.backend = backend
         self.fingerprint = backend_fingerprint(backend)
         self.problems: list[str] = []  # why a lookup found nothing, for the error
+        self.gone: set[tuple[str, str]] = set()  # removed versions: not stored (store.removed)
 
     @classmethod
     def open(cls) -> Context:
@@ -136,15 +143,34 @@ class Context:
         if session.settings.read_only:
             store.counters.add("skipped_read_only")
             return
+        name, version = keys.parse_module_name(module) or ("", "")
+
+        def put() -> str | None:
+            """Stored, or why not: a removed version is never stored again (readers
+            refuse it, so the build would be lost; see `store.removed`)."""
+            record = removed.removal(store.blobs, name, version)
+            if record is not None:
+                return removed.describe(name, version, record)
+            store.put(
+                key,
+                payload,
+                fingerprint=fingerprint,
+                module_name=module,
+                compile_secs=secs,
+                callbacks=0,
+            )
+            return None
+
         try:
-            call_with_timeout(
-                lambda: store.put(key, payload, fingerprint=fingerprint, module_name=module,
-                                  compile_secs=secs, callbacks=0),
-                session.settings.timeout_secs,
-            )  # fmt: skip
+            gone = call_with_timeout(put, session.settings.timeout_secs)
         except Exception as exc:
             session.fail(exc)
             warn_once("named-put", "%s not stored (%s)", module, one_line(exc))
+            return
+        if gone is not None:  # this process runs what it built; the store keeps nothing
+            self.gone.add((name, version))
+            store.counters.add("named_removed_not_stored")
+            warn_once("named-removed-put", "%s; %s", gone, IMMUTABLE)
 
     def store_native(self, built: Built) -> None:
         header = built.executable.header

@@ -18,6 +18,7 @@ from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
 from artifactstore.index.repo import EntryInfo
+from artifactstore.store import removed
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
 from artifactstore.store.tier import _warn_once
@@ -25,8 +26,7 @@ from artifactstore.store.write import WritePath, remember
 
 NO_TRUSTED_KEYS = (
     "this store requires signatures and no key is trusted: loading nothing, compiling. "
-    "Set ARTSTORE_TRUSTED_KEYS to your writers' .pub files (`artstore keygen`), or "
-    "ARTSTORE_REQUIRE_SIGNATURES=0 to let every writer of the bucket decide what runs"
+    "Set ARTSTORE_TRUSTED_KEYS to your writers' .pub files (`artstore keygen` makes a pair)"
 )
 
 
@@ -96,6 +96,10 @@ class ReadPath:
             return miss("missing_object")
         try:
             payload = self.verify(entry, data, fingerprint_digest, callbacks=callbacks)
+        except removed.RemovedVersion as exc:  # planted back after `rm --name`: never run
+            warn_once("named-removed", "refusing executable: %s; compiling", exc)
+            self.refused[key] = exc.reason
+            return miss(exc.reason)
         except codec.SignatureRefused as exc:
             # Intact bytes this reader will not run (unsigned, unknown key, bad
             # signature): a miss, never quarantined (another reader may trust the key).
@@ -170,11 +174,13 @@ class ReadPath:
     ) -> bytes:
         """The executable in `entry`'s object `data`, verified as every load is: digest,
         envelope, fingerprint, entry key, callback count (given `callbacks`), sizes, and
-        the signature where this reader lists trusted keys. Raises what `codec.decode`
-        raises (CorruptObject and its kinds, OverLimit); what a refusal costs is the
-        caller's to decide (`get`: a miss; `artstore pull`: counted, not kept)."""
+        the signature where this reader lists trusted keys; then, for a named version,
+        that `artstore rm --name` did not remove it (`removed.RemovedVersion`). Raises
+        what `codec.decode` raises (CorruptObject and its kinds, OverLimit); what a
+        refusal costs is the caller's to decide (`get`: a miss; `artstore pull`: counted,
+        not kept)."""
         settings = self.backends.settings
-        return codec.decode(
+        payload = codec.decode(
             data,
             expected_digest=entry.digest,
             fingerprint_digest=fingerprint_digest,
@@ -185,6 +191,8 @@ class ReadPath:
             trusted=settings.trusted_keys,
             namespace=settings.namespace,
         )
+        removed.check(self.backends.blobs, data)  # after: only authentic objects cost a GET
+        return payload
 
     def _over_limit(self, exc: OverLimit, miss: Callable[[str], Hit | None]) -> Hit | None:
         self.backends.warn_once("over-limit", "executable not loaded: %s; compiling", exc)
