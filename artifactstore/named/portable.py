@@ -103,7 +103,7 @@ def lowering(
             f"{name}: its portable form was exported for {', '.join(exported.platforms)} only, "
             f"and this host runs {this}: build it with artifactstore.compiled(..., "
             f"platforms=({fix})) (or NamedSpec(..., platforms=...) for `artstore warm`) "
-            f"under a new version, or after `artstore rm --name {name}`"
+            "under a new version (a published version is never replaced)"
         )
     devices = {d.id: d for d in backend.devices()}
     args = header.inputs.unflatten([
