@@ -13,8 +13,10 @@ is seen to run (its counter moves). The same through moto S3: test_hostile_s3.py
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ from artifactstore.gc.collect import collect
 from artifactstore.gc.journals import fold_journals
 from artifactstore.gc.policy import Policy
 from artifactstore.store import Store, identity
+from artifactstore.store.lease import LeaseRecord
 from security import hostile
 from security.hostile import FP, KEY, OTHER, PAYLOADS
 
@@ -287,3 +290,44 @@ def test_pull_keeps_only_what_verifies(
             (quick / name).unlink(missing_ok=True)
 
     run()
+
+
+@pytest.mark.hostile_record("lease record")
+def test_a_hostile_lease_record_costs_a_reader_at_most_its_own_short_wait(
+    planted: Planted,
+) -> None:
+    """A read-only reader that missed a key reads its lease record: whatever the record
+    says (a beat, a TTL of 1e300, a live holder), the wait ends within the reader's own
+    ARTSTORE_LEASE_READER_WAIT, and a malformed record is counted as refused."""
+    env = dict(planted.env, ARTSTORE_READ_ONLY="1", ARTSTORE_LEASE_READER_WAIT="0.3")
+    reader = Store.open(config.resolve({"local_tier": "off"}, environ=env), lazy_index=True)
+    missing = "m" * 64
+    good = {
+        "v": 1,
+        "holder": f"{os.uname().nodename}:{os.getpid()}",
+        "beat": 1,
+        "ttl": 1e300,
+        "state": "compiling",
+        "hint": 1e300,
+    }
+
+    @settings(max_examples=10, deadline=timedelta(seconds=5))  # 0.3 s, and its polls
+    @given(hostile.records(good, max_bytes=LEASES.max_bytes))
+    @example(hostile.dump(good))  # a live holder (this very process), never beating
+    @example(hostile.DEEP)
+    def run(data: bytes) -> None:
+        planted.store.blobs.put_record(LEASES, missing, data)
+        assert reader.get(missing, FP.digest) is None  # a miss: now it looks for a lease
+        assert reader.flight is not None
+        before = reader.counters.snapshot().get("bad_lease_records", 0)
+        assert reader.flight.turn(missing, lambda: None) == (None, None)
+        try:
+            LeaseRecord.decode(data)
+        except CorruptObject:
+            assert reader.counters.snapshot().get("bad_lease_records", 0) == before + 1
+
+    try:
+        run()
+    finally:
+        reader.close()
+        planted.store.blobs.delete_records(LEASES, [missing])
