@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env, devstack, run_program
+from conftest import REPO, TEAM_PUB, TEAM_SIGNING, clean_env, devstack, run_program
 from otheruser import OTHER_UID, other_user
 
 from artifactstore import config
@@ -244,17 +244,26 @@ def test_a_symlinked_tier_directory_is_refused(tmp_path: Path) -> None:
         _tier(tmp_path / "tiers").check()
 
 
-# -- another user's store: read only when said so --------------------------------
-def test_another_users_store_is_read_only_with_the_setting(tmp_path: Path) -> None:
-    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+# -- another user's store: read only signed, read-only, with keys trusted -------------
+def test_another_users_store_is_read_only_with_signatures_required(tmp_path: Path) -> None:
+    """ARTSTORE_READ_ONLY=1 alone no longer trusts the directory's owner (issue 38: that
+    advice ran an attacker's store); read-only with signatures required and its writer's
+    key trusted, the files decide nothing and the store is read."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), **TEAM_SIGNING)
     store = Store.open(config.resolve(environ=env))
     store.put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
     store.close()
     for path in [tmp_path / "store", *(tmp_path / "store").rglob("*")]:
         os.chown(path, OTHER_UID, OTHER_UID)
-    with pytest.raises(UnsafeDirectory, match=f"uid {OTHER_UID}.*ARTSTORE_READ_ONLY=1"):
-        Store.open(config.resolve(environ=env))
-    reader = Store.open(config.resolve(environ={**env, "ARTSTORE_READ_ONLY": "1"}))
+    plain = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    for extra in ({}, {"ARTSTORE_READ_ONLY": "1"}):
+        with pytest.raises(UnsafeDirectory, match=f"uid {OTHER_UID}") as err:
+            Store.open(config.resolve(environ={**plain, **extra}))
+        assert "READ_ONLY" not in str(err.value) and "REQUIRE_SIGNATURES" not in str(err.value)
+        assert "ARTSTORE_URL to a directory of yours" in str(err.value)
+    signed = {"ARTSTORE_READ_ONLY": "1", "ARTSTORE_REQUIRE_SIGNATURES": "1"}
+    signed["ARTSTORE_TRUSTED_KEYS"] = str(TEAM_PUB)
+    reader = Store.open(config.resolve(environ={**plain, **signed}))
     assert reader.get(KEY, _fp().digest) is not None
     reader.close()
 

@@ -8,6 +8,7 @@ from artifactstore.blobstores import safedir
 from artifactstore.blobstores.base import BlobInfo, BlobStore
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.blobstores.readonly import ReadOnlyBlobStore
+from artifactstore.blobstores.store_trust import store_trust
 from artifactstore.config import Settings, check_namespace
 
 __all__ = ["BlobInfo", "BlobStore", "LocalBlobStore", "ReadOnlyBlobStore", "open_blobstore"]
@@ -29,7 +30,7 @@ def open_blobstore(settings: Settings) -> BlobStore:
     else:
         modes = safedir.store_modes(settings.group_readable)
         # Whose store may be read, as Store.open's check decides (secure_local_dirs).
-        trust: safedir.Trust = "any" if settings.read_only else "mine_or_root"
+        trust = store_trust(settings)
         store = LocalBlobStore(loc.path, settings.namespace, modes=modes, trust=trust)
     return ReadOnlyBlobStore(store) if settings.read_only else store
 

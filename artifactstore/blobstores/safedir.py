@@ -16,8 +16,8 @@ a link to theirs in its place, even while a process runs. Hence, on every open:
   created with a private mode (0700; a store may be made group-readable, never
   group-writable);
 - a store owned by another user may be read, if no one but its owner can
-  write it: root's always, anyone else's with ARTSTORE_READ_ONLY=1, which says
-  its owner is trusted like any store writer;
+  write it: root's always, anyone else's only by a read-only process that loads
+  nothing but entries signed by keys it trusts (blobstores.store_trust);
 - no directory above `top` may be writable by its group or by every user,
   unless it is root's and sticky (like /tmp): others could rename ours away;
 - files are opened without following symbolic links, and must be regular files.
@@ -51,9 +51,9 @@ class Modes:
 
 
 # Whose directories are trusted: "mine" for what this process writes (a tier, a store
-# it writes), "mine_or_root" for a store opened without ARTSTORE_READ_ONLY (read if
-# not writable here: root can change anything anyway), "any" for a store read with
-# ARTSTORE_READ_ONLY, which says its owner is trusted.
+# it writes), "mine_or_root" for a store it reads (read if not writable here: root can
+# change anything anyway), "any" for a store read-only with signatures required and
+# keys trusted, where the files decide nothing (blobstores.store_trust).
 Trust = Literal["mine", "mine_or_root", "any"]
 
 PRIVATE = Modes()
@@ -191,9 +191,11 @@ class Tree:
             return
         trust = self.trust
         if trust != "any" and st.st_uid != me and not (trust == "mine_or_root" and st.st_uid == 0):
-            fix = "remove it (another user may have made it to plant executables)"
-            if trust == "mine_or_root":
-                fix = "set ARTSTORE_READ_ONLY=1 to read another user's store, or " + fix
+            # Never advise trusting it more (read-only, signatures off): its owner may be
+            # the one who planted it. A store another user publishes is read with its
+            # writers' keys trusted and signatures required (store_trust).
+            fix = "use a directory of your own (another user may have made this one to plant "
+            fix += "executables)"
             raise self._refuse(where, f"is owned by uid {st.st_uid}, not by this user (uid {me})",
                                fix)  # fmt: skip
         if st.st_mode & _UNSAFE:

@@ -17,6 +17,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from artifactstore.blobstores import BlobStore, safedir
+from artifactstore.blobstores.store_trust import store_trust
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import ArtstoreError, StoreUnavailable, one_line
 from artifactstore.index import db
@@ -144,14 +145,15 @@ def secure_local_dirs(settings: Settings) -> None:
     """Check a local store's directory and a SQLite index's, creating them for a writer.
 
     A writer's must be its own and writable by no one else (created 0700, or 0750
-    with ARTSTORE_GROUP_READABLE); a store read without ARTSTORE_READ_ONLY may also
-    be root's, and with it anyone's: the setting says its owner is trusted. Either
-    way no one but the owner may be able to write it (safedir). Raises
-    UnsafeDirectory (one line, with the fix), so the store is not used.
+    with ARTSTORE_GROUP_READABLE); a store read may also be root's, and anyone's
+    only when read-only with signatures required and keys trusted (store_trust:
+    then the files decide nothing). Either way no one but the owner may be able to
+    write it (safedir). Raises UnsafeDirectory (one line, with the fix), so the
+    store is not used.
     """
     from artifactstore.index import health
 
-    trust: safedir.Trust = "any" if settings.read_only else "mine_or_root"
+    trust = store_trust(settings)
     create = not settings.read_only
     modes = safedir.store_modes(settings.group_readable)
     # The embedded default lives in the user's cache directory, which must be theirs.
