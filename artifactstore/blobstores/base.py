@@ -160,6 +160,12 @@ UNTRUSTED_KINDS: tuple[UntrustedKind, ...] = (
         "artifactstore.formats.named:unframe",
         None,
     ),
+    UntrustedKind(
+        "named removal record",
+        "bucket keys/ (`<sha256>.removed`), local manifests/",
+        "artifactstore.formats.named:removed_at",
+        1024,
+    ),
     UntrustedKind("tier key file", "tier keys/", "artifactstore.store.tier:LocalTier.record", None),
     UntrustedKind(
         "tier access journal",

@@ -38,7 +38,7 @@ from artifactstore.formats.workingset import (
 )
 from artifactstore.index.accesses import clean_touches
 from artifactstore.named import container
-from artifactstore.store import identity
+from artifactstore.store import identity, removed
 from artifactstore.store.lease import MAX_RECORD_BYTES, LeaseRecord
 from security import hostile
 
@@ -306,6 +306,27 @@ def test_named_payload_header(payload: bytes) -> None:
         container.parse_header(header)
     except CorruptObject:
         pass
+
+
+@pytest.mark.hostile_record("named removal record")
+@given(
+    hostile.names(),
+    hostile.records({"v": 1, "name": "t/step", "version": "1", "removed": 1.7e9}, max_bytes=1024),
+)
+@example("0" * 64 + ".removed/../x", hostile.DEEP)
+def test_named_removal_record(name: str, data: bytes) -> None:
+    """Its name is checked as a record name; its body only dates a message: any bytes
+    give a time or none, and the message is one line either way."""
+    try:
+        named.check_removed_name(name)
+    except ValueError:
+        pass
+    else:
+        assert name.removesuffix(".removed").isalnum()
+    when = named.removed_at(data)
+    assert when is None or (type(when) is int and when >= 0)
+    line = removed.describe("t/step", "1", data)
+    assert "\n" not in line and line.startswith("t/step@1 was removed")
 
 
 def _signed(key: str, payload: bytes) -> bytes:
