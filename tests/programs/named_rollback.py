@@ -33,8 +33,7 @@ try:
     if MODE == "load":
         fn = artifactstore.load("t/step", version="1")
     else:
-        fn = artifactstore.compiled(old if MODE == "old" else new, SPEC, name="t/step",
-                                    version="1")  # fmt: skip
+        fn = artifactstore.compiled(old if MODE == "old" else new, SPEC, name="t/step", version="1")
 except artifactstore.ArtstoreError as exc:
     out = {"error": type(exc).__name__, "message": str(exc)}
     print(json.dumps({**out, "stats": artifactstore.process_stats()}))

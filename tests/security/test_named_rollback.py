@@ -11,11 +11,20 @@ only, on a fresh node (its own empty tier), in real JAX processes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
-from conftest import FAKE_AWS, TEAM_PUB, artstore, run_program
+import pytest
+from conftest import FAKE_AWS, TEAM_KEY, TEAM_PUB, artstore, clean_env, run_program
+from hypothesis import example, given
+
+from artifactstore import config
+from artifactstore.formats import named
+from artifactstore.store import Store, removed
+from security import hostile
+from security.hostile import FP, KEY, PAYLOADS
 
 OLD = [2.0, 2.0, 2.0, 2.0]  # ones(4) + 1: the removed function
 NEW = [3.0, 3.0, 3.0, 3.0]  # ones(4) * 3: what t/step@1 was rebuilt as
@@ -35,8 +44,13 @@ def _reader(team_env: dict[str, str], node: Path) -> dict[str, str]:
     """A read-only reader that requires signatures and trusts the writer's key alone,
     on a fresh node (an empty tier of its own)."""
     env = {k: v for k, v in team_env.items() if k != "ARTSTORE_SIGNING_KEY"}
-    return {**env, "ARTSTORE_TRUSTED_KEYS": str(TEAM_PUB), "ARTSTORE_REQUIRE_SIGNATURES": "1",
-            "ARTSTORE_READ_ONLY": "1", "ARTSTORE_LOCAL_TIER": str(node)}  # fmt: skip
+    return {
+        **env,
+        "ARTSTORE_TRUSTED_KEYS": str(TEAM_PUB),
+        "ARTSTORE_REQUIRE_SIGNATURES": "1",
+        "ARTSTORE_READ_ONLY": "1",
+        "ARTSTORE_LOCAL_TIER": str(node),
+    }
 
 
 class Bucket:
@@ -145,3 +159,62 @@ def test_rm_then_old_objects_planted_back_never_run(
     checked = artstore("verify", "--json", env=team_env)
     planted = sorted(k.rsplit("/", 1)[1] for k in saved if "/keys/" in k)
     assert json.loads(checked.stdout)["manifests_without_entry"] == planted, checked.stdout
+
+
+# -- hostile removal records (no JAX): whatever bytes sit at the name, the version is refused
+@pytest.fixture(scope="module")
+def named_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    root = tmp_path_factory.mktemp("removal")
+    env = clean_env(
+        ARTSTORE_URL=str(root / "store"),
+        ARTSTORE_SIGNING_KEY=str(TEAM_KEY),
+        ARTSTORE_TRUSTED_KEYS=str(TEAM_PUB),
+    )
+    store = Store.open(config.resolve({}, environ=env))
+    store.put(
+        KEY,
+        PAYLOADS[KEY],
+        fingerprint=FP,
+        module_name="named:t/step@1",
+        compile_secs=1.0,
+        callbacks=0,
+    )
+    yield store
+    store.close()
+
+
+@pytest.mark.hostile_record("named removal record")
+def test_a_removal_record_refuses_whatever_it_holds(named_store: Store) -> None:
+    """A removal record's presence, not its contents, refuses its version: hostile bytes there
+    (random, truncated, oversized, nested, another version's record) never raise, never let
+    the version load, and each refusal is counted; without the record the entry loads."""
+    store, record = named_store, named.removed_name("t/step", "1")
+    good = json.loads(named.encode_removed("t/step", "1", 1_700_000_000))
+    other = json.loads(named.encode_removed("t/step", "2", 1))
+
+    @given(hostile.records(good, max_bytes=named.MAX_REMOVED_BYTES, others=[other]))
+    @example(hostile.DEEP)
+    @example(b"")
+    def run(data: bytes) -> None:
+        assert named.removed_at(data) is None or named.removed_at(data) >= 0  # never raises
+        store.blobs.put_record(removed.REMOVED, record, data)
+        before = store.counters.snapshot().get("named_removed", 0)
+        assert store.get(KEY, FP.digest, callbacks=0) is None
+        assert store.counters.snapshot().get("named_removed", 0) == before + 1
+        store.blobs.delete_records(removed.REMOVED, [record])
+        hit = store.get(KEY, FP.digest, callbacks=0)
+        assert hit is not None and hit.payload == PAYLOADS[KEY]
+
+    run()
+
+
+@given(hostile.names())
+@example("a" * 64 + ".removed")
+@example("../" + "0" * 61 + ".removed")
+def test_removal_record_names_are_a_digest_and_the_suffix_only(name: str) -> None:
+    try:
+        named.check_removed_name(name)
+    except ValueError:
+        return
+    assert name[:64] == name[:64].lower() and len(name) == 64 + len(".removed")
+    assert all(c in "0123456789abcdef" for c in name[:64]) and name.endswith(".removed")
