@@ -123,12 +123,19 @@ def engines(roles_db: RolesDb) -> Iterator[dict[str, Engine]]:
         engine.dispose()
 
 
+@pytest.fixture(scope="module")
+def blobs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One object store for the module, as the index (`roles_db`) is one: a writer
+    refuses to write where the two are not one store (store identity, issue 38.4)."""
+    return tmp_path_factory.mktemp("roles") / "blobs"
+
+
 @pytest.fixture
-def open_store(tmp_path: Path, open_store: OpenStore) -> Callable[..., Store]:
+def open_store(blobs_dir: Path, open_store: OpenStore) -> Callable[..., Store]:
     """A Store on a local blob directory per namespace and the given index URL."""
 
     def _open(index: str, namespace: str, **overrides: Any) -> Store:
-        env = {"ARTSTORE_URL": str(tmp_path / "blobs"), "ARTSTORE_INDEX": index,
+        env = {"ARTSTORE_URL": str(blobs_dir), "ARTSTORE_INDEX": index,
                "ARTSTORE_NAMESPACE": namespace, "ARTSTORE_LOCAL_TIER": "off"}  # fmt: skip
         return open_store(env, **overrides)
 
