@@ -334,6 +334,7 @@ class SingleFlight:
         poll = _FIRST_POLL
         beat: int | None = None
         quiet_since = started  # when the holder last showed life (a new beat)
+        asked = started  # when a writer last asked the index for the lease
         while True:
             time.sleep(poll)
             poll = min(poll * 1.5, _MAX_POLL)
@@ -359,11 +360,15 @@ class SingleFlight:
             dead = record is not None and dead_here(record.holder)
             # Silent for our own TTL (not the record's); no record yet: written just after.
             quiet = now - quiet_since > (self.ttl if record is not None else 1.0)
-            if dead or quiet:
+            # A writer asks the index every TTL whatever the record says: a forged record
+            # that keeps "beating" cannot hide that the holder's row expired.
+            overdue = writer and now - asked > self.ttl
+            if dead or quiet or overdue:
                 if not writer:
                     if now - quiet_since > 2 * self.ttl:
                         return None, None  # no writer took it over: compile
                 else:
+                    asked = now
                     held = self.try_hold(key)  # exactly one waiter takes it over
                     if held is not None:
                         counters.add("lease_takeovers")

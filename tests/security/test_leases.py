@@ -15,17 +15,20 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import OpenStore, artstore
+from sqlalchemy import insert
 
 from artifactstore import gc
 from artifactstore.blobstores.base import LEASES
 from artifactstore.index.leases import holder_name
+from artifactstore.index.models import LeaseRow, utcnow
 from artifactstore.store import Store
-from artifactstore.store.lease import LeaseRecord
+from artifactstore.store.lease import LeaseRecord, lease_name
 from security.flights import key, turn
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -168,6 +171,42 @@ def test_gc_keeps_a_live_holders_lease(team_env: dict[str, str], open_store: Ope
     assert report.lease_records_removed == 0 and report.lease_rows_removed == 0
     assert writer.blobs.get_record(LEASES, k) is not None
     held.release(stored=False)
+    flight.drain(10)
+
+
+def test_a_beating_forged_record_cannot_hide_an_expired_lease_from_a_writer(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """A writer waits on the index's lease, not on the record: the holder (on another host)
+    stopped renewing its row, a forger keeps the record beating; the writer takes it over
+    once the row expires (before: it waited out ARTSTORE_LEASE_WAIT)."""
+    k = key(3807)
+    writer = open_store({**team_env, "ARTSTORE_LEASE_TTL": "1", "ARTSTORE_LEASE_WAIT": "120"})
+    row = {"name": lease_name(writer.namespace, k), "holder": "other-host:1", "token": "t" * 32}
+    with writer.engine.begin() as conn:
+        conn.execute(insert(LeaseRow).values(**row, expires_at=utcnow() + timedelta(seconds=2)))
+    stop = threading.Event()
+
+    def beat() -> None:
+        n = 0
+        while not stop.is_set():
+            forge(writer, k, beat=n, holder="other-host:1", ttl=1, at=time.time())
+            n += 1
+            time.sleep(0.2)
+
+    forger = threading.Thread(target=beat, daemon=True)
+    forger.start()
+    try:
+        got, held = turned(writer, k, timeout=30)
+    finally:
+        stop.set()
+        forger.join()
+    assert got is None and held is not None  # it compiles, holding the lease
+    seen = counts(writer)
+    assert seen.get("lease_takeovers") == 1 and seen.get("lease_timeouts", 0) == 0
+    held.release(stored=False)
+    flight = writer.flight
+    assert flight is not None
     flight.drain(10)
 
 
