@@ -26,7 +26,11 @@ listing is complete (a pull that stopped learns none), so that a pulled node nev
 looks up its trivial jits. A refused listing of them (credentials from before they
 existed) is said in the summary and stops nothing. So are the working sets of this
 fingerprint (artifactstore.formats.workingset): copied into the tier, so that a pulled
-node's first run of a program loads ahead what the team's runs of it loaded.
+node's first run of a program loads ahead what the team's runs of it loaded. Only a set
+that parses and, where this host requires signatures, that a trusted key signed is
+copied (replacing the tier's copy); the others are counted as refused and never copied.
+The bound on sets read counts names of working sets only, so junk names cannot hide
+the team's sets.
 
 At most `jobs` entries are in flight (their GETs in parallel), so at most `jobs`
 objects and their inflated executables are in memory at once. A failure of the object
@@ -91,6 +95,7 @@ class PullReport:
     quick_unlisted: str | None = None  # why they were not listed, if they were not
     working_sets: int = 0  # programs' working sets copied to the tier (dry run: would be)
     working_sets_unlisted: str | None = None  # why they were not, if they were not read
+    working_sets_refused: int = 0  # unreadable, or not signed by a trusted key: not copied
     stopped: str | None = None  # why the pull stopped early, if it did
 
     @property
@@ -305,17 +310,33 @@ def _quick_keys(store: Store, fingerprint: str, report: PullReport) -> set[str]:
 def _working_sets(
     store: Store, tier: LocalTier, fingerprint: str, report: PullReport, dry_run: bool
 ) -> None:
-    """Copy `fingerprint`'s working sets into the tier; an unreadable one (anyone who
-    may write the bucket chose its bytes) is skipped, a refused listing is said."""
+    """Copy `fingerprint`'s working sets into the tier, replacing the tier's copies; one
+    that is unreadable or (where signatures are required) not signed by a trusted key is
+    counted and not copied: anyone who may write the bucket chose its bytes. A refused
+    listing is said. The bound counts working-set names only, never junk ones."""
+    trusted, read = store.settings.trusted_keys, 0
     try:
-        for n, name in enumerate(store.blobs.iter_records(WORKING_SETS)):
-            if n >= MAX_WORKING_SETS:
-                break
+        for name in store.blobs.iter_records(WORKING_SETS):
             try:
-                data = store.blobs.get_record(WORKING_SETS, check_program_id(name))
-                if data is None or WorkingSet.decode(data, name).fingerprint != fingerprint:
-                    continue
-            except (CorruptObject, ValueError):
+                check_program_id(name)
+            except ValueError:  # not a working set's name: not counted against the bound
+                continue
+            read += 1
+            if read > MAX_WORKING_SETS:
+                break
+            data = store.blobs.get_record(WORKING_SETS, name)
+            try:
+                found = None if data is None else WorkingSet.decode(data, name)
+            except CorruptObject as exc:
+                log.debug("artifactstore: pull: %s", exc)
+                report.working_sets_refused += 1
+                continue
+            if data is None or found is None or found.fingerprint != fingerprint:
+                continue
+            why = None if trusted is None else found.refusal(trusted, store.namespace)
+            if why is not None:
+                log.debug("artifactstore: pull: working set %s not copied: %s", name[:12], why)
+                report.working_sets_refused += 1
                 continue
             if not dry_run:
                 tier.write_file(f"{WORKING_SETS.folder}/{name}", data)

@@ -152,6 +152,11 @@ def summary(r: PullReport) -> str:
     if r.working_sets:
         copy = "would copy" if r.dry_run else "copied"
         parts.append(f"{copy} {r.working_sets} programs' working sets")
+    if r.working_sets_refused:
+        parts.append(
+            f"{r.working_sets_refused} working sets refused (unreadable or not signed by a "
+            "trusted key; not copied)"
+        )
     if r.working_sets_unlisted:
         parts.append(f"working sets not read: {r.working_sets_unlisted}")
     if r.tier_bound is not None:

@@ -15,6 +15,7 @@ Environment knobs (tests only):
                          time.monotonic(), as "printed_at" in the result line)
   JOB_WAIT_PREFETCH=N    initialize the backend (no compile), then wait (bounded) until N
                          executables were loaded ahead (artifactstore.jaxhook.prefetch)
+  JOB_WAIT_COUNTER=C:N   as JOB_WAIT_PREFETCH, for the process counter C (a refusal's)
   JOB_WAIT_EARLY=N       before that, wait (bounded) until N were fetched while JAX had no
                          backend yet ("early": the count, and whether JAX had one then)
   JOB_LATE_PLATFORM=1    after configuring, wait, then report whether JAX has backends yet
@@ -88,6 +89,10 @@ if os.environ.get("JOB_WAIT_EARLY"):
 if os.environ.get("JOB_WAIT_PREFETCH"):
     jax.devices()  # the backend, as a program's first array would make it
     wait_for_counter("prefetched", int(os.environ["JOB_WAIT_PREFETCH"]))
+if os.environ.get("JOB_WAIT_COUNTER"):
+    jax.devices()
+    counter, _, at_least = os.environ["JOB_WAIT_COUNTER"].partition(":")
+    wait_for_counter(counter, int(at_least))
 
 pause = set(filter(None, os.environ.get("JOB_PAUSE", "").split(",")))
 
