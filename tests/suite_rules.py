@@ -5,9 +5,12 @@ test that would starve its neighbours (200 reader processes), are marked `serial
 `.ci/run` runs them after the rest, on their own, not beside xdist workers.
 
 What depends on JAX's version is the adapter: the modules of artifactstore that import JAX
-(and `jaxhook/`). Everything else behaves the same whichever JAX filled the store, so CI
-runs the whole suite once, on the newest JAX, and on the oldest JAX only enough tests to
-run every adapter line the whole suite runs. Nobody keeps a list that could drift:
+(and `jaxhook/`). What depends on the interpreter's version is the code that leans on the
+standard library's edges: signals, tarfile (bundles/bounds.py overrides a private member),
+fcntl, ctypes, `dir_fd` walks (safedir), `sys.version_info`. Everything else behaves the
+same on every supported JAX and Python, so CI runs the whole suite once, on the newest end,
+and on the oldest end (Python 3.11, the oldest JAX) only enough tests to run every line of
+both kinds that the whole suite runs. Nobody keeps a list that could drift:
 
 - `--jax-record FILE` (newest end) notes, per test, which adapter lines it ran, in the
   pytest process and in every process it started: a `.pth` file makes every Python process
@@ -58,25 +61,45 @@ def _notes(record: str) -> Path:
 
 def imports_jax(path: Path) -> bool:
     """Whether a module imports JAX (at any depth, so lazy imports count)."""
+    return bool(_imports(path) & {"jax", "jaxlib"})
+
+
+# Standard-library modules whose behaviour changes between Python versions in ways we rely on.
+INTERPRETER_MODULES = {"signal", "tarfile", "fcntl", "ctypes"}
+
+
+def depends_on_interpreter(path: Path) -> bool:
+    """Whether a module leans on the interpreter's version: imports one of
+    INTERPRETER_MODULES, or reads `sys.version_info`, or walks with `dir_fd`."""
+    if _imports(path) & INTERPRETER_MODULES:
+        return True
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module]
-        else:
-            continue
-        if any(n.split(".")[0] in ("jax", "jaxlib") for n in names):
+        if isinstance(node, ast.Attribute) and node.attr == "version_info":
+            return True
+        if isinstance(node, ast.keyword) and node.arg == "dir_fd":
             return True
     return False
 
 
+def _imports(path: Path) -> set[str]:
+    """The top-level names of what a module imports (at any depth: lazy imports count)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
 def adapter_files() -> dict[str, str]:
-    """The adapter's files: absolute path -> path relative to the repository."""
+    """The files whose lines the oldest end must run: the JAX adapter and the modules
+    that depend on the interpreter (absolute path -> path relative to the repository)."""
     files = sorted(PACKAGE.rglob("*.py"))
     return {
         str(f): f.relative_to(PACKAGE.parent).as_posix()
         for f in files
-        if f.parent.name == "jaxhook" or imports_jax(f)
+        if f.parent.name == "jaxhook" or imports_jax(f) or depends_on_interpreter(f)
     }
 
 
