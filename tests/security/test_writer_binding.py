@@ -12,12 +12,15 @@ Each test here failed before the change; each negative one also shows its defenc
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import boto3
-from conftest import FAKE_AWS, OpenStore, artstore, run_program
+import pytest
+from conftest import FAKE_AWS, OpenStore, artstore, clean_env, run_program
 from sqlalchemy import create_engine, text
 
 from artifactstore.config import host
@@ -69,7 +72,7 @@ def _rows(env: dict[str, str]) -> list[tuple[str, str]]:
 
 
 def _fill(env: dict[str, str], open_store: OpenStore, n: int = 6) -> list[tuple[str, str]]:
-    """`n` entries stored in the team store by a writer in this process; its rows."""
+    """`n` entries stored in `env`'s store by a writer in this process; its rows."""
     store = open_store(env)
     for i in range(n):
         key, payload = f"{i + 1:02x}" * 32, os.urandom(600 + i)
@@ -182,3 +185,29 @@ def test_verify_repair_on_an_empty_bucket_keeps_the_index(
     dropped = artstore("verify", "--repair", "--allow-missing", env=wrong)
     assert dropped.returncode == 0, dropped.stderr
     assert _rows(team_env) == []
+
+
+# -- the same in a SQLite index, where a lookup also asks the index ------------------
+def test_writer_on_another_directory_drops_and_stores_nothing(
+    tmp_path: Path, open_store: OpenStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A SQLite index answers lookups too: an entry whose object is "gone" in the wrong
+    directory would be dropped from the real index by the first lookup; it is not."""
+    index = f"sqlite:///{tmp_path / 'index.db'}"
+    right = clean_env(
+        ARTSTORE_URL=str(tmp_path / "right"), ARTSTORE_INDEX=index, ARTSTORE_LOCAL_TIER="off"
+    )
+    before = _fill(right, open_store, 3)
+    (tmp_path / "wrong").mkdir()
+    wrong = open_store({**right, "ARTSTORE_URL": str(tmp_path / "wrong")})
+    with caplog.at_level(logging.WARNING, logger="artifactstore"):
+        assert wrong.get(before[0][0], FP.digest) is None  # a miss: its object is not here
+        assert not wrong.put(
+            "ee" * 32, b"x" * 700, fingerprint=FP, module_name="jit_new", compile_secs=1
+        )
+    counts = wrong.counters.snapshot()
+    assert counts["missing_object"] == 1 and counts["store_mismatch"] == 2, counts
+    said = [r.getMessage() for r in caplog.records if MISMATCH in r.getMessage()]
+    assert len(said) == 1 and str(tmp_path / "wrong") in said[0], said
+    assert _rows(right) == before  # nothing dropped, nothing added
+    assert not (tmp_path / "wrong" / "default" / "identity").exists()
