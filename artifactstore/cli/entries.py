@@ -376,3 +376,6 @@ def _removed(report: RemoveReport) -> None:
     click.echo(
         f"removed {report.entries} entries, {report.objects} objects ({format_size(report.bytes)})"
     )
+    if report.versions:  # `rm --name`: final (artifactstore/store/removed.py)
+        names = ", ".join(safe(v) for v in report.versions)
+        click.echo(f"removed for good (never loaded or stored again; use a new version): {names}")

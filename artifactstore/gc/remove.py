@@ -7,7 +7,7 @@ leaves each version's removal record (artifactstore/store/removed.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from artifactstore.formats.named import split_module
 from artifactstore.store import Store, removed
@@ -18,6 +18,7 @@ class RemoveReport:
     entries: int = 0
     objects: int = 0
     bytes: int = 0
+    versions: list[str] = field(default_factory=list)  # NAME@VERSION removed for good
 
 
 def resolve_keys(store: Store, prefixes: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -63,4 +64,6 @@ def remove_named(store: Store, modules: dict[str, str]) -> RemoveReport:
     versions = {v for v in map(split_module, modules.values()) if v is not None}
     for name, version in sorted(versions):
         removed.leave(store.blobs, name, version)
-    return remove(store, sorted(modules))
+    report = remove(store, sorted(modules))
+    report.versions = [f"{name}@{version}" for name, version in sorted(versions)]
+    return report

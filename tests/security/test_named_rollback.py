@@ -103,6 +103,7 @@ def _rm(team_env: dict[str, str]) -> None:
     out = artstore("rm", "--name", "t/step@1", "--yes", env=team_env)
     assert out.returncode == 0, out.stderr
     assert "removed 2 entries" in out.stdout, out.stdout  # native and portable
+    assert "removed for good" in out.stdout and "t/step@1" in out.stdout, out.stdout
 
 
 def _assert_refused(out: dict[str, Any]) -> None:
