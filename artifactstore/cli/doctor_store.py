@@ -268,7 +268,7 @@ def check_signing(settings: _config.Settings) -> Check:
     elif not trusted.keys:
         status = "warn"
         parts.append("signatures required, no key trusted: LOADS NOTHING (set "
-                     "ARTSTORE_TRUSTED_KEYS, or ARTSTORE_REQUIRE_SIGNATURES=0)")  # fmt: skip
+                     "ARTSTORE_TRUSTED_KEYS to the writers' .pub files)")  # fmt: skip
         verdict = ("signatures required but no key trusted: loads nothing; set "
                    "ARTSTORE_TRUSTED_KEYS to the writers' public keys (`artstore keygen` "
                    "makes a pair)")  # fmt: skip
