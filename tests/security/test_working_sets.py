@@ -13,6 +13,7 @@ junk names hid the genuine ones from it. Each negative test here checks that its
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import uuid
@@ -254,14 +255,32 @@ def _edited_options(options: list[bytes], edit: str) -> list[bytes]:
     return [bytes.fromhex(line) for line in proc.stdout.decode().split()]
 
 
+@dataclass
+class Embedded:
+    store: Path  # an embedded store (local directory + SQLite) job.py ran on once
+    results: Any
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Embedded:
+    """The embedded default, written by one run of job.py (loading ahead on); each test
+    forges a copy."""
+    store = tmp_path_factory.mktemp("embedded") / "store"
+    first = _run("job.py", clean_env(ARTSTORE_URL=str(store), ARTSTORE_PREFETCH="1"))
+    assert first["store"]["stored"] == 12
+    return Embedded(store, first["results"])
+
+
 @pytest.mark.parametrize("forgery", ["junk", "partitions", "devices", "twice"])
-def test_an_unsigned_store_refuses_options_that_do_not_fit(tmp_path: Path, forgery: str) -> None:
+def test_an_unsigned_store_refuses_options_that_do_not_fit(
+    embedded: Embedded, tmp_path: Path, forgery: str
+) -> None:
     """The embedded default trusts no key: a set is followed, but each entry's options and
     devices are checked against this backend before any deserialization. Junk options
     (the abort), num_partitions=4 (the stall), a device this host lacks, a device twice:
     each entry refused (counted), the program correct from its tier, nothing logged."""
+    shutil.copytree(embedded.store, tmp_path / "store", symlinks=True)
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_PREFETCH="1")
-    first = _run("job.py", env)
     folder = tmp_path / "store" / "default" / "workingsets"
     (record,) = [p for p in folder.iterdir() if p.name != hint_id(JOB)]
     found = WorkingSet.decode(record.read_bytes(), record.name)
@@ -286,7 +305,7 @@ def test_an_unsigned_store_refuses_options_that_do_not_fit(tmp_path: Path, forge
     assert out["_returncode"] == 0, out["_stderr"][-2000:]
     stats = out["store"]
     assert stats["prefetch_refused_options"] == n and "prefetched" not in stats, stats
-    assert out["results"] == first["results"] and out["xla_compiles"] == []
+    assert out["results"] == embedded.results and out["xla_compiles"] == []
     assert stats["hits"] == stats["tier_hits"] == n
     assert "artifactstore" not in out["_stderr"]  # no warning, no breaker
 
