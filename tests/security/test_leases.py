@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import OpenStore, artstore
+from conftest import OpenStore, artstore, run_program
 from sqlalchemy import insert
+from test_single_flight import env_for, start, wait_for_lease
 
 from artifactstore import gc
 from artifactstore.blobstores.base import LEASES
@@ -40,6 +41,7 @@ sys.path.insert(0, {tests!r})
 from artifactstore import config
 from artifactstore.store import Store
 from security.flights import key, turn
+from test_single_flight import env_for, start, wait_for_lease
 store = Store.open(config.resolve({{}}, environ=os.environ), lazy_index=True)
 hit, held = turn(store, key({n}))
 assert hit is None and held is not None
@@ -105,7 +107,7 @@ def test_a_killed_holders_record_costs_a_reader_no_wait_and_gc_removes_it(
     # gc removes both the index row and the record, and says how many.
     done = artstore("gc", env=team_env)
     assert done.returncode == 0, done.stderr
-    assert "removed 1 stale lease records and 1 lease rows" in done.stdout
+    assert "removed 1 stale lease record and 1 lease row of dead" in done.stdout
     assert writer.blobs.get_record(LEASES, k) is None
 
 
@@ -239,3 +241,22 @@ def test_a_beating_forged_record_holds_a_reader_no_longer_than_the_default(
         forger.join()
     assert counts(store).get("lease_timeouts") == 1
     assert 4 <= waited < 10  # ARTSTORE_LEASE_READER_WAIT's default, 5 s
+
+
+def test_a_program_killed_mid_compile_costs_a_reader_program_no_wait(
+    team_env: dict[str, str], tmp_path: Path, open_store: OpenStore
+) -> None:
+    """Slow: the torture run's case with real JAX programs: a writer killed (SIGKILL) while
+    it compiles leaves its lease record; a read-only reader program that then misses that
+    key compiles at once, without the ~61 s wait measured before, and without a wait line."""
+    holder = start(env_for(team_env, tmp_path, 0, JOB_SLOW_COMPILE_SECS="600"))
+    try:
+        k = wait_for_lease(open_store, team_env, holder.pid)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert open_store(team_env).blobs.get_record(LEASES, k) is not None  # left behind
+    patient = {"ARTSTORE_READ_ONLY": "1", "ARTSTORE_LEASE_READER_WAIT": "120"}
+    out = run_program("job.py", env_for(team_env, tmp_path, 1, **patient))
+    assert out["store"].get("lease_stale", 0) >= 1  # the defence ran: the dead holder seen
+    assert out["store"].get("lease_waits", 0) == 0 and "waiting up to" not in out["_stderr"]
