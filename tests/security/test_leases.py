@@ -41,7 +41,6 @@ sys.path.insert(0, {tests!r})
 from artifactstore import config
 from artifactstore.store import Store
 from security.flights import key, turn
-from test_single_flight import env_for, start, wait_for_lease
 store = Store.open(config.resolve({{}}, environ=os.environ), lazy_index=True)
 hit, held = turn(store, key({n}))
 assert hit is None and held is not None
