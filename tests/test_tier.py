@@ -122,8 +122,11 @@ def test_tier_hits_reach_the_index_once(team_env: dict[str, str]) -> None:
     n = len(a["xla_compiles"])
     b = run_program("job.py", team_env)
     assert b["store"]["tier_hits"] == n
+    # b's exit reported its tier hits as a hit journal in the bucket (issue 38.5).
+    assert artstore("fold", env=team_env).returncode == 0
     first = json.loads(artstore("ls", "--json", env=team_env).stdout)
     assert sorted(e["hits"] for e in first) == [1] * n  # folded from the journal
+    assert artstore("fold", env=team_env).returncode == 0
     again = json.loads(artstore("ls", "--json", env=team_env).stdout)
     assert [e["hits"] for e in again] == [e["hits"] for e in first]  # folded once only
 

@@ -89,3 +89,26 @@ def test_an_offline_node_keeps_its_tier_hits_and_reports_them_when_back(
     assert artstore("fold", env=team_env).returncode == 0
     after = _entries(team_env)
     assert all(after[k]["hits"] == before[k]["hits"] + 2 for k in used)
+
+
+def test_hits_an_exit_flush_could_not_write_are_kept_and_reported(
+    team_env: dict[str, str], tmp_path: Any
+) -> None:
+    """Slow: three JAX programs. A writer that loads (and, its variant, stores) at exit
+    with no time left of its flush bound (as uploads on a loaded machine spend it): its
+    hits go back to its tier, and the node's next process reports them."""
+    run_program("job.py", team_env)
+    node = dict(team_env, ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"), ARTSTORE_JOURNAL_SECS="0")
+    late = run_program(
+        "job.py", dict(node, JOB_VARIANT="0.5", JOB_SKIP_FLUSH="1", ARTSTORE_FLUSH_TIMEOUT="0")
+    )
+    loaded = late["store"]["hits"]
+    assert loaded >= 1 and late["xla_compiles"]
+    assert "hit counts" in late["_stderr"]  # said: not written within the bound
+    assert list((tmp_path / "tier").rglob("access/*.json")), "the late hits were dropped"
+    assert artstore("fold", env=team_env).returncode == 0
+    before = json.loads(artstore("stats", "--json", env=team_env).stdout)["hits"]
+    warm = run_program("job.py", node)  # the node's next process reports them at exit
+    assert artstore("fold", env=team_env).returncode == 0
+    after = json.loads(artstore("stats", "--json", env=team_env).stdout)["hits"]
+    assert after - before == loaded + warm["store"]["hits"]

@@ -5,7 +5,7 @@ store, and their hits waited in the tier's journals for a Store.open that never 
 LRU and `stats` did not see the fleet's hottest entries, and gc could evict what every
 warm node uses (issue 38). So at exit, a process that left its hits in the tier
 reports them once the tier's last report is ARTSTORE_JOURNAL_SECS old: it opens the
-store (bounded by ARTSTORE_TIMEOUT, behind the breakers), whose open folds the tier's
+store (bounded by ARTSTORE_TIMEOUT and ARTSTORE_FLUSH_TIMEOUT), whose open folds the tier's
 journals into one hit journal in the object store (a record readers may write) or
 into the index. The time is noted before trying, so an offline node pays that bound at
 most once per ARTSTORE_JOURNAL_SECS; its hits stay in the tier until it is back. What
@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from artifactstore.errors import one_line
+from artifactstore.store.background import call_with_timeout
 
 if TYPE_CHECKING:
     from artifactstore.runtime.session import Session
@@ -44,18 +45,27 @@ def report_due(tier: LocalTier, every_secs: float) -> bool:
 
 
 def report_tier_hits(session: Session) -> None:
-    """At exit, with no store open: report the tier's journals when due (see above)."""
-    tier = session.tier
-    if tier is None or not report_due(tier, session.settings.journal_secs):
+    """At exit, with no store open: report the tier's journals when due (see above).
+
+    Quietly: the program never needed the store, so a store that cannot be reached
+    now is no news to its user (a debug line); the hits wait in the tier."""
+    from artifactstore.store import Store
+
+    tier, settings = session.tier, session.settings
+    if tier is None or not report_due(tier, settings.journal_secs):
         return
     tier.write_file(REPORTED, repr(time.time()).encode())
-    store = session.store()  # its open folds the tier's journals, on its writer
-    if store is None:
+    bound = min(settings.timeout_secs, settings.flush_secs)
+    try:  # its open folds the tier's journals, on its writer
+        store = call_with_timeout(lambda: Store.open(settings, tier=tier, lazy_index=True), bound)
+    except Exception as exc:
+        log.debug("artifactstore: tier hits kept in the tier: %s", one_line(exc))
         return
     try:
-        store.flush()
+        store.flush(bound)
     finally:
         park_unwritten(store)
+        store.close()
 
 
 def park_unwritten(store: Store) -> None:

@@ -112,6 +112,9 @@ class Accounts:
         self.counters = counters
         self.lock = threading.Lock()
         self._touches: Touches = {}
+        # Batches a flush is writing now, by id: an exit flush that ran out of time may
+        # still hold one when the process ends (`park_in_tier` keeps those too).
+        self._in_flight: dict[int, Touches] = {}
         # Keys this process just missed, so that a compile of one found below the
         # store threshold counts as `misses_below_threshold` (see compiled_below_threshold).
         # Recent misses: key -> (why: `misses` if absent, fingerprint).
@@ -216,6 +219,12 @@ class Accounts:
         tier = self.backends.tier
         with self.lock:
             touches, self._touches = self._touches, {}
+            # A batch still being written may yet arrive too: counted twice then (at least
+            # once, as folding is), never lost with the process.
+            for batch in self._in_flight.values():
+                for key, (n, when) in batch.items():
+                    old_n, old_t = touches.get(key, (0, when))
+                    touches[key] = (old_n + n, max(when, old_t))
         if tier is not None and touches:
             tier.write_journal({k: (n, when.timestamp()) for k, (n, when) in touches.items()})
 
@@ -249,6 +258,7 @@ class Accounts:
             return
         with self.lock:
             touches, self._touches = self._touches, {}
+            self._in_flight[id(touches)] = touches
         counts, usage = self.counters.take()
         try:
             if backends.read_only:
@@ -272,6 +282,8 @@ class Accounts:
                 counts, usage = _Counts(), {}  # readers never write counters
             self._requeue(touches, counts, usage)  # the database is down: kept for the next
             raise
+        finally:
+            self._landed(touches)
 
     def _write_journal(self) -> None:
         """One hit journal object with the pending hits and miss counts (at most
@@ -283,6 +295,7 @@ class Accounts:
                 return
             keys = list(self._touches)[:MAX_JOURNAL_KEYS]
             touches = {k: self._touches.pop(k) for k in keys}
+            self._in_flight[id(touches)] = touches
         counts, usage = self.counters.take()
         accesses = {k: (n, when.timestamp()) for k, (n, when) in touches.items()}
         try:
@@ -291,6 +304,13 @@ class Accounts:
         except Exception:
             self._requeue(touches, counts, usage)
             raise
+        finally:
+            self._landed(touches)
+
+    def _landed(self, touches: Touches) -> None:
+        """A flush of `touches` ended (written, dropped, or put back for the next)."""
+        with self.lock:
+            self._in_flight.pop(id(touches), None)
 
     def _requeue(self, touches: Touches, counts: _Counts[str], usage: _usage.Usage) -> None:
         """Put a batch that could not be written back into the next one."""
