@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import zstandard
-from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env, run_program, without_progress
+from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env, run_program
 
 from artifactstore.config import keyfiles
 from artifactstore.config.host import compute
@@ -46,10 +46,10 @@ def _json(proc: subprocess.CompletedProcess[str]) -> Any:
 
 
 def _refused(proc: subprocess.CompletedProcess[str], *words: str) -> str:
-    """A failure as every failure ends: non-zero, one line on stderr (after any progress
-    lines), no traceback."""
+    """A failure as every failure ends: non-zero, one line on stderr (progress shows only
+    on a terminal), no traceback."""
     assert proc.returncode != 0, proc.stdout
-    stderr = without_progress(proc.stderr)
+    stderr = proc.stderr
     assert stderr.count("\n") == 1, proc.stderr
     assert stderr.startswith("artstore: error:") and "Traceback" not in proc.stderr
     for word in words:

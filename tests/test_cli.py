@@ -67,11 +67,12 @@ def test_rm_by_prefix_and_all(tmp_path: Path) -> None:
     entries = json.loads(_ok("ls", "--json", env=env))
     victim = entries[0]["key"]
     out = _ok("rm", victim[:12], env=env)
-    assert out.startswith("removed 1 entries")
+    assert out.startswith("removed 1 entry, ")  # measured before: "removed 1 entries"
     left = json.loads(_ok("ls", "--json", env=env))
     assert victim not in {e["key"] for e in left} and len(left) == len(entries) - 1
     assert json.loads(_ok("verify", "--json", env=env))["ok"] is True
-    assert _ok("rm", "--all", "--yes", env=env).startswith(f"removed {len(left)} entries")
+    noun = "entry" if len(left) == 1 else "entries"
+    assert _ok("rm", "--all", "--yes", env=env).startswith(f"removed {len(left)} {noun}")
     assert json.loads(_ok("ls", "--json", env=env)) == []
     assert not any((tmp_path / "s" / "default" / "objects").rglob("*.*"))
 

@@ -518,5 +518,5 @@ def test_text_summary_and_progress(store_env: dict[str, str], open_store: OpenSt
     proc = artstore("gc", "--max-size", "0", "--grace", "0", "--progress", env=store_env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("namespace default: removed 3 entries")
-    assert "0 B remaining (limit 0 B)" in proc.stdout
+    assert "the entries left reference 0 B of objects (limit 0 B)" in proc.stdout
     assert "evicting" in proc.stderr and "Traceback" not in proc.stderr

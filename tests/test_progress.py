@@ -1,9 +1,9 @@
 """Progress of the long commands (cli/progress.py) on an embedded store of a few entries.
 
-Off a terminal (a CI log, a pipe) each phase ends with a plain line of its count on
-stderr, never a carriage-return bar; on a terminal (a pseudo-terminal here) it is
-click's bar; `--no-progress` shows nothing. Either way stdout is the same report, so
-`--json` still parses.
+On a terminal (a pseudo-terminal here) it is click's bar; off a terminal (a CI log, a
+pipe) nothing unless `--progress` asks, and then each phase ends with a plain line of its
+count on stderr, never a carriage-return bar; `--no-progress` shows nothing. Either way
+stdout is the same report, so `--json` still parses.
 """
 
 from __future__ import annotations
@@ -89,9 +89,20 @@ def _report(proc: subprocess.CompletedProcess[str], name: str) -> dict[str, Any]
     return report
 
 
+def test_nothing_off_a_terminal_unless_asked(
+    case: tuple[str, list[str], dict[str, str]],
+) -> None:
+    """Measured before: progress lines on stderr off a terminal, `--json` or not."""
+    name, args, env = case
+    for extra in (["--json"], []):
+        proc = artstore(*args, *extra, *(["--force"] if name == "export" else []), env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == ""
+
+
 def test_plain_lines_off_a_terminal(case: tuple[str, list[str], dict[str, str]]) -> None:
     name, args, env = case
-    proc = artstore(*args, "--json", env=env)
+    proc = artstore(*args, "--json", "--progress", env=env)
     _report(proc, name)
     assert "\r" not in proc.stderr and "\x1b" not in proc.stderr, repr(proc.stderr)
     lines = proc.stderr.splitlines()
@@ -110,7 +121,7 @@ def test_no_progress_shows_nothing_and_the_same_report(
     first = _report(quiet, name)
     assert quiet.stderr == ""
     if name in ("verify", "db rebuild"):  # the same run again, with progress: same stdout
-        shown = artstore(*args, "--json", env=env)
+        shown = artstore(*args, "--json", "--progress", env=env)
         assert _report(shown, name) == first and shown.stdout == quiet.stdout
         assert shown.stderr
     text = artstore(*args, "--no-progress", *(["--force"] if name == "export" else []), env=env)
@@ -185,7 +196,7 @@ class _Clock:
 
 def test_lines_every_few_seconds_then_the_final_count() -> None:
     out, clock = io.StringIO(), _Clock()
-    with Progress(stream=out, every_secs=5, clock=clock) as shown:
+    with Progress(True, stream=out, every_secs=5, clock=clock) as shown:
         shown.update("checking", 0, 10)  # begins it: no line
         for _ in range(10):
             clock.now += 1
@@ -200,7 +211,7 @@ def test_lines_every_few_seconds_then_the_final_count() -> None:
 
 def test_no_final_line_when_a_phase_ends_by_an_error() -> None:
     out = io.StringIO()
-    with pytest.raises(RuntimeError), Progress(stream=out) as shown:
+    with pytest.raises(RuntimeError), Progress(True, stream=out) as shown:
         shown.update("checking", 1, 10)
         raise RuntimeError("the store went away")
     assert out.getvalue() == ""  # the error's own line says what happened
@@ -211,6 +222,9 @@ def test_off_shows_nothing_and_more_than_the_total_is_a_count() -> None:
     with Progress(False, stream=out) as shown:
         shown.update("checking", 5, 2)
     assert out.getvalue() == ""
-    with Progress(stream=out, labels={"checking": "checking objects"}) as shown:
+    with Progress(stream=out) as shown:  # not a terminal, not asked for: nothing
+        shown.update("checking", 5, 2)
+    assert out.getvalue() == ""
+    with Progress(True, stream=out, labels={"checking": "checking objects"}) as shown:
         shown.update("checking", 3, 2)  # the index's count was low: the listing had more
     assert out.getvalue() == "checking objects: 3\n"

@@ -150,9 +150,9 @@ def test_gc_restores_a_lost_row_instead_of_deleting_its_object(tmp_path: Path) -
     for path in (tmp_path / "store").rglob(before[lost_key]):
         os.utime(path, (old, old))
     dry = artstore("gc", "--dry-run", env=env)
-    assert dry.returncode == 0 and "would restore 1 entries" in dry.stdout, dry.stdout
+    assert dry.returncode == 0 and "would restore 1 entry" in dry.stdout, dry.stdout
     assert lost_key not in _keys(env)
     gc = artstore("gc", env=env)
-    assert gc.returncode == 0 and "restored 1 entries" in gc.stdout, gc.stdout
+    assert gc.returncode == 0 and "restored 1 entry" in gc.stdout, gc.stdout
     assert _keys(env) == before
     assert artstore("verify", env=env).returncode == 0

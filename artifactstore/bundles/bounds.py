@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from artifactstore.bundles.layout import MANIFEST, BundleError
 from artifactstore.config import Settings
-from artifactstore.formats.sizes import format_size
+from artifactstore.formats.sizes import format_size, plural
 
 RATIO = 64
 SLACK = 16 * 1024 * 1024
@@ -79,9 +79,13 @@ class Limits:
     def manifest_values(self) -> int:
         return 64 + MANIFEST_VALUES_PER_ENTRY * self.max_entries
 
+    @property
+    def _entries(self) -> str:
+        return plural(self.max_entries, "entry", "entries")
+
     def too_many(self) -> BundleError:
         return BundleError(
-            f"bundle refused: it has more than {self.max_entries} entries, the limit of "
+            f"bundle refused: it has more than {self._entries}, the limit of "
             f"an import ({ENTRIES_HOW} if the bundle is genuine)"
         )
 
@@ -95,8 +99,8 @@ class Limits:
             if member.size > self.manifest_bytes:
                 raise BundleError(
                     f"bundle refused: its {MANIFEST} is {format_size(member.size)}, over "
-                    f"{format_size(self.manifest_bytes)} for at most {self.max_entries} "
-                    f"entries ({ENTRIES_HOW} if the bundle is genuine)"
+                    f"{format_size(self.manifest_bytes)} for at most {self._entries} "
+                    f"({ENTRIES_HOW} if the bundle is genuine)"
                 )
         elif member.size > self.max_object_bytes:
             raise BundleError(
@@ -123,7 +127,7 @@ class Limits:
             raise BundleError(
                 f"bundle refused: its {MANIFEST} has more than {self.manifest_values} JSON "
                 f"values, over {MANIFEST_VALUES_PER_ENTRY} an entry for at most "
-                f"{self.max_entries} entries ({ENTRIES_HOW} if the bundle is genuine)"
+                f"{self._entries} ({ENTRIES_HOW} if the bundle is genuine)"
             )
 
 

@@ -4,12 +4,14 @@ Every failure a person can cause (bad URL, unknown command, unreachable
 database, schema mismatch) ends as one line on stderr and a non-zero exit,
 never a traceback; set ARTSTORE_DEBUG=1 to see one anyway. Ctrl-C (SIGINT) and
 SIGTERM unwind every command through its cleanup (`artifactstore.interrupts`) and
-end as `artstore: interrupted` (exit 130) or `artstore: terminated` (exit 143).
+end as `artstore: interrupted` (exit 130) or `artstore: terminated` (exit 143). A reader
+that stops reading (`artstore ls | head`) is no failure: the command ends quietly, exit 0.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
@@ -97,6 +99,8 @@ def _dispatch_errors(fn: Callable[[], None], index_url: Callable[[], str] = str)
         _interrupted(signal.SIGINT)
     except interrupts.Terminated:
         _interrupted(signal.SIGTERM)
+    except BrokenPipeError:
+        raise  # `main` decides: the reader of stdout went away, or a real failure
     except click.exceptions.Abort:
         fail("aborted")
     except click.UsageError as exc:
@@ -171,4 +175,30 @@ def main() -> None:
         obj = opened[0].obj if opened else None
         return obj.settings().index_url if isinstance(obj, Ctx) else ""
 
-    _dispatch_errors(run, index_url)
+    try:
+        _dispatch_errors(run, index_url)
+        sys.stdout.flush()  # here, where a closed pipe is still ours to handle
+    except BrokenPipeError as exc:
+        if not _stdout_closed():
+            fail(f"{one_line(exc)} (set ARTSTORE_DEBUG=1 for a traceback)")
+        _reader_gone()
+
+
+def _stdout_closed() -> bool:
+    """Whether nobody reads stdout any more (a pipe whose reader exited, as `head` does)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _reader_gone() -> NoReturn:
+    """End quietly, exit 0: `cmd | head` asked for part of the output, and in a `pipefail`
+    script a 141 (SIGPIPE) would fail the pipeline. stdout goes to /dev/null first, so
+    the interpreter's own flush at exit finds nothing to complain about."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(0)

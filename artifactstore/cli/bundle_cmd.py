@@ -10,7 +10,7 @@ import click
 from artifactstore.cli.context import Ctx
 from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json
-from artifactstore.formats.sizes import format_size
+from artifactstore.formats.sizes import format_size, plural
 
 # What import's phases (bundles/importer.py) are called on its progress display.
 IMPORT_PHASES = {"verifying": "verifying entries", "importing": "importing entries"}
@@ -54,7 +54,7 @@ def export_cmd(
     everything: bool,
     force: bool,
     as_json: bool,
-    progress: bool,
+    progress: bool | None,
 ) -> None:
     """Write chosen entries of a namespace to FILE, one bundle (zstd-compressed tar).
 
@@ -98,7 +98,8 @@ def export_cmd(
         print_json(report.to_json())
         return
     click.echo(
-        f"exported {report.entries} entries ({report.objects} objects, "
+        f"exported {plural(report.entries, 'entry', 'entries')} "
+        f"({plural(report.objects, 'object', 'objects')}, "
         f"{format_size(report.bytes)}) from namespace {report.namespace} to {file} "
         f"({format_size(report.file_bytes)})"
     )
@@ -127,7 +128,7 @@ def import_cmd(
     max_entries: int | None,
     max_size: str | None,
     as_json: bool,
-    progress: bool,
+    progress: bool | None,
 ) -> None:
     """Store the entries of the bundle FILE (from `artstore export`) in this store.
 
@@ -164,7 +165,8 @@ def import_cmd(
         print_json(report.to_json())
         return
     click.echo(
-        f"imported {report.imported} entries ({format_size(report.bytes)}) into namespace "
+        f"imported {plural(report.imported, 'entry', 'entries')} ({format_size(report.bytes)}) "
+        "into namespace "
         f"{report.namespace}; {report.skipped} already present (skipped); "
         f"{report.entries} in the bundle"
     )

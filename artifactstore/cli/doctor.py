@@ -149,7 +149,7 @@ def _check_hook(found: Probe) -> Check:
 
 def _check_tier(settings: _config.Settings) -> Check:
     """This host's copy: where it is and how much it holds (never blocks the store)."""
-    from artifactstore.formats.sizes import format_size
+    from artifactstore.formats.sizes import format_limit, format_size, plural
     from artifactstore.store.tier import open_tier
 
     try:
@@ -162,13 +162,13 @@ def _check_tier(settings: _config.Settings) -> Check:
     except Exception as exc:
         return Check("local tier", "warn", f"unusable: {one_line(exc)}", blocking=False)
     if tier.owns_objects and tier.max_bytes is not None:
-        kind = f"private copies, bound {format_size(tier.max_bytes)}"
+        kind = f"private copies, bound {format_limit(tier.max_bytes)}"
     else:
         kind = "the store's own directory"
     return Check(
         "local tier",
         "ok",
-        f"{tier.base}: {keys} keys, {format_size(size)} ({kind})",
+        f"{tier.base}: {plural(keys, 'key', 'keys')}, {format_size(size)} ({kind})",
         blocking=False,
         data={"path": str(tier.base), "keys": keys, "bytes": size},
     )

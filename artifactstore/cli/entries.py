@@ -9,7 +9,7 @@ import click
 
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
 from artifactstore.cli.render import json_option, print_fields, print_json, print_table, safe, when
-from artifactstore.formats.sizes import format_seconds, format_size
+from artifactstore.formats.sizes import format_seconds, format_size, plural
 
 if TYPE_CHECKING:
     from artifactstore.gc.remove import RemoveReport
@@ -373,9 +373,8 @@ def _rm_named(obj: Ctx, ref: str, yes: bool) -> None:
 
 
 def _removed(report: RemoveReport) -> None:
-    click.echo(
-        f"removed {report.entries} entries, {report.objects} objects ({format_size(report.bytes)})"
-    )
+    noun = plural(report.entries, "entry", "entries"), plural(report.objects, "object", "objects")
+    click.echo(f"removed {noun[0]}, {noun[1]} ({format_size(report.bytes)})")
     if report.versions:  # `rm --name`: final (artifactstore/store/removed.py)
         names = ", ".join(safe(v) for v in report.versions)
         click.echo(f"removed for good (never loaded or stored again; use a new version): {names}")

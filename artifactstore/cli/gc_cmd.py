@@ -8,7 +8,7 @@ from artifactstore import config as _config
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
 from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json, print_table
-from artifactstore.formats.sizes import format_size
+from artifactstore.formats.sizes import format_limit, format_size
 
 
 @click.command("gc")
@@ -71,7 +71,7 @@ def gc_cmd(
     no_reconcile: bool,
     allow_missing: bool,
     wait: bool,
-    progress: bool,
+    progress: bool | None,
 ) -> None:
     """Evict entries (LRU, quotas, age, old jaxlib), then objects nothing references."""
     from artifactstore import gc
@@ -162,7 +162,7 @@ def quota_set(obj: Ctx, namespace: str, size: str) -> None:
     # A read-only index refuses, saying why.
     with obj.store(index_only=True, objects=False) as store:
         quotas.set_quota(store.engine, namespace, max_bytes)
-    click.echo(f"quota of {namespace}: {format_size(max_bytes)} ({max_bytes} bytes)")
+    click.echo(f"quota of {namespace}: {format_limit(max_bytes)} ({max_bytes} bytes)")
 
 
 @quota_group.command("ls")
@@ -187,7 +187,7 @@ def quota_ls(obj: Ctx, as_json: bool) -> None:
         click.echo("no quotas")
         return
     table = [
-        [ns, format_size(limit), format_size(used), f"{100 * used / limit:.0f}%" if limit else "-"]
+        [ns, format_limit(limit), format_size(used), f"{100 * used / limit:.0f}%" if limit else "-"]
         for ns, limit, used in rows
     ]
     print_table(["NAMESPACE", "QUOTA", "USED", "USE"], table, right={1, 2, 3})

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timedelta
 from typing import TextIO
 
 from artifactstore.cli.render import safe
-from artifactstore.formats.sizes import format_size
+from artifactstore.formats.sizes import format_limit, format_seconds, format_size, plural
 from artifactstore.gc.report import GcReport, Removal
 
 # What gc's phases (gc/collect.py, gc/reconcile.py) are called on its progress display.
@@ -74,42 +75,45 @@ class Output:
             self._write(f'\n], "summary": {json.dumps(report.to_json())}}}')
             return
         verb = "would remove" if self.dry_run else "removed"
-        limit = ""
-        if report.limit_bytes is not None:
-            limit = f" (limit {format_size(report.limit_bytes)})"
         dangling = (
             f"; {report.dangling_entries} of them had lost their object"
             if report.dangling_entries
             else ""
         )
+        entries = plural(report.entries_removed, "entry", "entries")
+        objects = plural(report.objects_removed, "object", "objects")
         self._write(
             f"namespace {report.namespace}{' (dry run)' if self.dry_run else ''}: {verb} "
-            f"{report.entries_removed} entries ({format_size(report.entry_bytes_removed)}) and "
-            f"{report.objects_removed} objects ({format_size(report.object_bytes_freed)} freed)"
-            f"{dangling}; {format_size(report.bytes_after)} remaining{limit}\n"
+            f"{entries} ({format_size(report.entry_bytes_removed)}) and {objects} "
+            f"({format_size(report.object_bytes_freed)} freed){dangling}\n"
+        )
+        if report.objects_waiting:
+            self._write(f"  {waiting_line(report)}\n")
+        limit = ""
+        if report.limit_bytes is not None:
+            limit = f" (limit {format_limit(report.limit_bytes)})"
+        left = "would reference" if self.dry_run else "reference"
+        self._write(
+            f"  the entries left {left} {format_size(report.bytes_after)} of objects{limit}\n"
         )
         if report.entries_restored:
             verb = "would restore" if self.dry_run else "restored"
-            self._write(
-                f"  {verb} {report.entries_restored} entries the index had lost, "
-                "from their objects' metadata\n"
-            )
+            restored = plural(report.entries_restored, "entry", "entries")
+            self._write(f"  {verb} {restored} the index had lost, from their objects' metadata\n")
         folds = (report.journals_folded, report.journals_refused, report.journals_set_aside)
         if any(folds) or report.journals_left:
             line = fold_line(*folds, left=report.journals_left)
             self._write(f"  {line}\n")
         if report.quick_records_removed:
             verb = "would delete" if self.dry_run else "deleted"
-            self._write(
-                f"  {verb} {report.quick_records_removed} records of keys once too quick "
-                "to store, stored since\n"
-            )
+            records = plural(report.quick_records_removed, "record", "records")
+            self._write(f"  {verb} {records} of keys once too quick to store, stored since\n")
         if report.lease_rows_removed or report.lease_records_removed:
             verb = "would remove" if self.dry_run else "removed"
-            self._write(
-                f"  {verb} {report.lease_records_removed} stale lease records and "
-                f"{report.lease_rows_removed} lease rows of dead compile holders\n"
-            )
+            stale = ("stale lease record", "stale lease records")
+            records = plural(report.lease_records_removed, *stale)
+            rows = plural(report.lease_rows_removed, "lease row", "lease rows")
+            self._write(f"  {verb} {records} and {rows} of dead compile holders\n")
         if report.reconcile_skipped:
             self._write(f"  object store not cross-checked: {report.reconcile_skipped}\n")
 
@@ -117,6 +121,30 @@ class Output:
         if self.as_json:
             self._write("]\n" if self.several else "\n")
         self.out.flush()
+
+
+def waiting_line(report: GcReport) -> str:
+    """The objects the grace period keeps, and from when a gc run deletes them."""
+    objects = plural(report.objects_waiting, "object", "objects")
+    kept = "would be kept" if report.dry_run else "kept"
+    line = (
+        f"{objects} ({format_size(report.object_bytes_waiting)}) no longer referenced "
+        f"{kept} for the grace period ({format_seconds(report.grace_secs)})"
+    )
+    first, last = report.objects_waiting_from, report.objects_waiting_until
+    if first is None or last is None:
+        return line
+    if _minute(first) == _minute(last):
+        return f"{line}: a gc from {_minute(first)} deletes them"
+    return f"{line}: a gc deletes the first from {_minute(first)}, all from {_minute(last)}"
+
+
+def _minute(iso: str) -> str:
+    """An ISO time (UTC) to the next whole minute: a run at the shown time finds it due."""
+    when = datetime.fromisoformat(iso)
+    if when.second or when.microsecond:
+        when = when.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def fold_line(journals: int, refused: int, set_aside: int = 0, left: int = 0) -> str:

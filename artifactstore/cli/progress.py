@@ -1,10 +1,12 @@
 """Progress of a long command on stderr: the one display every command with progress uses.
 
-On a terminal it is click's progress bar, one per phase. Anywhere else (a CI log,
-cron mail, a pipe) a carriage-return bar would leave a smear of half-lines, so it is
-a plain line per phase every few seconds and one with the final count. Always on
-stderr: `--json` output on stdout stays parseable. The parts below the CLI (gc/,
-bundles/, warm/) only call back with counts; what is shown is decided here.
+Only on a terminal, by default: there it is click's progress bar, one per phase. Anywhere
+else (a CI log, cron mail, a pipe, `--json` read by a program) nobody watches it, and
+lines there would bury the one line a failure ends with; `--progress` asks for them anyway:
+a plain line per phase every few seconds and one with the final count (a carriage-return
+bar would leave a smear of half-lines). Always on stderr: `--json` output on stdout stays
+parseable. The parts below the CLI (gc/, bundles/, warm/) only call back with counts;
+what is shown is decided here.
 """
 
 from __future__ import annotations
@@ -26,17 +28,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def progress_option(fn: F) -> F:
-    """`--progress/--no-progress`, the same on every command that shows progress."""
+    """`--progress/--no-progress`, the same on every command that shows progress; not
+    given (None): a bar when stderr is a terminal, nothing otherwise."""
     return click.option(
         "--progress/--no-progress",
-        default=True,
-        help="Progress on stderr: a bar on a terminal, else a line every few seconds "
-        "and the final count [default: on].",
+        default=None,
+        help="Progress on stderr: a bar on a terminal; `--progress` off a terminal: a line "
+        "every few seconds and the final count [default: only on a terminal].",
     )(fn)
 
 
 class Progress:
-    """Counts per phase, shown on `stream` (stderr): a bar on a terminal, else lines.
+    """Counts per phase, shown on `stream` (stderr): a bar on a terminal; lines elsewhere
+    only when `show` is True (None, the default: only on a terminal; False: nothing).
 
     `update(phase, advance, total)` matches the callbacks of gc/ and bundles/; a new
     phase ends the one before. Use it as a context manager: a phase that ends by an
@@ -45,7 +49,7 @@ class Progress:
 
     def __init__(
         self,
-        show: bool = True,
+        show: bool | None = None,
         *,
         labels: Mapping[str, str] | None = None,
         byte_phases: Collection[str] = (),
@@ -54,8 +58,9 @@ class Progress:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.show = show
-        self.bar = show and self.stream.isatty()  # else plain lines
+        terminal = self.stream.isatty()
+        self.show = terminal if show is None else show
+        self.bar = self.show and terminal  # else plain lines
         self.labels = dict(labels or {})
         self.byte_phases = set(byte_phases)
         self.every_secs = every_secs

@@ -17,6 +17,7 @@ from artifactstore.cli.render import (
     print_json,
 )
 from artifactstore.errors import one_line
+from artifactstore.formats.sizes import plural
 from artifactstore.redact import redact
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def db_check(obj: Ctx, as_json: bool) -> None:
 @json_option()
 @progress_option
 @click.pass_obj
-def db_rebuild(obj: Ctx, as_json: bool, progress: bool) -> None:
+def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
     """Recreate the entries the index lacks from the manifests and the objects' own metadata.
 
     A published manifest decides which object a key's entry is (where several
@@ -145,8 +146,10 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool) -> None:
         return
     corrupt = f", {len(report.corrupt)} corrupt (run `artstore verify --repair`)"
     click.echo(
-        f"{report.manifests} manifests, {report.objects} objects: "
-        f"{len(report.restored)} entries restored ({report.from_manifests} from manifests, "
+        f"{plural(report.manifests, 'manifest', 'manifests')}, "
+        f"{plural(report.objects, 'object', 'objects')}: "
+        f"{plural(len(report.restored), 'entry', 'entries')} restored "
+        f"({report.from_manifests} from manifests, "
         f"{report.from_objects} from objects), "
         f"{report.present} already indexed, {report.superseded} superseded, "
         f"{report.without_metadata} without metadata (written before 0.2; gc removes them)"

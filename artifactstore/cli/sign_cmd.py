@@ -11,7 +11,7 @@ from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
 from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json, safe
 from artifactstore.errors import ConfigError
-from artifactstore.formats.sizes import format_size
+from artifactstore.formats.sizes import format_size, plural
 
 
 @click.command("keygen")
@@ -65,7 +65,7 @@ def sign_cmd(
     signed_by: tuple[str, ...],
     adopt_unsigned: bool,
     yes: bool,
-    progress: bool,
+    progress: bool | None,
 ) -> None:
     """Re-sign what a trusted key signed with ARTSTORE_SIGNING_KEY (key rotation).
 
@@ -131,9 +131,10 @@ def sign_cmd(
         print_json(report.to_json())
     else:
         click.echo(
-            f"signed {report.signed} of {report.entries} entries with key {report.signer!r}; "
-            f"{report.already_signed} already signed by it, {report.skipped_signer} skipped "
-            f"(--signed-by), {report.objects_removed} old objects removed"
+            f"signed {report.signed} of {plural(report.entries, 'entry', 'entries')} with key "
+            f"{report.signer!r}; {report.already_signed} already signed by it, "
+            f"{report.skipped_signer} skipped (--signed-by), "
+            f"{plural(report.objects_removed, 'old object', 'old objects')} removed"
         )
         if report.adopted:
             click.echo(f"adopted (were unsigned): {len(report.adopted)}")

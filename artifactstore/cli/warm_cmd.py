@@ -92,10 +92,11 @@ def warm_cmd(
 
 class _SpecsProgress(Progress):
     """Each specialization compiled: a bar with the running counts on a terminal, else a
-    line for each (one is seconds of compiling) saying how it went."""
+    line for each (one is seconds of compiling) saying how it went. Off a terminal too:
+    these lines are warm's log of results (a CI job's), not a progress display."""
 
     def __init__(self) -> None:
-        super().__init__(every_secs=0)
+        super().__init__(True, every_secs=0)
         self.hits = self.compiled = self.failed = 0
         self.compile_secs = 0.0
 

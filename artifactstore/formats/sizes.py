@@ -1,4 +1,4 @@
-"""Human-readable byte sizes and durations: parsed from options, formatted for display."""
+"""Human-readable byte sizes, durations and counts: parsed from options, formatted for display."""
 
 from __future__ import annotations
 
@@ -54,6 +54,36 @@ def format_size(num: float) -> str:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+_LIMIT_UNITS = (
+    ("PiB", 1024**5),
+    ("PB", 1000**5),
+    ("TiB", 1024**4),
+    ("TB", 1000**4),
+    ("GiB", 1024**3),
+    ("GB", 1000**3),
+    ("MiB", 1024**2),
+    ("MB", 1000**2),
+    ("KiB", 1024),
+    ("KB", 1000),
+)
+
+
+def format_limit(num: int) -> str:
+    """A bound a person sets (a quota, the tier's size, `--max-size`) in the unit system it
+    was given in, which `parse_size` accepts back: `10G` (the default tier bound) shows as
+    `10 GB`, not `9.3 GiB`, and `1.5TiB` as `1.5 TiB`. Others: `format_size`."""
+    for unit, size in _LIMIT_UNITS:  # largest first; binary before decimal at each step
+        if num >= size and num * 100 % size == 0:  # exact to two decimals in this unit
+            return f"{num / size:g} {unit}"
+    return format_size(num)
+
+
+def plural(count: int, one: str, many: str) -> str:
+    """`1 entry`, `0 entries`, `2 entries`: every count an operator reads agrees with its
+    noun (irregular plurals are why both forms are given)."""
+    return f"{count} {one if count == 1 else many}"
 
 
 def format_seconds(seconds: float) -> str:

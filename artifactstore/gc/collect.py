@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from artifactstore import interrupts
 from artifactstore.errors import ConfigError, StoreUnavailable, one_line
@@ -92,6 +92,7 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         drop_old_jaxlib(run)
         drop_lru(run, limit)
         delete_unreferenced_objects(run)
+        note_waiting_objects(run)
         if run.policy.reconcile and not store_down:
             try:
                 reconcile.remove_orphans(run)
@@ -213,3 +214,17 @@ def delete_unreferenced_objects(run: GcRun) -> None:
         run.progress("objects", min(rows, total - swept), total)  # the last range: fewer
         swept = min(swept + rows, total)
         run.keep_lease()
+
+
+def note_waiting_objects(run: GcRun) -> None:
+    """What the grace period keeps for a later run (the objects of entries removed just
+    now, most often), and from when a run deletes them: else "0 objects freed" after
+    removing entries reads as if their bytes were never coming back."""
+    waiting = run.ix.waiting_objects(run.grace_cutoff, run.gone_if_dry())
+    grace = timedelta(seconds=run.policy.grace_secs)
+    report = run.report
+    report.grace_secs = run.policy.grace_secs
+    report.objects_waiting, report.object_bytes_waiting = waiting.count, waiting.size
+    if waiting.oldest is not None and waiting.newest is not None:
+        report.objects_waiting_from = (waiting.oldest + grace).isoformat(timespec="seconds")
+        report.objects_waiting_until = (waiting.newest + grace).isoformat(timespec="seconds")

@@ -36,8 +36,8 @@ class GcReport:
     namespace: str
     dry_run: bool
     limit_bytes: int | None
-    bytes_before: int = 0
-    bytes_after: int = 0
+    bytes_before: int = 0  # bytes of the objects the namespace's entries reference
+    bytes_after: int = 0  # the same after the run: what the limit is held to
     journals_folded: int = 0  # readers' hit journals (artifactstore.formats.journal)
     journals_refused: int = 0  # malformed or oversized: deleted unread
     journals_set_aside: int = 0  # not named as journals, or unreadable: left alone
@@ -51,6 +51,13 @@ class GcReport:
     objects_removed: int = 0
     object_bytes_freed: int = 0
     dangling_entries: int = 0
+    # Unreferenced objects younger than the grace period: kept now, deleted by a gc run
+    # from `objects_waiting_from` (the first) to `objects_waiting_until` (all; ISO, UTC).
+    grace_secs: float = 0.0
+    objects_waiting: int = 0
+    object_bytes_waiting: int = 0
+    objects_waiting_from: str | None = None
+    objects_waiting_until: str | None = None
     entries_restored: int = 0  # orphans that carried an entry the index had lost
     reconcile_skipped: str | None = None  # why the object store was not cross-checked
     reasons: dict[str, int] = field(default_factory=dict)

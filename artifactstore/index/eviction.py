@@ -71,6 +71,17 @@ class Victims:
 NO_VICTIMS = Victims()
 
 
+@dataclass(frozen=True)
+class WaitingObjects:
+    """Unreferenced objects still within the grace period: how many, their bytes, and
+    the oldest and newest of their times (None when there are none)."""
+
+    count: int
+    size: int
+    oldest: datetime | None
+    newest: datetime | None
+
+
 class EvictionIndex:
     def __init__(self, engine: Engine, namespace: str) -> None:
         self.engine = engine
@@ -367,6 +378,22 @@ class EvictionIndex:
             ]
             delete_blobs([d for d, _ in gone])
         return gone
+
+    def waiting_objects(
+        self, created_since: datetime, excluding: Victims = NO_VICTIMS
+    ) -> WaitingObjects:
+        """The unreferenced objects that the grace period keeps (created or touched at or
+        after `created_since`): what gc tells the operator it will delete later. A read
+        for the report only, so a plain anti-join (no race to guard against)."""
+        o = StoredObject
+        referenced = select(Entry.id).where(self._entries(excluding), Entry.digest == o.digest)
+        totals = (func.count(), func.coalesce(func.sum(o.size), 0))
+        stmt = select(*totals, func.min(o.created_at), func.max(o.created_at)).where(
+            o.namespace == self.namespace, o.created_at >= created_since, ~referenced.exists()
+        )
+        with self.engine.connect() as conn:
+            count, size, first, last = conn.execute(stmt).one()
+        return WaitingObjects(int(count), int(size), first, last)
 
     def object_rows(self, digests: list[str]) -> dict[str, datetime]:
         """created_at of the object rows that exist among `digests`."""

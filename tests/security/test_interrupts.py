@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import PROGRAMS, OpenStore, _team, artstore, clean_env, devstack, without_progress
+from conftest import PROGRAMS, OpenStore, _team, artstore, clean_env, devstack, without_warm_lines
 from faultproxy import FaultProxy
 from sqlalchemy import text
 
@@ -101,7 +101,7 @@ def command(*args: str) -> list[str]:
 def assert_stopped(code: int, stderr: str, which: str, tmpdir: Path) -> None:
     _, exit_code, line = SIGNALS[which]
     assert "Traceback" not in stderr, stderr
-    assert without_progress(stderr).splitlines() == [line], stderr  # after phases ended
+    assert without_warm_lines(stderr).splitlines() == [line], stderr  # warm: results, then one
     assert code == exit_code, (code, stderr)
     assert sorted(p.name for p in tmpdir.iterdir()) == [], "temporary files left in TMPDIR"
 
@@ -325,7 +325,7 @@ def test_warm_specs_stops_its_workers_and_their_leases(
     running.wait_for(compiled_one, "a compile")
     running.proc.send_signal(SIGNALS[which][0])
     code, stderr = running.finish()
-    # The progress lines of the compiles that ended before the signal landed, then one.
+    # The result lines of the compiles that ended before the signal landed, then one.
     assert_stopped(code, stderr, which, tmpdir)
     store = open_store(env)
     assert lease_rows(store) == []

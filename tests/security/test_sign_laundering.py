@@ -234,8 +234,8 @@ def test_trusted_entry_is_resigned_and_loads_under_the_new_key_only(
     both = f"{keys['old'][1]},{keys['new'][1]}"
     out = _sign(any_env, keys["new"][0], both, "--signed-by", "old")
     assert out.returncode == 0, out.stderr
-    assert "signed 1 of 1 entries with key 'new'" in out.stdout
-    assert "1 old objects removed" in out.stdout
+    assert "signed 1 of 1 entry with key 'new'" in out.stdout
+    assert "1 old object removed" in out.stdout
     digest, signer = _row(open_store, any_env, key)
     assert digest != old_digest and signer == "new"
     assert _signer_of_object(open_store, any_env, key) == "new"

@@ -1,0 +1,123 @@
+"""What an operator reads (issue 39, item 8): each hint names the real fix, a closed pipe
+is no failure, and counts and sizes read as they were meant. The CLI runs in fresh
+processes, as a person runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from conftest import FAKE_AWS, OpenStore, artstore, clean_env
+
+from artifactstore.config import host
+from artifactstore.formats.sizes import format_limit, format_size, parse_size
+from artifactstore.store import Store
+
+
+@pytest.mark.parametrize("args", [["stats"], ["ls"], ["stats", "--json"], ["gc", "--dry-run"]])
+def test_a_closed_pipe_ends_quietly(args: list[str], tmp_path: Path) -> None:
+    """`artstore stats | head`: the reader went away before the command wrote; measured
+    before: `artstore: error: BrokenPipeError`, exit 1 (or a traceback at exit)."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    assert artstore("stats", env=env).returncode == 0  # the store exists
+    command = [sys.executable, "-m", "artifactstore", *args]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line is written
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, stderr
+    assert stderr == ""
+
+
+FACTS = {"platform_name": "cpu", "platform_version": "v", "device_kind": "cpu-output"}
+FP = host.compute(**FACTS, device_count=1, jax_version="1", jaxlib_version="1")
+
+
+def _fill(store: Store, n: int) -> int:
+    """n entries of incompressible bytes; the bytes their objects hold."""
+    for i in range(n):
+        key = f"{i:064x}"
+        data = os.urandom(3000)
+        assert store.put(key, data, fingerprint=FP, module_name=f"jit_o{i}", compile_secs=1.0)
+    return store.index.stats().bytes
+
+
+def test_gc_says_what_waits_for_the_grace_period(
+    store_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """Measured before: "removed 3 entries (...) and 0 objects (0 B freed); 0 B remaining"
+    with no word of the objects the grace period keeps, nor of what "remaining" counts."""
+    held = _fill(open_store(store_env), 3)
+    proc = artstore("gc", "--max-size", "0", env=store_env)  # the default grace: 1 h
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("namespace default: removed 3 entries ("), lines
+    assert lines[0].endswith("and 0 objects (0 B freed)"), lines
+    waiting = re.fullmatch(
+        rf"  3 objects \({re.escape(format_size(held))}\) no longer referenced kept for the "
+        r"grace period \(1\.0 h\): a gc from (\S+ \S+) UTC deletes them",
+        lines[1],
+    )
+    assert waiting is not None, lines
+    due = datetime.strptime(waiting.group(1), "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
+    assert timedelta(minutes=50) < due - datetime.now(UTC) <= timedelta(minutes=61), due
+    assert lines[2] == "  the entries left reference 0 B of objects (limit 0 B)", lines
+    summary = json.loads(artstore("gc", "--max-size", "0", "--json", env=store_env).stdout)
+    assert summary["summary"]["objects_waiting"] == 3, summary
+    assert summary["summary"]["objects_waiting_until"] is not None
+    done = artstore("gc", "--grace", "0s", env=store_env)  # the grace is over: they go
+    assert done.stdout.splitlines()[0].endswith(f"and 3 objects ({format_size(held)} freed)")
+    assert "grace period" not in done.stdout, done.stdout
+
+
+def test_counts_agree_with_their_nouns(store_env: dict[str, str], open_store: OpenStore) -> None:
+    """Measured before: "removed 1 entries, 1 objects"."""
+    _fill(open_store(store_env), 2)
+    proc = artstore("rm", f"{0:064x}", env=store_env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("removed 1 entry, 1 object ("), proc.stdout
+    gc = artstore("gc", "--max-size", "0", "--grace", "0s", env=store_env)
+    assert gc.stdout.startswith("namespace default: removed 1 entry ("), gc.stdout
+    assert "and 1 object (" in gc.stdout.splitlines()[0], gc.stdout
+
+
+BOUNDS = {
+    "10G": "10 GB",
+    "1.5TiB": "1.5 TiB",
+    "500G": "500 GB",
+    "800MB": "800 MB",
+    "1024": "1 KiB",
+    "0": "0 B",
+    "12345": "12.1 KiB",
+}  # the last: not round, as measured
+
+
+@pytest.mark.parametrize(("given", "shown"), BOUNDS.items())
+def test_a_bound_shows_as_it_was_given(given: str, shown: str) -> None:
+    """What is shown parses back to the bound (but for a size not round in either system)."""
+    assert format_limit(parse_size(given)) == shown
+    assert parse_size(shown.replace(" ", "")) == parse_size(given) or given == "12345"
+
+
+def test_the_default_tier_bound_and_a_quota_read_as_given(tmp_path: Path) -> None:
+    """Measured before: doctor showed the default bound `10G` as "9.3 GiB"."""
+    nowhere = "http://127.0.0.1:9"  # a team store, down: doctor still shows the tier
+    env = clean_env(
+        ARTSTORE_URL="s3://nowhere/c",
+        ARTSTORE_INDEX="postgresql+psycopg://u@" + nowhere.removeprefix("http://") + "/db",
+        ARTSTORE_TIMEOUT="1",
+        AWS_ENDPOINT_URL_S3=nowhere,
+        **FAKE_AWS,
+    )
+    doctor = artstore("doctor", "--no-device", env=env)
+    assert "bound 10 GB)" in doctor.stdout, doctor.stdout
+    local = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    quota = artstore("quota", "set", "default", "500G", env=local)
+    assert quota.stdout == "quota of default: 500 GB (500000000000 bytes)\n", quota.stderr
+    assert "500 GB" in artstore("quota", "ls", env=local).stdout
