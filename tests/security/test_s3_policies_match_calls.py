@@ -291,7 +291,12 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     pulled = pull(open_puller(settings), fp().digest)
     assert pulled.fetched >= 1 and pulled.quick_keys == 2 and pulled.quick_unlisted is None
 
-    # The operator: gc (folds the journal, evicts), verify --repair, db rebuild, sign.
+    # A killed writer's lease record, left behind: gc reads it and removes it.
+    recorder.current = "writer"
+    writer.blobs.put_record(LEASES, key(9), b"left by a writer killed while compiling")
+
+    # The operator: gc (folds the journal, evicts, removes stale leases), verify --repair,
+    # db rebuild, sign.
     recorder.current = "gc"
     operator = open_store(env)
     put(writer, key(5))
@@ -299,7 +304,7 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     identity.require_bound(operator)  # what every changing command checks first
     out = gc.collect(operator, gc.Policy(max_bytes=1, grace_secs=0))
     assert out.journals_folded == 1 and out.entries_removed >= 1
-    assert out.quick_records_removed == 1
+    assert out.quick_records_removed == 1 and out.lease_records_removed == 1
     put(writer, key(6))
     put(writer, key(7))
     entry = writer.index.lookup(key(6))
