@@ -9,13 +9,17 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import boto3
 import pytest
-from conftest import FAKE_AWS, OpenStore, artstore, clean_env
+from conftest import FAKE_AWS, OpenStore, artstore, clean_env, devstack
 
+from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.config import host
+from artifactstore.errors import StoreUnavailable
 from artifactstore.formats.sizes import format_limit, format_size, parse_size
 from artifactstore.store import Store
 
@@ -121,3 +125,58 @@ def test_the_default_tier_bound_and_a_quota_read_as_given(tmp_path: Path) -> Non
     quota = artstore("quota", "set", "default", "500G", env=local)
     assert quota.stdout == "quota of default: 500 GB (500000000000 bytes)\n", quota.stderr
     assert "500 GB" in artstore("quota", "ls", env=local).stdout
+
+
+# -- S3 credentials: a wrong secret key names the secret, never the key id ------------------
+WRONG_SECRET = "wrong-secret-never-shown-4d1c"
+
+
+@pytest.fixture(scope="module")
+def iam_key() -> Iterator[tuple[str, str]]:
+    """A moto server that checks signatures, and (its endpoint, an access key id it knows):
+    its first two calls go unauthenticated, which make the user and the key."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "2")
+        server = devstack.start_moto()
+    try:
+        fake = {"aws_access_key_id": "a", "aws_secret_access_key": "b", "region_name": "us-east-1"}
+        iam = boto3.client("iam", endpoint_url=server.endpoint, **fake)
+        iam.create_user(UserName="operator")
+        key = iam.create_access_key(UserName="operator")["AccessKey"]["AccessKeyId"]
+        yield server.endpoint, str(key)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("source", ["env", "profile"])
+def test_a_wrong_secret_key_names_the_secret(
+    source: str, iam_key: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Measured before: "S3 credentials rejected ... check AWS_ACCESS_KEY_ID/AWS_PROFILE"
+    for a known key id signed with a wrong secret."""
+    endpoint, key_id = iam_key
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    if source == "env":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRONG_SECRET)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+        where = "check AWS_SECRET_ACCESS_KEY (the credentials come from the environment)"
+    else:
+        credentials = tmp_path / "credentials"
+        credentials.write_text(
+            f"[ops]\naws_access_key_id = {key_id}\naws_secret_access_key = {WRONG_SECRET}\n"
+        )
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+        monkeypatch.setenv("AWS_PROFILE", "ops")
+        where = "check aws_secret_access_key of profile 'ops' in the shared credentials file"
+    store = S3BlobStore("bucket", "c", "default", endpoint, 10.0)
+    with pytest.raises(StoreUnavailable) as info:
+        store.check()
+    line = str(info.value)
+    assert "(SignatureDoesNotMatch): the secret key does not match the access key id" in line
+    assert where in line and "AWS_ACCESS_KEY_ID" not in line, line
+    assert WRONG_SECRET not in line and key_id not in line

@@ -5,9 +5,9 @@ path-style addressing, timeouts, retries, multipart uploads and error mapping.
 The server is started by infra/devstack.py. When it cannot start, the tests
 skip locally but fail under CI=true so a broken CI image is never green.
 
-Not covered: rejected credentials (moto accepts any key pair unless its IAM
-auth is switched on), so the InvalidAccessKeyId message is only unit-checked
-through the error mapper.
+Rejected credentials need moto's IAM auth switched on: a wrong secret key is checked
+against such a server in tests/test_operator_output.py; here the InvalidAccessKeyId
+message is unit-checked through the error mapper.
 """
 
 from __future__ import annotations
@@ -312,6 +312,7 @@ def test_rejected_credentials_message(store: S3BlobStore) -> None:
     with pytest.raises(StoreUnavailable) as info:
         store._fail("check", error)
     message = str(info.value)
-    assert "credentials rejected" in message and "AWS_ACCESS_KEY_ID/AWS_PROFILE" in message
+    assert "credentials rejected" in message and "the access key id is unknown" in message
+    assert "check AWS_ACCESS_KEY_ID (the credentials come from the environment)" in message
     assert_no_secret(message)
     assert info.value.__cause__ is None and info.value.__suppress_context__

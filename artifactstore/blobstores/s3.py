@@ -41,7 +41,7 @@ from artifactstore.blobstores.base import (
     check_digest,
     is_digest_name,
 )
-from artifactstore.blobstores.s3client import make_client
+from artifactstore.blobstores.s3client import credential_source, make_client
 from artifactstore.blobstores.s3errors import (
     DENIED,
     NOT_FOUND,
@@ -410,4 +410,5 @@ class S3BlobStore(BlobStore):
             base=self.base,
             timeout_secs=self.timeout_secs,
             endpoint=self._endpoint,
+            source=credential_source,
         )

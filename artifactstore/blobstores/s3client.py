@@ -64,6 +64,19 @@ def make_client(bucket: str, endpoint_url: str | None, timeout_secs: float) -> A
         ) from None
 
 
+def credential_source() -> tuple[str, str | None]:
+    """Where boto3's chain finds this process's credentials (its provider's `method`:
+    env, shared-credentials-file, iam-role, ...) and the profile, for the line of a
+    rejection; asked only then (the chain is resolved again, as `make_client` did)."""
+    try:
+        session = boto3.session.Session()
+        found = session.get_credentials()
+        method = str(getattr(found, "method", "") or "") if found is not None else ""
+        return method, session.profile_name
+    except Exception:  # a line that names the variables still helps
+        return "", None
+
+
 @dataclass(frozen=True)
 class CallBudget:
     """How one S3 call spends ARTSTORE_TIMEOUT: `attempts` tries of at most

@@ -24,6 +24,9 @@ BAD_CREDENTIALS = {
 }
 DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 NO_BUCKET = {"NoSuchBucket"}
+# Where boto3 found the credentials: its provider's `method` ("env",
+# "shared-credentials-file", "iam-role", ...; "" when not known) and the profile.
+Source = tuple[str, str | None]
 
 
 def is_backend_error(exc: BaseException) -> bool:
@@ -49,9 +52,11 @@ def message(
     base: str,
     timeout_secs: float,
     endpoint: Callable[[], str],
+    source: Callable[[], Source] = lambda: ("", None),
 ) -> str:
     """The line for `exc` during `op` on `bucket` (under `base/`); `endpoint()` (redacted)
-    is asked only where the line shows it."""
+    and `source()` (where boto3 found the credentials) are asked only where the line
+    shows them."""
     where = f"'{bucket}'"
     kind = type(exc).__name__
     if isinstance(exc, (bce.EndpointConnectionError, bce.ProxyConnectionError)):
@@ -74,10 +79,8 @@ def message(
         return f"no AWS region configured for bucket {where} ({kind}): set AWS_DEFAULT_REGION"
     code = error_code(exc)
     if code in BAD_CREDENTIALS:
-        return (
-            f"S3 credentials rejected for bucket {where} ({code}): "
-            "check AWS_ACCESS_KEY_ID/AWS_PROFILE"
-        )
+        fix = _credentials_fix(code, source)
+        return f"S3 credentials rejected for bucket {where} ({code}): {fix}"
     if code in NO_BUCKET:
         return (
             f"S3 bucket {where} does not exist at {endpoint()} ({code}): "
@@ -93,3 +96,40 @@ def message(
         f"S3 {op} failed for bucket {where} at {endpoint()} ({detail}): "
         "check the S3 service and ARTSTORE_URL"
     )
+
+
+_FILES = {
+    "credentials": "the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, default "
+    "~/.aws/credentials)",
+    "config": "the AWS config file (AWS_CONFIG_FILE, default ~/.aws/config)",
+}
+
+
+def _credentials_fix(code: str, source: Callable[[], Source]) -> str:
+    """What the rejection means and which setting holds the part to fix: the secret key,
+    the key id or the session token, where boto3 read it (never their values)."""
+    method, profile = source()
+    if code == "AuthorizationHeaderMalformed":
+        return "the request was signed for another region: check AWS_DEFAULT_REGION"
+    part, variable, field = {
+        "SignatureDoesNotMatch": ("secret key", "AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+        "InvalidAccessKeyId": ("access key id", "AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+        "InvalidClientTokenId": ("access key id", "AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+    }.get(code, ("session token", "AWS_SESSION_TOKEN", "aws_session_token"))
+    what = {
+        "secret key": "the secret key does not match the access key id",
+        "access key id": "the access key id is unknown to this S3 service",
+        "session token": "the session token has expired or is not valid",
+    }[part]
+    named = f"profile '{profile or 'default'}'"
+    if method == "env":
+        where = f"{variable} (the credentials come from the environment)"
+    elif method == "shared-credentials-file":
+        where = f"{field} of {named} in {_FILES['credentials']}"
+    elif method == "config-file":
+        where = f"{field} of {named} in {_FILES['config']}"
+    elif method:
+        where = f"the {part} of the credentials boto3 took from {method} ({named})"
+    else:
+        where = f"{variable}, or the {part} of AWS_PROFILE's profile"
+    return f"{what}: check {where}"
