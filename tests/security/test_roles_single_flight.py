@@ -29,14 +29,25 @@ from security.flights import key, loaded, publish, turn, waiting
 __all__ = ["roles_db"]  # the module's role database (a fixture of tests/test_roles.py)
 
 
+@pytest.fixture(scope="module")
+def module_bucket() -> dict[str, str]:
+    """One object store for the module, as the index (`roles_db`) is one: a writer refuses
+    to write where the two are not one store (store identity, issue 38.4)."""
+    return {}
+
+
 @pytest.fixture
 def open_as(
-    roles_db: RolesDb, team_env: dict[str, str], open_store: OpenStore
+    roles_db: RolesDb,
+    team_env: dict[str, str],
+    open_store: OpenStore,
+    module_bucket: dict[str, str],
 ) -> Callable[..., Store]:
-    """A Store on the team bucket whose index connection logs in as `login`."""
+    """A Store on the module's bucket whose index connection logs in as `login`."""
+    url = module_bucket.setdefault("url", team_env["ARTSTORE_URL"])
 
     def _open(login: str, namespace: str, **overrides: Any) -> Store:
-        env = {**team_env, "ARTSTORE_INDEX": roles_db.url(login),
+        env = {**team_env, "ARTSTORE_URL": url, "ARTSTORE_INDEX": roles_db.url(login),
                "ARTSTORE_NAMESPACE": namespace, "ARTSTORE_LOCAL_TIER": "off",
                "ARTSTORE_TIMEOUT": "30", "ARTSTORE_LEASE_WAIT": "60"}  # fmt: skip
         return open_store(env, **overrides)
