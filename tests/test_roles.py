@@ -22,7 +22,7 @@ from typing import Any
 
 import devstack
 import pytest
-from conftest import OpenStore
+from conftest import OpenStore, artstore, clean_env
 from sqlalchemy import Engine, create_engine, func, insert, select, text
 from sqlalchemy.exc import DBAPIError
 
@@ -296,6 +296,41 @@ def test_grant_refuses_bad_namespaces_and_unknown_logins(roles_db: RolesDb) -> N
     unknown = _psql(roles_db.name, "-v", f"namespace={roles_db.ns_a}", "-v",
                     "role=artstore_no_such_login", "-f", grant)  # fmt: skip
     assert unknown.returncode != 0 and "no role" in unknown.stderr
+
+
+@pytest.mark.parametrize("given", ["namespace", "role", "neither"])
+def test_grant_without_its_variables_fails_saying_which(given: str, roles_db: RolesDb) -> None:
+    """Measured before: without `-v role=...` psql printed the usage and exited 0, so a
+    script went on as if the login had been granted. Run as the docs show it (the file
+    sets ON_ERROR_STOP itself; without -v ON_ERROR_STOP=1 too)."""
+    values = {"namespace": roles_db.ns_a, "role": roles_db.logins["reader"]}
+    args = [a for k, v in values.items() if k == given for a in ("-v", f"{k}={v}")]
+    grant = str(POLICIES / "grant-namespace.sql")
+    proc = subprocess.run(
+        ["psql", "-X", "-q", "-h", devstack.HOST, "-p", str(devstack.PG_PORT), "-U",
+         "postgres", "-d", roles_db.name, *args, "-f", grant],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    missing = [k for k in values if k != given]
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1, proc.stderr
+    needs, _, usage = errors[0].partition(": usage: psql")
+    assert usage and [k for k in values if f"-v {k}=" in needs] == missing, errors
+
+
+def test_quota_set_as_the_writer_names_the_gc_role(roles_db: RolesDb, blobs_dir: Path) -> None:
+    """Measured before: "... a superuser runs `psql ... postgres-roles.sql`": re-running it
+    changes nothing, as it gives writers no quota writes by design; the gc role sets them."""
+    env = clean_env(ARTSTORE_URL=str(blobs_dir), ARTSTORE_INDEX=roles_db.url("writer"),
+                    ARTSTORE_NAMESPACE=roles_db.ns_a)  # fmt: skip
+    for args in (["set", roles_db.ns_a, "10G"], ["rm", roles_db.ns_a]):
+        proc = artstore("quota", *args, env=env)
+        assert proc.returncode == 1, proc.stdout
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "postgres-roles.sql" not in lines[0], lines[0]
+        assert "artstore_gc" in lines[0] and "quota" in lines[0], lines[0]
 
 
 # -- folding, without roles: SQLite and PostgreSQL -------------------------------

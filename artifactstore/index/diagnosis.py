@@ -209,6 +209,14 @@ def _postgres(
                              f"{superuser}, and makes {role} a member of artstore_writer or "
                              "artstore_reader")  # fmt: skip
         table = re.search(r"for (?:table|relation|sequence) (\S+)", text)
+        if table and table.group(1) == "quotas":  # readers and writers may only read them
+            return Diagnosis(
+                "missing_grant",
+                f"role {role} may not change quotas ({reason})",
+                "quotas are the gc role's to set (readers and writers only read them, by "
+                "design): run `artstore quota` with ARTSTORE_INDEX naming a login of "
+                f"artstore_gc, e.g. postgresql+psycopg://artstore_gc@{host}/{database}",
+            )
         what = "write" if write else "read" if write is False else "use"
         privilege = {"write": "INSERT/UPDATE", "read": "SELECT"}.get(what, "a privilege")
         on = f" on table {table.group(1)}" if table else ""

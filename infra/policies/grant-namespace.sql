@@ -15,15 +15,28 @@
 -- To see who has which:      \du artstore_ns_*
 
 \set ON_ERROR_STOP on
+-- Both variables are required: without one, fail (exit 3) naming it, so that a script
+-- never goes on as if the login had been granted.
 \if :{?namespace}
+  \if :{?role}
+  \else
+    \set artstore_missing '-v role=LOGIN'
+  \endif
+\elif :{?role}
+  \set artstore_missing '-v namespace=NAMESPACE'
 \else
-  \echo 'usage: psql -v namespace=NAMESPACE -v role=LOGIN -f grant-namespace.sql'
-  \quit
+  \set artstore_missing '-v namespace=NAMESPACE and -v role=LOGIN'
 \endif
-\if :{?role}
-\else
-  \echo 'usage: psql -v namespace=NAMESPACE -v role=LOGIN -f grant-namespace.sql'
-  \quit
+\if :{?artstore_missing}
+  \set VERBOSITY terse
+  SELECT set_config('artstore.grant_missing', :'artstore_missing', false) \g /dev/null
+  DO $$
+  BEGIN
+    RAISE EXCEPTION 'grant-namespace.sql needs %: usage: psql -v ON_ERROR_STOP=1 -d DATABASE '
+                    '-v namespace=NAMESPACE -v role=LOGIN -f grant-namespace.sql',
+                    current_setting('artstore.grant_missing');
+  END
+  $$;
 \endif
 
 -- psql variables do not reach into a DO block: pass them as settings of this session.
