@@ -306,11 +306,9 @@ def test_grant_without_its_variables_fails_saying_which(given: str, roles_db: Ro
     values = {"namespace": roles_db.ns_a, "role": roles_db.logins["reader"]}
     args = [a for k, v in values.items() if k == given for a in ("-v", f"{k}={v}")]
     grant = str(POLICIES / "grant-namespace.sql")
-    proc = subprocess.run(
-        ["psql", "-X", "-q", "-h", devstack.HOST, "-p", str(devstack.PG_PORT), "-U",
-         "postgres", "-d", roles_db.name, *args, "-f", grant],
-        capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
+    server = ["-h", devstack.HOST, "-p", str(devstack.PG_PORT), "-U", "postgres"]
+    command = ["psql", "-X", "-q", *server, "-d", roles_db.name, *args, "-f", grant]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
     assert proc.returncode != 0, proc.stdout + proc.stderr
     missing = [k for k in values if k != given]
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
@@ -322,8 +320,8 @@ def test_grant_without_its_variables_fails_saying_which(given: str, roles_db: Ro
 def test_quota_set_as_the_writer_names_the_gc_role(roles_db: RolesDb, blobs_dir: Path) -> None:
     """Measured before: "... a superuser runs `psql ... postgres-roles.sql`": re-running it
     changes nothing, as it gives writers no quota writes by design; the gc role sets them."""
-    env = clean_env(ARTSTORE_URL=str(blobs_dir), ARTSTORE_INDEX=roles_db.url("writer"),
-                    ARTSTORE_NAMESPACE=roles_db.ns_a)  # fmt: skip
+    writer = {"ARTSTORE_INDEX": roles_db.url("writer"), "ARTSTORE_NAMESPACE": roles_db.ns_a}
+    env = clean_env(ARTSTORE_URL=str(blobs_dir), **writer)
     for args in (["set", roles_db.ns_a, "10G"], ["rm", roles_db.ns_a]):
         proc = artstore("quota", *args, env=env)
         assert proc.returncode == 1, proc.stdout
