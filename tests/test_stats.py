@@ -96,7 +96,7 @@ def test_known_workload_by_fingerprint_day_and_module(
                "below_threshold", "bytes_fetched", "compile_secs_saved", "lease_waits",
                "lease_takeovers", "lookups_missed", "quick_compiles"}  # fmt: skip
     assert set(totals) == counted | {"store", "namespace", "entries", "bytes", "objects",
-                                     "object_bytes", "corrupt"}  # fmt: skip
+                                     "object_bytes", "corrupt", "warm_compiles"}  # fmt: skip
     by_fp = _stats(env, "--by", "fingerprint")
     assert set(by_fp) == {"store", "namespace", "by", "days", "groups", "total"}
     assert by_fp["by"] == "fingerprint" and by_fp["days"] is None

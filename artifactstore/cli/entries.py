@@ -207,6 +207,7 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
                 "compile_secs_saved": stats.compile_secs_saved,
                 "lease_waits": stats.lease_waits,
                 "lease_takeovers": stats.lease_takeovers,
+                "warm_compiles": stats.warm_compiles,
             }
         )
         return
@@ -221,6 +222,7 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
             ("hit rate", f"{100 * stats.hit_rate:.1f}%"),
             ("quick compiles", f"{stats.below_threshold} (under ARTSTORE_MIN_COMPILE_SECS: "
                                "never stored, not misses)"),
+            ("warm compiles", f"{stats.warm_compiles} (artstore warm: not misses)"),
             ("corrupt objects seen", stats.corrupt),
             ("bytes fetched", format_size(stats.bytes_fetched)),
             ("compile time saved", format_seconds(stats.compile_secs_saved)),

@@ -63,6 +63,7 @@ COUNTERS = frozenset(
         "below_threshold",
         "lease_waits",
         "lease_takeovers",
+        "warm_compiles",  # since issue 38: older folders ignore it
     }
 )
 _NAME_RE = re.compile(r"[0-9a-f]{32}")

@@ -51,6 +51,9 @@ TOTALS = frozenset(
         "unsigned",
         "untrusted_key",
         "bad_signature",
+        # Compiles of a process warming the store (`artstore warm`, ARTSTORE_WARM): not
+        # misses (nothing could have served them: filling the store is the point).
+        "warm_compiles",
     }
 )
 # The most one journal row may add to a field (journals come from readers: see

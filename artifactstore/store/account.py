@@ -120,12 +120,15 @@ class Accounts:
         # Recent misses: key -> (why: `misses` if absent, fingerprint).
         self._missed: dict[str, tuple[str, str]] = {}
         self._last_journal = time.monotonic()
+        # A process warming the store (warm.child): its lookups that find nothing are
+        # `warm_compiles`, not misses, so a freshly warmed store does not show 0% hits.
+        self.warming = False
 
     # -- misses ---------------------------------------------------------------
     def miss(self, reason: str, *, key: str, fingerprint: str) -> None:
         """Count a miss (and why, if not simply absent): `misses` and the reasons in
-        usage.TOTALS reach the index's counters."""
-        self.counters.add("misses", fingerprint=fingerprint)
+        usage.TOTALS reach the index's counters. A warming process counts `warm_compiles`."""
+        self.counters.add(self._miss_name, fingerprint=fingerprint)
         if reason != "misses":
             self.counters.add(reason)
         with self.lock:
@@ -148,7 +151,11 @@ class Accounts:
         with self.lock:
             reason, fingerprint = self._missed.pop(key, ("", ""))
         if reason == "misses":
-            self.counters.add("misses", -1, fingerprint=fingerprint)
+            self.counters.add(self._miss_name, -1, fingerprint=fingerprint)
+
+    @property
+    def _miss_name(self) -> str:
+        return "warm_compiles" if self.warming else "misses"
 
     def compiled_below_threshold(self, key: str, fingerprint: str) -> bool:
         """The caller compiled `key` faster than ARTSTORE_MIN_COMPILE_SECS: it will not be

@@ -88,6 +88,7 @@ class Recorder:
         """Record through `store`'s get and put (instance attributes shadow the methods),
         and make puts synchronous: warming is the point, so a compile returns once its
         entry is stored, and a process that is killed later loses nothing."""
+        store.accounts.warming = True  # its compiles are warm_compiles, not misses
         real_get, real_put = store.get, store.put
 
         def get(key: str, fingerprint_digest: str, **kwargs: Any) -> Any:
