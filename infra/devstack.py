@@ -6,6 +6,9 @@ Usage (prints shell `export` lines on stdout, progress on stderr)::
     python infra/devstack.py env             # print the exports again
     python infra/devstack.py down            # stop moto (--drop-database to also drop it)
 
+The database is `artstore_dev` unless `up --database NAME` (or DEVSTACK_DATABASE) names
+another, e.g. one per checkout or per experiment; `env` and `down` use the one `up` made.
+
 Importable too: the S3 tests start their own moto server with `start_moto()`.
 Everything binds to 127.0.0.1 and the AWS credentials are moto's fake ones;
 nothing here is fit for a shared or production deployment (see
@@ -38,7 +41,8 @@ PG_PORT = 5432
 PG_ADMIN_DB = "test"
 DEV_BUCKET = "artstore-dev"
 DEV_PREFIX = "cache"
-DEV_DATABASE = "artstore_dev"
+DEV_DATABASE = "artstore_dev"  # the default; `up --database` / DEVSTACK_DATABASE choose
+DATABASE_ENV = "DEVSTACK_DATABASE"
 DEV_KEY = "devstack"
 # moto accepts any credentials; these only satisfy boto3's credential chain.
 FAKE_CREDENTIALS = {
@@ -357,16 +361,16 @@ def dev_keys(directory: Path) -> tuple[Path, Path]:
     stores require signatures, so the exported shell signs what it stores and trusts it."""
     key, pub = directory / f"{DEV_KEY}.key", directory / f"{DEV_KEY}.pub"
     if not key.exists():
-        from artifactstore.formats.signing import generate
+        from artifactstore.config.keyfiles import generate
 
         generate(DEV_KEY, directory)
     return key, pub
 
 
-def dev_env(endpoint: str) -> dict[str, str]:
+def dev_env(endpoint: str, database: str = DEV_DATABASE) -> dict[str, str]:
     env = {
         "ARTSTORE_URL": f"s3://{DEV_BUCKET}/{DEV_PREFIX}",
-        "ARTSTORE_INDEX": database_url(DEV_DATABASE),
+        "ARTSTORE_INDEX": database_url(database),
         "AWS_ENDPOINT_URL_S3": endpoint,
         **FAKE_CREDENTIALS,
     }
@@ -377,21 +381,33 @@ def dev_env(endpoint: str) -> dict[str, str]:
     return env
 
 
-def _print_exports(endpoint: str) -> None:
-    for name, value in dev_env(endpoint).items():
+def _print_exports(state: dict[str, Any]) -> None:
+    for name, value in dev_env(str(state["endpoint"]), _state_database(state)).items():
         # Quoted: the output is run by `eval`, and values come from a state file.
         print(f"export {name}={shlex.quote(value)}")
+
+
+def _state_database(state: dict[str, Any]) -> str:
+    """The database `up` made (state files of older versions name none: the default)."""
+    return _check_db_name(str(state.get("database") or DEV_DATABASE))
 
 
 def _log(message: str) -> None:
     print(f"devstack: {message}", file=sys.stderr)
 
 
-def cmd_up(port: int | None) -> int:
+def cmd_up(port: int | None, database: str = DEV_DATABASE) -> int:
+    _check_db_name(database)
     state = _read_state()
     if state is not None:
+        running = _state_database(state)
+        if running != database:
+            raise RuntimeError(
+                f"already running (pid {state['pid']}) with database {running}: run `down` "
+                f"first to use {database}"
+            )
         _log(f"already running (pid {state['pid']}) at {state['endpoint']}")
-        _print_exports(str(state["endpoint"]))
+        _print_exports(state)
         return 0
     directory = secure_state_dir(create=True)
     assert directory is not None
@@ -401,21 +417,27 @@ def cmd_up(port: int | None) -> int:
         create_bucket(server.endpoint, DEV_BUCKET)
         # A fresh moto has no objects, so start the index fresh too: an index
         # pointing at missing objects would only produce misses.
-        create_database(DEV_DATABASE)
+        create_database(database)
     except BaseException:
         server.stop()
         raise
-    (directory / "state.json").write_text(
-        json.dumps({"pid": server.pid, "port": server.port, "endpoint": server.endpoint})
-    )
+    state = {
+        "pid": server.pid,
+        "port": server.port,
+        "endpoint": server.endpoint,
+        "database": database,
+    }
+    (directory / "state.json").write_text(json.dumps(state))
     _log(f"moto S3 at {server.endpoint} (pid {server.pid}, log {directory / 'moto.log'})")
-    _log(f"bucket {DEV_BUCKET}, database {DEV_DATABASE}; next: artstore db upgrade")
-    _print_exports(server.endpoint)
+    _log(f"bucket {DEV_BUCKET}, database {database}; next: artstore db upgrade")
+    _print_exports(state)
     return 0
 
 
-def cmd_down(drop: bool) -> int:
+def cmd_down(drop: bool, database: str | None = None) -> int:
     state = _read_state()
+    if database is None:  # the one `up` made, else the default
+        database = _state_database(state) if state is not None else DEV_DATABASE
     if state is None:
         _log("not running")
     else:
@@ -430,8 +452,8 @@ def cmd_down(drop: bool) -> int:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     if drop:
-        drop_database(DEV_DATABASE)
-        _log(f"dropped database {DEV_DATABASE}")
+        drop_database(database)
+        _log(f"dropped database {database}")
     return 0
 
 
@@ -440,7 +462,7 @@ def cmd_env() -> int:
     if state is None:
         _log("not running: run `python infra/devstack.py up`")
         return 1
-    _print_exports(str(state["endpoint"]))
+    _print_exports(state)
     return 0
 
 
@@ -449,15 +471,28 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start moto, create bucket and database, print exports")
     up.add_argument("--port", type=int, default=None, help="moto port (default: a free one)")
+    named = os.environ.get(DATABASE_ENV) or None
+    up.add_argument(
+        "--database",
+        default=named or DEV_DATABASE,
+        help=f"the database to create (made afresh) [env {DATABASE_ENV}; default {DEV_DATABASE}]",
+    )
     down = sub.add_parser("down", help="stop moto")
-    down.add_argument("--drop-database", action="store_true", help=f"also drop {DEV_DATABASE}")
+    down.add_argument(
+        "--drop-database", action="store_true", help="also drop the database `up` made"
+    )
+    down.add_argument(
+        "--database",
+        default=named,
+        help=f"the database to drop [env {DATABASE_ENV}; default: the one `up` made]",
+    )
     sub.add_parser("env", help="print the export lines again")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            return cmd_up(args.port)
+            return cmd_up(args.port, args.database)
         if args.command == "down":
-            return cmd_down(args.drop_database)
+            return cmd_down(args.drop_database, args.database)
         return cmd_env()
     except (RuntimeError, OSError, ValueError) as exc:
         _log(f"error: {exc}")

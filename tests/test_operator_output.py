@@ -9,13 +9,14 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
 import pytest
-from conftest import FAKE_AWS, OpenStore, artstore, clean_env, devstack
+from conftest import FAKE_AWS, REPO, OpenStore, artstore, clean_env, devstack
 
 from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.config import host
@@ -180,3 +181,45 @@ def test_a_wrong_secret_key_names_the_secret(
     assert "(SignatureDoesNotMatch): the secret key does not match the access key id" in line
     assert where in line and "AWS_ACCESS_KEY_ID" not in line, line
     assert WRONG_SECRET not in line and key_id not in line
+
+
+# -- infra/devstack.py: the database is the developer's to name ------------------------------
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_devstack_database_can_be_named(how: str, tmp_path: Path, postgres: None) -> None:
+    """Measured before: `up` always made `artstore_dev` (two checkouts shared, and each `up`
+    dropped, one database); `env` and `down --drop-database` use the one `up` made."""
+    name = f"artstore_devtest_{uuid.uuid4().hex[:10]}"
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = clean_env(XDG_RUNTIME_DIR=str(runtime))
+    up_args = ["--database", name] if how == "argument" else []
+    if how == "environment":
+        env["DEVSTACK_DATABASE"] = name
+
+    def devstack_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, str(REPO / "infra" / "devstack.py"), *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    try:
+        up = devstack_cli("up", *up_args)
+        assert up.returncode == 0, up.stderr
+        index = f"export ARTSTORE_INDEX={devstack.database_url(name)}"
+        assert index in up.stdout.splitlines(), up.stdout
+        assert f"database {name}" in up.stderr
+        assert index in devstack_cli("env").stdout.splitlines()
+        assert _database_exists(name)
+        env.pop("DEVSTACK_DATABASE", None)  # `down` drops the one `up` made
+        down = devstack_cli("down", "--drop-database")
+        assert down.returncode == 0 and f"dropped database {name}" in down.stderr, down.stderr
+        assert not _database_exists(name)
+    finally:
+        devstack_cli("down")
+        devstack.drop_database(name)
+
+
+def _database_exists(name: str) -> bool:
+    server = ["-h", devstack.HOST, "-p", str(devstack.PG_PORT), "-U", "postgres", "-d", "postgres"]
+    query = f"SELECT 1 FROM pg_database WHERE datname = '{name}'"
+    command = ["psql", "-X", "-tA", *server, "-c", query]
+    proc = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
+    return proc.stdout.strip() == "1"
