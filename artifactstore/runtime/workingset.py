@@ -216,7 +216,10 @@ def _store_get(store: Store | None, name: str) -> bytes | None:
 def _putter(store: Store, name: str, data: bytes) -> Callable[[], None]:
     def put() -> None:
         try:
-            store.blobs.put_record(WORKING_SETS, name, data)
+            # A writer whose bucket and index are not one store writes nothing there, this
+            # record included (the gate's check, once per process, said so in one line).
+            if store.writes.gate.admits(quietly=True):
+                store.blobs.put_record(WORKING_SETS, name, data)
         except Exception as exc:  # a prediction only: never a warning
             log.debug("artifactstore: could not store the working set: %s", one_line(exc))
 
