@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,6 +19,7 @@ from pathlib import Path
 import boto3
 import pytest
 from conftest import FAKE_AWS, REPO, OpenStore, artstore, clean_env, devstack
+from otheruser import python_user
 
 from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.config import host
@@ -223,3 +226,27 @@ def _database_exists(name: str) -> bool:
     command = ["psql", "-X", "-tA", *server, "-c", query]
     proc = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
     return proc.stdout.strip() == "1"
+
+
+# -- a store directory this user may not create -----------------------------------------------
+@pytest.mark.parametrize("depth", [["store"], ["a", "b", "store"]])
+def test_a_store_it_cannot_create_names_the_directory_that_exists(depth: list[str]) -> None:
+    """Measured before: "permission denied: store may not be read ...: `chmod -R a+rX store`",
+    a directory that does not exist (and a relative name at that)."""
+    user = python_user()  # obeys file permissions (tests run as root)
+    scratch = Path(tempfile.mkdtemp(prefix="artstore-locked-"))
+    try:
+        scratch.chmod(0o755)
+        locked = scratch / "locked"
+        locked.mkdir(mode=0o555)  # root's, and nobody may write it
+        store = locked.joinpath(*depth)
+        env = clean_env(ARTSTORE_URL=str(store), XDG_CACHE_HOME=str(scratch / "cache"))
+        proc = user.run([sys.executable, "-m", "artifactstore", "ls"], env=env)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"cannot create {store}: {locked}, the nearest directory that exists" in lines[0]
+        assert f"`mkdir -p {store}`" in lines[0] and "chmod" not in lines[0], lines[0]
+        assert not (locked / depth[0]).exists()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -131,6 +131,9 @@ class Tree:
                 child = self._step(fd, name, where, own=own, create=create)
                 os.close(fd)
                 fd = child
+        except PermissionError as exc:  # named by the whole path: `name` alone says nothing
+            os.close(fd)
+            raise PermissionError(exc.errno, exc.strerror, os.path.abspath(path)) from None
         except BaseException:
             os.close(fd)
             raise

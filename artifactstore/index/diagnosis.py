@@ -117,6 +117,10 @@ def _unreachable(url: str, why: str) -> Diagnosis:
 
 def _permission(path: Path) -> Diagnosis:
     """The nearest part of `path` this user may not use, its owner, and the fix."""
+    path = Path(os.path.abspath(path))
+    existing = _nearest_existing(path)
+    if existing is not None and existing != path:
+        return _cannot_create(path, existing)
     blocked = path
     for part in reversed([path, *path.parents]):
         try:
@@ -140,6 +144,36 @@ def _permission(path: Path) -> Diagnosis:
         f"permission denied: {blocked} may not be read by this user (uid {os.geteuid()})",
         f"run as {owner}, or have it run `chmod -R a+rX {blocked}`, or point "
         "ARTSTORE_URL / ARTSTORE_INDEX at a store this user may read",
+    )
+
+
+def _nearest_existing(path: Path) -> Path | None:
+    """`path` or its nearest ancestor that exists; None where one cannot be looked at
+    (a directory above may not be searched: the caller names that one)."""
+    for part in [path, *path.parents]:
+        try:
+            os.stat(part)
+            return part
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+    return None
+
+
+def _cannot_create(path: Path, existing: Path) -> Diagnosis:
+    """`path` does not exist and this user may not make it in `existing`: chmod on `path`
+    would name nothing; the fix is to create it where one may, or to choose another."""
+    try:
+        owner = f"uid {existing.stat().st_uid}"
+    except OSError:
+        owner = "its owner"
+    return Diagnosis(
+        "permission",
+        f"cannot create {path}: {existing}, the nearest directory that exists, may not be "
+        f"written by this user (uid {os.geteuid()})",
+        f"create it as {owner} (`mkdir -p {path}`, then `chown` it to this user), or point "
+        "ARTSTORE_URL / ARTSTORE_INDEX at a directory this user may write",
     )
 
 
