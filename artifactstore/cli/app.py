@@ -34,21 +34,23 @@ from artifactstore.cli import (
     warm_cmd,
 )
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
+from artifactstore.config import help_text, typo_lines
 from artifactstore.errors import ArtstoreError, StoreUnavailable, one_line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
-    "--url",
-    help="Object store: a directory, file:///path or s3://bucket/prefix "
-    "[env ARTSTORE_URL; default: user cache dir].",
+    "--url", help=help_text("url", "Object store: a directory, file:///path or s3://bucket/prefix")
 )
-@click.option("--index", help="Index database URL [env ARTSTORE_INDEX].")
-@click.option("--namespace", "-n", help="Namespace [env ARTSTORE_NAMESPACE; default 'default'].")
+@click.option("--index", help=help_text("index", "Index database URL"))
+@click.option("--namespace", "-n", help=help_text("namespace", "Namespace"))
 @click.version_option(package_name="artifactstore", prog_name="artstore")
 @click.pass_context
 def cli(ctx: click.Context, url: str | None, index: str | None, namespace: str | None) -> None:
     """artifactstore: a shared store for compiled JAX executables."""
+    if ctx.invoked_subcommand != "doctor":  # doctor says it in a row of its own
+        for line in typo_lines():  # a warning, not an error: the command still runs
+            click.echo(f"artstore: warning: {line}", err=True)
     ctx.obj = Ctx({"url": url, "index": index, "namespace": namespace})
 
 

@@ -10,6 +10,7 @@ import click
 from artifactstore.cli.context import Ctx
 from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json
+from artifactstore.config import help_text
 from artifactstore.formats.sizes import format_size, plural
 
 # What import's phases (bundles/importer.py) are called on its progress display.
@@ -111,13 +112,12 @@ def export_cmd(
     "--max-entries",
     type=click.IntRange(min=1),
     metavar="N",
-    help="Refuse a bundle of more entries [default: ARTSTORE_BUNDLE_MAX_ENTRIES, else 10000].",
+    help=help_text("bundle_max_entries", "Refuse a bundle of more entries"),
 )
 @click.option(
     "--max-size",
     metavar="SIZE",
-    help="Refuse a bundle that unpacks to more (500G) [default: ARTSTORE_BUNDLE_MAX_SIZE, "
-    "else 64x the bundle's size + 16 MiB].",
+    help=help_text("bundle_max_size", "Refuse a bundle that unpacks to more (500G)"),
 )
 @json_option("Print the summary as JSON.")
 @progress_option

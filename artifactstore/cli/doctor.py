@@ -54,6 +54,7 @@ def gather(overrides: dict[str, Any], device: bool | None = None) -> Report:
         "hook": _guard("jax hook", lambda: _check_hook(found)),
     }
 
+    checks["variables"] = _check_variables()
     settings: _config.Settings | None = None
     try:
         settings = _config.resolve(overrides)
@@ -192,6 +193,19 @@ def _check_single_flight(settings: _config.Settings) -> Check:
             )
         )
     return Check("single-flight", "ok", why, blocking=False, data={"enabled": on})
+
+
+def _check_variables() -> Check:
+    """Which settings the environment sets (names only: values may hold secrets), and any
+    `ARTSTORE_*` name that is none of ours, with the nearest that is: a typo is ignored by
+    every program, so it is said here rather than found by its effect."""
+    typos = _config.typo_lines()
+    named = [row.env for row in _config.SETTINGS if _config.from_environment(row.keyword or "")]
+    data: dict[str, Any] = {"set": named, "unknown": typos}
+    if typos:
+        return Check("variables", "warn", "; ".join(typos), blocking=False, data=data)
+    detail = ", ".join(named) + " set" if named else "no ARTSTORE_* setting set"
+    return Check("variables", "ok", detail, blocking=False, data=data)
 
 
 def _check_activation() -> Check:

@@ -7,12 +7,13 @@ import sys
 import click
 
 from artifactstore.cli.context import Ctx, PassThroughCommand
+from artifactstore.config import help_text
 from artifactstore.errors import ArtstoreError
 
 
 @click.command("run", cls=PassThroughCommand)
 @click.option("--read-only", is_flag=True, help="Load from the store, never write to it.")
-@click.option("--namespace", "-n", help="Use this namespace [env ARTSTORE_NAMESPACE].")
+@click.option("--namespace", "-n", help=help_text("namespace", "Use this namespace"))
 @click.option("--quiet", "-q", is_flag=True, help="No summary line at the end.")
 @click.pass_context
 def run_cmd(ctx: click.Context, read_only: bool, namespace: str | None, quiet: bool) -> None:

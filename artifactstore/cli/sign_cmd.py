@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -10,6 +9,7 @@ import click
 from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
 from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json, safe
+from artifactstore.config import from_environment
 from artifactstore.errors import ConfigError
 from artifactstore.formats.sizes import format_size, plural
 
@@ -79,7 +79,7 @@ def sign_cmd(
     settings = obj.settings()
     # Listed by the operator: a process with a signing key may trust its own key too,
     # and that alone must not make this command run.
-    if not os.environ.get("ARTSTORE_TRUSTED_KEYS", "").strip():
+    if not from_environment("trusted_keys").strip():
         fail(
             "set ARTSTORE_TRUSTED_KEYS to the .pub files of the keys whose entries to "
             "re-sign (the old and the new key while rotating): `artstore sign` re-signs "

@@ -1,9 +1,10 @@
 """Settings from `configure()` arguments and `ARTSTORE_*` environment variables, checked
 before anything opens: `resolve()` turns them into one immutable `Settings`.
 
-The parts: `defaults` (every default and why), `values` (one value: booleans, numbers,
-sizes, names), `urls` (where objects and the index live), `settings` (the option table,
-`Settings`, `resolve`); `host` (this host's platform facts, for the fingerprint) and
+The parts: `table` (every setting, declared once), `variables` (the other `ARTSTORE_*`
+names, and the typo check), `defaults` (every default and why), `values` (one value:
+booleans, numbers, sizes, names), `urls` (where objects and the index live), `settings`
+(`Settings`, `resolve`); `host` (this host's platform facts, for the fingerprint) and
 `keyfiles` (signing keys read from and written to files) are imported where needed.
 """
 
@@ -33,8 +34,10 @@ from artifactstore.config.defaults import (
     SINGLE_FLIGHT_MODES,
 )
 from artifactstore.config.settings import Settings, default_cache_dir, resolve
+from artifactstore.config.table import SETTINGS, Var, help_text
 from artifactstore.config.urls import BlobLocation, parse_blob_url, parse_index_url
 from artifactstore.config.values import check_namespace, parse_bool, parse_float
+from artifactstore.config.variables import VARIABLES, from_environment, typo_lines
 from artifactstore.errors import ConfigError
 
 __all__ = [
@@ -58,15 +61,21 @@ __all__ = [
     "DEFAULT_TIMEOUT_SECS",
     "ENV_PREFIX",
     "MAX_SECS",
+    "SETTINGS",
     "SINGLE_FLIGHT_MODES",
+    "VARIABLES",
     "BlobLocation",
     "ConfigError",
     "Settings",
+    "Var",
     "check_namespace",
     "default_cache_dir",
+    "from_environment",
+    "help_text",
     "parse_blob_url",
     "parse_bool",
     "parse_float",
     "parse_index_url",
     "resolve",
+    "typo_lines",
 ]

@@ -1,14 +1,15 @@
 """Settings from `configure()` arguments and `ARTSTORE_*` environment variables.
 
 Parsing lives here, apart from the backends, so that a malformed URL or option
-fails with one line before anything is opened. `_OPTIONS` is the table the
-configuration reference is generated from (docs/hooks/reference.py).
+fails with one line before anything is opened; what each setting is and how it is
+parsed is its row of `config.table`, so `resolve` only merges, and does what ties
+settings together (where the store is, whose signatures count).
 """
 
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,21 +35,10 @@ from artifactstore.config.defaults import (
     DEFAULT_NAMESPACE,
     DEFAULT_PREFETCH_BYTES,
     DEFAULT_TIMEOUT_SECS,
-    ENV_PREFIX,
 )
+from artifactstore.config.table import BY_KEYWORD, SETTINGS
 from artifactstore.config.urls import BlobLocation, parse_blob_url, parse_index_url
-from artifactstore.config.values import (
-    check_namespace,
-    parse_auto_bool,
-    parse_bool,
-    parse_count,
-    parse_float,
-    parse_limit,
-    parse_metrics,
-    parse_single_flight,
-    parse_tier,
-    parse_tier_size,
-)
+from artifactstore.config.values import parse_metrics
 from artifactstore.errors import ConfigError
 from artifactstore.redact import redact, remember_secrets_in
 
@@ -134,221 +124,81 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("artifactstore", appauthor=False))
 
 
-# configure() keyword -> (environment variable, parser)
-_OPTIONS: dict[str, str] = {
-    "url": "URL",
-    "index": "INDEX",
-    "namespace": "NAMESPACE",
-    "read_only": "READ_ONLY",
-    "min_compile_secs": "MIN_COMPILE_SECS",
-    "timeout_secs": "TIMEOUT",
-    "flush_secs": "FLUSH_TIMEOUT",
-    "db_pool_size": "DB_POOL_SIZE",
-    "db_idle_secs": "DB_IDLE_SECS",
-    "journal_secs": "JOURNAL_SECS",
-    "s3_endpoint_url": "S3_ENDPOINT_URL",
-    "cache_callbacks": "CACHE_CALLBACKS",
-    "local_tier": "LOCAL_TIER",
-    "local_tier_size": "LOCAL_TIER_SIZE",
-    "enforce_quota": "ENFORCE_QUOTA",
-    "breaker_failures": "BREAKER_FAILURES",
-    "breaker_cooldown_secs": "BREAKER_COOLDOWN",
-    "max_object_size": "MAX_OBJECT_SIZE",
-    "max_executable_size": "MAX_EXECUTABLE_SIZE",
-    "bundle_max_entries": "BUNDLE_MAX_ENTRIES",
-    "bundle_max_size": "BUNDLE_MAX_SIZE",
-    "signing_key": "SIGNING_KEY",
-    "trusted_keys": "TRUSTED_KEYS",
-    "require_signatures": "REQUIRE_SIGNATURES",
-    "group_readable": "GROUP_READABLE",
-    "single_flight": "SINGLE_FLIGHT",
-    "lease_wait_secs": "LEASE_WAIT",
-    "lease_ttl_secs": "LEASE_TTL",
-    "lease_max_hold_secs": "LEASE_MAX_HOLD",
-    "lease_reader_wait_secs": "LEASE_READER_WAIT",
-    "metrics_port": "METRICS_PORT",
-    "metrics_addr": "METRICS_ADDR",
-    "prefetch": "PREFETCH",
-    "prefetch_max_size": "PREFETCH_MAX_SIZE",
-    "program": "PROGRAM",
-}
-
-
 def resolve(
     overrides: dict[str, Any] | None = None,
-    environ: dict[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
     *,
     need_index: bool = True,
 ) -> Settings:
-    """Merge explicit options over `ARTSTORE_*` variables over the embedded default.
+    """Merge explicit options over `ARTSTORE_*` variables over the embedded default, each
+    parsed by its row of the table (`config.table`).
 
     `need_index=False`: a command that reads the object store alone (`artstore pull`)
     accepts an S3 store without ARTSTORE_INDEX; its `index_url` is then ""."""
-    env = os.environ if environ is None else environ
-    given = dict(overrides or {})
-    unknown = sorted(set(given) - set(_OPTIONS))
-    if unknown:
-        raise ConfigError(
-            f"unknown option {unknown[0]!r} for artifactstore.configure(): "
-            f"known options are {', '.join(_OPTIONS)}"
-        )
-    values: dict[str, Any] = {}
-    for option, env_name in _OPTIONS.items():
-        if given.get(option) is not None:
-            values[option] = given[option]
-        elif env.get(ENV_PREFIX + env_name, "") != "":
-            values[option] = env[ENV_PREFIX + env_name]
-    for option in ("url", "index", "s3_endpoint_url"):
-        if isinstance(values.get(option), str):
-            # Before anything can fail and quote it: its passwords are masked everywhere.
-            remember_secrets_in(values[option])
-
-    embedded = "url" not in values
-    if embedded:
-        root = default_cache_dir()
-        blobs = BlobLocation("file", str(root / "objects"))
-        default_index = "sqlite:///" + str(root / "index.db")
-    else:
-        blobs = parse_blob_url(str(values["url"]))
-        default_index = ""
-        if blobs.scheme == "file":
-            default_index = "sqlite:///" + str(Path(blobs.path) / "index.db")
-    if "index" in values:
-        index_url = parse_index_url(str(values["index"]))
-    elif default_index or not need_index:
-        index_url = default_index
-    else:
-        raise ConfigError(
-            "an S3 store needs a shared index: set ARTSTORE_INDEX (or index=) to "
-            "postgresql+psycopg://user@host/db"
-        )
-    endpoint = values.get("s3_endpoint_url")
-    if endpoint is not None and not re.match(r"^https?://[^/\s]+", str(endpoint)):
-        raise ConfigError(
-            f"invalid S3 endpoint {endpoint!r}: use http(s)://host:port, e.g. http://127.0.0.1:9000"
-        )
-    signing_key = _parse_signing_key(values.get("signing_key"))
+    given = _given(overrides or {}, os.environ if environ is None else environ)
+    blobs, index_url = _locate(given, need_index)
+    fields: dict[str, Any] = {}
+    for row in SETTINGS:
+        if row.parse is not None:
+            raw = given.get(row.keyword or "")
+            fields[row.attr] = row.default if raw is None else row.parse(row.env, raw, row.default)
     # Nix's require-sigs: on a team store, write access to the bucket alone must not
     # decide what every reader runs; a local directory is its owner's (modes guard it).
-    required = parse_bool(
-        ENV_PREFIX + "REQUIRE_SIGNATURES",
-        values.get("require_signatures", blobs.scheme != "file"),
+    if fields["require_signatures"] is None:
+        fields["require_signatures"] = blobs.scheme != "file"
+    fields["trusted_keys"] = _trust(
+        fields["trusted_keys"], fields["signing_key"], fields["require_signatures"]
     )
     return Settings(
         blobs=blobs,
         index_url=index_url,
-        namespace=check_namespace(str(values.get("namespace", DEFAULT_NAMESPACE))),
-        read_only=parse_bool(ENV_PREFIX + "READ_ONLY", values.get("read_only", False)),
-        min_compile_secs=parse_float(
-            ENV_PREFIX + "MIN_COMPILE_SECS",
-            values.get("min_compile_secs", DEFAULT_MIN_COMPILE_SECS),
-        ),
-        timeout_secs=parse_float(
-            ENV_PREFIX + "TIMEOUT", values.get("timeout_secs", DEFAULT_TIMEOUT_SECS), minimum=0.01
-        ),
-        flush_secs=parse_float(
-            ENV_PREFIX + "FLUSH_TIMEOUT", values.get("flush_secs", DEFAULT_FLUSH_SECS)
-        ),
-        db_pool_size=parse_count(
-            "DB_POOL_SIZE", values.get("db_pool_size", DEFAULT_DB_POOL_SIZE), maximum=100
-        ),
-        db_idle_secs=parse_float(
-            ENV_PREFIX + "DB_IDLE_SECS", values.get("db_idle_secs", DEFAULT_DB_IDLE_SECS)
-        ),
-        journal_secs=parse_float(
-            ENV_PREFIX + "JOURNAL_SECS", values.get("journal_secs", DEFAULT_JOURNAL_SECS)
-        ),
-        s3_endpoint_url=str(endpoint) if endpoint else None,
-        cache_callbacks=parse_bool(
-            ENV_PREFIX + "CACHE_CALLBACKS", values.get("cache_callbacks", True)
-        ),
-        local_tier=parse_tier(values.get("local_tier")),
-        local_tier_bytes=parse_tier_size(values.get("local_tier_size")),
-        enforce_quota=parse_bool(ENV_PREFIX + "ENFORCE_QUOTA", values.get("enforce_quota", False)),
-        breaker_failures=parse_count(
-            "BREAKER_FAILURES", values.get("breaker_failures", DEFAULT_BREAKER_FAILURES), 1000
-        ),
-        breaker_cooldown_secs=parse_float(
-            ENV_PREFIX + "BREAKER_COOLDOWN",
-            values.get("breaker_cooldown_secs", DEFAULT_BREAKER_COOLDOWN_SECS),
-        ),
-        max_object_bytes=parse_limit(
-            "MAX_OBJECT_SIZE", values.get("max_object_size"), DEFAULT_MAX_OBJECT_BYTES
-        ),
-        max_executable_bytes=parse_limit(
-            "MAX_EXECUTABLE_SIZE", values.get("max_executable_size"), DEFAULT_MAX_EXECUTABLE_BYTES
-        ),
-        bundle_max_entries=parse_count(
-            "BUNDLE_MAX_ENTRIES",
-            values.get("bundle_max_entries", DEFAULT_BUNDLE_MAX_ENTRIES),
-            maximum=10**9,
-        ),
-        bundle_max_bytes=(
-            None
-            if values.get("bundle_max_size") in (None, "")
-            else parse_limit("BUNDLE_MAX_SIZE", values["bundle_max_size"], 1)
-        ),
-        signing_key=signing_key,
-        trusted_keys=_trust(_parse_trusted_keys(values.get("trusted_keys")), signing_key, required),
-        require_signatures=required,
-        embedded=embedded,
-        group_readable=parse_bool(
-            ENV_PREFIX + "GROUP_READABLE", values.get("group_readable", False)
-        ),
-        single_flight=parse_single_flight(values.get("single_flight", "auto")),
-        lease_wait_secs=(
-            None
-            if values.get("lease_wait_secs") is None
-            else parse_float(ENV_PREFIX + "LEASE_WAIT", values["lease_wait_secs"])
-        ),
-        lease_ttl_secs=parse_float(
-            ENV_PREFIX + "LEASE_TTL",
-            values.get("lease_ttl_secs", DEFAULT_LEASE_TTL_SECS),
-            minimum=0.5,
-            maximum=3600,
-        ),
-        lease_max_hold_secs=parse_float(
-            ENV_PREFIX + "LEASE_MAX_HOLD",
-            values.get("lease_max_hold_secs", DEFAULT_LEASE_MAX_HOLD_SECS),
-            minimum=1,
-        ),
-        lease_reader_wait_secs=parse_float(
-            ENV_PREFIX + "LEASE_READER_WAIT",
-            values.get("lease_reader_wait_secs", DEFAULT_LEASE_READER_WAIT_SECS),
-        ),
-        prefetch=parse_auto_bool(ENV_PREFIX + "PREFETCH", values.get("prefetch", "auto")),
-        prefetch_max_bytes=parse_limit(
-            "PREFETCH_MAX_SIZE", values.get("prefetch_max_size"), DEFAULT_PREFETCH_BYTES
-        ),
-        program=str(values["program"])[:1024] if values.get("program") else None,
-        **parse_metrics(values),
+        embedded="url" not in given,
+        **fields,
+        **parse_metrics(given),
     )
 
 
-def _parse_signing_key(value: Any) -> SigningKey | None:
-    """ARTSTORE_SIGNING_KEY: the path of a .key file (never the key itself)."""
-    if value is None or value == "":
-        return None
-    from artifactstore.config.keyfiles import load_signing_key
-    from artifactstore.formats.signing import SigningKey
+def _given(overrides: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Each setting's value as given, by keyword: an argument, else its variable (an empty
+    one counts as unset); unknown keywords refused with the list of known ones."""
+    unknown = sorted(set(overrides) - set(BY_KEYWORD))
+    if unknown:
+        raise ConfigError(
+            f"unknown option {unknown[0]!r} for artifactstore.configure(): "
+            f"known options are {', '.join(BY_KEYWORD)}"
+        )
+    given: dict[str, Any] = {}
+    for keyword, row in BY_KEYWORD.items():
+        if overrides.get(keyword) is not None:
+            given[keyword] = overrides[keyword]
+        elif env.get(row.env, "") != "":
+            given[keyword] = env[row.env]
+    for keyword in ("url", "index", "s3_endpoint_url"):
+        if isinstance(given.get(keyword), str):
+            # Before anything can fail and quote it: its passwords are masked everywhere.
+            remember_secrets_in(given[keyword])
+    return given
 
-    if isinstance(value, SigningKey):
-        return value
-    return load_signing_key(str(Path(str(value)).expanduser()))
 
-
-def _parse_trusted_keys(value: Any) -> TrustedKeys | None:
-    """ARTSTORE_TRUSTED_KEYS: comma-separated .pub files or NAME:BASE64 public keys."""
-    if value is None or value == "":
-        return None
-    from artifactstore.config.keyfiles import load_trusted_keys
-    from artifactstore.formats.signing import TrustedKeys
-
-    if isinstance(value, TrustedKeys):
-        return value
-    if isinstance(value, (list, tuple)):
-        value = ",".join(str(v) for v in value)
-    return load_trusted_keys(str(value))
+def _locate(given: dict[str, Any], need_index: bool) -> tuple[BlobLocation, str]:
+    """Where objects and the index live: the URLs given, else the embedded default."""
+    if "url" not in given:
+        root = default_cache_dir()
+        blobs = BlobLocation("file", str(root / "objects"))
+        default_index = "sqlite:///" + str(root / "index.db")
+    else:
+        blobs = parse_blob_url(str(given["url"]))
+        default_index = ""
+        if blobs.scheme == "file":
+            default_index = "sqlite:///" + str(Path(blobs.path) / "index.db")
+    if "index" in given:
+        return blobs, parse_index_url(str(given["index"]))
+    if default_index or not need_index:
+        return blobs, default_index
+    raise ConfigError(
+        "an S3 store needs a shared index: set ARTSTORE_INDEX (or index=) to "
+        "postgresql+psycopg://user@host/db"
+    )
 
 
 def _trust(

@@ -4,8 +4,9 @@ one-line error that names the variable, so a typo fails before anything opens.""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from artifactstore.config.defaults import (
     DEFAULT_LOCAL_TIER_BYTES,
@@ -15,6 +16,13 @@ from artifactstore.config.defaults import (
     SINGLE_FLIGHT_MODES,
 )
 from artifactstore.errors import ConfigError
+
+if TYPE_CHECKING:
+    from artifactstore.formats.signing import SigningKey, TrustedKeys
+
+# A setting's parser (the table's `parse`): its variable's name (for the error), the value
+# given (a string from the environment, or what configure() was passed), its default.
+Parse = Callable[[str, Any, Any], Any]
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _TRUE = {"1", "true", "yes", "on"}
@@ -56,9 +64,80 @@ def parse_float(
     return number
 
 
-def parse_count(env_name: str, value: Any, maximum: int) -> int:
+def seconds(*, minimum: float = 0.0, maximum: float = MAX_SECS) -> Parse:
+    """A duration within bounds (by default 0 to a day)."""
+    return lambda name, value, _: parse_float(name, value, minimum=minimum, maximum=maximum)
+
+
+def count(maximum: int) -> Parse:
     """A whole number of things, 1 to `maximum` (a fraction is rounded down)."""
-    return int(parse_float(ENV_PREFIX + env_name, value, minimum=1, maximum=maximum))
+    return lambda name, value, _: int(parse_float(name, value, minimum=1, maximum=maximum))
+
+
+def boolean(name: str, value: Any, default: Any) -> bool:
+    return parse_bool(name, value)
+
+
+def auto_bool(name: str, value: Any, default: Any) -> bool | None:
+    return parse_auto_bool(name, value)
+
+
+def namespace(name: str, value: Any, default: Any) -> str:
+    return check_namespace(str(value))
+
+
+def single_flight(name: str, value: Any, default: Any) -> str:
+    return parse_single_flight(value)
+
+
+def tier(name: str, value: Any, default: Any) -> str | None:
+    return parse_tier(value)
+
+
+def tier_size(name: str, value: Any, default: Any) -> int:
+    return parse_tier_size(value)
+
+
+def program(name: str, value: Any, default: Any) -> str | None:
+    """A working set's name: bounded, as it names a record in the store."""
+    return str(value)[:1024] if value else None
+
+
+def endpoint(name: str, value: Any, default: Any) -> str | None:
+    """An S3-compatible endpoint: a URL with a host, checked before boto3 sees it."""
+    if value == "":
+        return None
+    if not re.match(r"^https?://[^/\s]+", str(value)):
+        raise ConfigError(
+            f"invalid S3 endpoint {value!r}: use http(s)://host:port, e.g. http://127.0.0.1:9000"
+        )
+    return str(value)
+
+
+def signing_key(name: str, value: Any, default: Any) -> SigningKey | None:
+    """ARTSTORE_SIGNING_KEY: the path of a .key file (never the key itself)."""
+    if value == "":
+        return None
+    from artifactstore.config.keyfiles import load_signing_key
+    from artifactstore.formats.signing import SigningKey
+
+    if isinstance(value, SigningKey):
+        return value
+    return load_signing_key(str(Path(str(value)).expanduser()))
+
+
+def trusted_keys(name: str, value: Any, default: Any) -> TrustedKeys | None:
+    """ARTSTORE_TRUSTED_KEYS: comma-separated .pub files or NAME:BASE64 public keys."""
+    if value == "":
+        return None
+    from artifactstore.config.keyfiles import load_trusted_keys
+    from artifactstore.formats.signing import TrustedKeys
+
+    if isinstance(value, TrustedKeys):
+        return value
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    return load_trusted_keys(str(value))
 
 
 def check_namespace(namespace: str) -> str:
@@ -139,11 +218,11 @@ def parse_tier_size(value: Any) -> int:
     return parse_size(str(value))
 
 
-def parse_limit(env_name: str, value: Any, default: int) -> int:
+def limit(name: str, value: Any, default: int | None) -> int | None:
     """A size limit (`500M`, `4GiB`, or bytes as an int): at least one byte."""
     from artifactstore.formats.sizes import parse_size
 
-    if value is None or value == "":
+    if value == "":
         return default
     if isinstance(value, int) and not isinstance(value, bool):
         size = value
@@ -151,10 +230,7 @@ def parse_limit(env_name: str, value: Any, default: int) -> int:
         try:
             size = parse_size(str(value))
         except ConfigError as exc:
-            raise ConfigError(f"{ENV_PREFIX}{env_name}: {exc}") from None
+            raise ConfigError(f"{name}: {exc}") from None
     if size < 1:
-        raise ConfigError(
-            f"invalid value {value!r} for {ENV_PREFIX}{env_name}: must be at least 1 byte, "
-            "e.g. 4GiB"
-        )
+        raise ConfigError(f"invalid value {value!r} for {name}: must be at least 1 byte, e.g. 4GiB")
     return size

@@ -53,6 +53,7 @@ def configure(
     a malformed URL or unknown option.
     """
     global _configuring
+    _warn_typos()
     given = {"url": url, "index": index, "namespace": namespace, "read_only": read_only}
     explicit = any(v is not None for v in given.values()) or bool(options)
     with _lock:
@@ -83,12 +84,20 @@ def configure_from_environment() -> _config.Settings | None:
     with _lock:
         if _configuring or _compile.current() is not None:
             return None
+    _warn_typos()
     try:
         settings = _config.resolve({})
     except ArtstoreError as exc:
         warn_once("config", "%s; compiling without the store", exc)
         return None
     return _install(settings, open_now=False, implicit=True)
+
+
+def _warn_typos() -> None:
+    """One log line per mistyped `ARTSTORE_*` variable, once per process, naming the
+    nearest real one: ignored silently, a misspelt READ_ONLY would leave it a writer."""
+    for line in _config.typo_lines():
+        warn_once("variable " + line.split(" ", 1)[0], "%s", line)
 
 
 def _install(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from artifactstore.blobstores.local import write_atomic
+from artifactstore.config import from_environment
 from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.jaxhook import api as _ji
 from artifactstore.warm import ENV_VAR, SUMMARY_FIELDS
@@ -164,7 +165,7 @@ class Recorder:
 
 def configure_for_warming(journal: Path | None = None) -> Recorder | None:
     """Configure the store for writing everything compiled; None if it is unusable here."""
-    flush_secs = None if os.environ.get("ARTSTORE_FLUSH_TIMEOUT") else WARM_FLUSH_SECS
+    flush_secs = None if from_environment("flush_secs") else WARM_FLUSH_SECS
     options: dict[str, Any] = {"min_compile_secs": 0.0}
     if flush_secs is not None:
         options["flush_secs"] = flush_secs
@@ -222,7 +223,7 @@ def _read_only_here() -> bool:
     from artifactstore.config.values import parse_bool
     from artifactstore.errors import ConfigError
 
-    value = os.environ.get("ARTSTORE_READ_ONLY", "")
+    value = from_environment("read_only")
     try:
         return parse_bool("ARTSTORE_READ_ONLY", value)
     except ConfigError:

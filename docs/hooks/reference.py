@@ -1,10 +1,9 @@
 """MkDocs hook: the configuration reference, generated from artifactstore.config at build time.
 
-The code decides which settings exist, their order, their `ARTSTORE_*` names and most
-defaults; `settings.yml` beside this file says what each means. The build fails when the
-two disagree (a setting added in the code but not described, a description of a setting
-that is gone, a `DEFAULT_*` constant no row shows, an `ARTSTORE_*` variable in the source
-that is neither a setting nor listed), so the page cannot drift from the code.
+Every setting is one row of artifactstore.config.table (name, keyword, type, default, what
+it means); the other variables are rows of artifactstore.config.variables. The build fails
+when the source names an `ARTSTORE_*` variable no row declares, or a row declares one that
+nothing names, so the page cannot drift from the code.
 
 The metrics tables come from artifactstore.metrics the same way (names, labels, help), and
 `<!-- bench: FILE -->` shows bench/results/FILE as committed, so no number on the
@@ -17,13 +16,11 @@ A page asks for a table with a marker line: `<!-- generated: settings -->`,
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from mkdocs.exceptions import PluginError
 
 HERE = Path(__file__).resolve().parent
@@ -35,43 +32,13 @@ _MARKERS = (
     "<!-- generated: index-metrics -->",
 )
 _BENCH = re.compile(r"^<!-- bench: ([\w.-]+) -->$", re.MULTILINE)
-_PLACEHOLDER = re.compile(r"\{(DEFAULT_[A-Z0-9_]+)\}")
 _ENV_NAME = re.compile(r"\bARTSTORE_[A-Z0-9_]*[A-Z0-9]\b")
 
 
-def _option_table() -> dict[str, str]:
-    """`configure()` option -> ARTSTORE_ suffix: the table `resolve()` reads, wherever in
-    artifactstore.config it lives (a module, or a module of the package)."""
+def _rows() -> tuple[Any, Any]:
+    """The settings and the other variables, as artifactstore.config declares them."""
     config = importlib.import_module("artifactstore.config")
-    table = getattr(config, "_OPTIONS", None)
-    if table is None and hasattr(config, "__path__"):
-        for info in pkgutil.iter_modules(config.__path__, "artifactstore.config."):
-            table = getattr(importlib.import_module(info.name), "_OPTIONS", None)
-            if table is not None:
-                break
-    if not isinstance(table, dict) or not table:
-        raise PluginError("docs/hooks/reference.py: artifactstore.config has no option table")
-    return dict(table)
-
-
-def _render(value: Any) -> str:
-    """A default as a user writes it: `10`, `0.1`, `4GiB`, `10G`."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2)):
-        if value >= size and value % size == 0:
-            return f"{value // size}{unit}"
-    for unit, size in (("T", 1000**4), ("G", 1000**3), ("M", 1000**2)):
-        if value >= size and value % size == 0:
-            return f"{value // size}{unit}"
-    return str(value)
-
-
-def _load() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load((HERE / "settings.yml").read_text())
-    return data
+    return config.SETTINGS, [row for row in config.VARIABLES if row.keyword is None]
 
 
 def _cell(text: str) -> str:
@@ -79,68 +46,47 @@ def _cell(text: str) -> str:
 
 
 def settings_table() -> str:
-    """An overview table, then one section per setting, in the code's order; fails on any
-    disagreement between the code and settings.yml."""
-    config = importlib.import_module("artifactstore.config")
-    prefix = str(config.ENV_PREFIX)
-    options = _option_table()
-    described: dict[str, dict[str, str]] = _load()["settings"]
-    problems = []
-    missing = [o for o in options if o not in described]
-    stale = [o for o in described if o not in options]
-    if missing:
-        problems.append(f"settings in the code but not in settings.yml: {', '.join(missing)}")
-    if stale:
-        problems.append(f"settings in settings.yml but not in the code: {', '.join(stale)}")
-    shown: set[str] = set()
-    table = ["| variable | `configure()` | default |", "|---|---|---|"]
+    """An overview table, then one section per setting, in the table's order."""
+    table_module = importlib.import_module("artifactstore.config.table")
+    settings, _ = _rows()
+    table = ["| variable | `configure()` | type | default |", "|---|---|---|---|"]
     sections = []
-    for option, suffix in options.items():
-        if option not in described:
-            continue
-        text = described[option]
-        default = str(text["default"])
-        for name in _PLACEHOLDER.findall(default):
-            if not hasattr(config, name):
-                problems.append(f"{option}: artifactstore.config has no {name}")
-                continue
-            shown.add(name)
-            default = default.replace(f"{{{name}}}", _render(getattr(config, name)))
-        env = f"{prefix}{suffix}"
-        anchor = env.lower()
-        table.append(f"| [`{env}`](#{anchor}) | `{option}=` | {_cell(default)} |")
-        sections.append(
-            f"### `{env}` {{ #{anchor} }}\n\n"
-            f"`configure({option}=...)`; default: {' '.join(default.split())}\n\n"
-            f"{' '.join(str(text['meaning']).split())}\n"
+    for row in settings:
+        default = table_module.default_text(row)
+        anchor = row.env.lower()
+        table.append(
+            f"| [`{row.env}`](#{anchor}) | `{row.keyword}=` | {row.kind} | {_cell(default)} |"
         )
-    unshown = sorted(n for n in dir(config) if n.startswith("DEFAULT_") and n not in shown)
-    if unshown:
-        problems.append(f"defaults no row of settings.yml shows: {', '.join(unshown)}")
-    if problems:
-        raise PluginError("configuration reference: " + "; ".join(problems))
+        sections.append(
+            f"### `{row.env}` {{ #{anchor} }}\n\n"
+            f"`configure({row.keyword}=...)`; {row.kind}; default: {_cell(default)}\n\n"
+            f"{_cell(row.doc)}\n"
+        )
     return "\n".join(table) + "\n\n## Each setting\n\n" + "\n".join(sections)
 
 
 def variables_table() -> str:
-    """The other ARTSTORE_* variables; every one the source reads must be a setting or here."""
-    config = importlib.import_module("artifactstore.config")
-    settings_env = {str(config.ENV_PREFIX) + s for s in _option_table().values()}
-    listed: dict[str, str] = _load()["variables"]
+    """The other ARTSTORE_* variables; every one the source names must be declared (a
+    setting or one of these), and each of these must still be named somewhere."""
+    settings, others = _rows()
+    declared = {row.env for row in (*settings, *others)}
     used: set[str] = set()
     for path in (REPO / "artifactstore").rglob("*.py"):
         used.update(_ENV_NAME.findall(path.read_text(encoding="utf-8")))
-    unknown = sorted(used - settings_env - set(listed))
-    stale = sorted(set(listed) - used)
+    named = set(used)
+    for path in [*(REPO / "infra").rglob("*.sql"), *(REPO / "tests").rglob("*.py")]:
+        named.update(_ENV_NAME.findall(path.read_text(encoding="utf-8")))
+    unknown = sorted(used - declared)
+    stale = sorted(row.env for row in others if row.env not in named)
     problems = []
     if unknown:
-        problems.append(f"variables the source reads but settings.yml lacks: {', '.join(unknown)}")
+        problems.append(f"variables the source names but config does not declare: {unknown}")
     if stale:
-        problems.append(f"variables in settings.yml the source never reads: {', '.join(stale)}")
+        problems.append(f"variables config declares that nothing names: {stale}")
     if problems:
         raise PluginError("configuration reference: " + "; ".join(problems))
     rows = ["| variable | meaning |", "|---|---|"]
-    rows += [f"| `{name}` | {_cell(text)} |" for name, text in listed.items()]
+    rows += [f"| `{row.env}` | {_cell(row.doc)} |" for row in others]
     return "\n".join(rows)
 
 
