@@ -2,10 +2,13 @@
 
 `docs/getting-started.md` and `docs/team-setup.md` are run as written: every fenced `bash`
 block of a page, in order, in one `bash -euo pipefail` shell (`sh` blocks are shown, not
-run: installs, and commands for servers a test does not have). A `python` block with a
-`title="FILE"` is the file FILE in the shell's directory. What a reader would have differs
-only where the test supplies it: `python` and `artstore` on PATH are this interpreter and
-this checkout, HOME is a temporary directory, and on the team page the four site settings
+run: installs, and commands for servers a test does not have), in the checkout's root as a
+reader who cloned the repository stands there: its `artifactstore/` first on `python -m`'s
+path, shadowing the installed package. A `python` block with a `title="FILE"` is the file
+FILE in the shell's directory. What a reader would have differs only where the test
+supplies it: `python` and `artstore` on PATH are this interpreter and this checkout, the
+root is a directory of links to the checkout's entries (what the pages write stays out of
+the checkout), HOME is a temporary directory, and on the team page the four site settings
 that the page's own `<!-- test: site -->` block exports (bucket, namespace, database,
 endpoint) point at a moto server and a fresh PostgreSQL database.
 """
@@ -62,15 +65,18 @@ def _bin(tmp_path: Path) -> Path:
 
 
 def _run_page(page: Path, tmp_path: Path, **settings: str) -> str:
-    """Run the page's bash blocks in a fresh directory and HOME; their output."""
-    work = tmp_path / "work"
+    """Run the page's bash blocks in the checkout's root (as links) and a fresh HOME."""
+    work = tmp_path / "checkout"
     home = tmp_path / "home"
     work.mkdir()
     home.mkdir()
-    (work / "infra").symlink_to(REPO / "infra")  # the page is run from a checkout
+    for entry in REPO.iterdir():  # the checkout's root, less its tools' state
+        if not entry.name.startswith(".") and entry.name not in ("site", "build"):
+            (work / entry.name).symlink_to(entry)
     script = ["set -euo pipefail"]
     for n, (language, title, body) in enumerate(_blocks(page)):
         if language == "python" and title:
+            assert not (work / title).is_symlink(), f"{title}: a file of the checkout"
             (work / title).write_text(body)
         elif language == "bash":
             script += [f"echo '>>> {page.name}, block {n}' >&2", body]

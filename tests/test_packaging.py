@@ -43,6 +43,14 @@ def test_non_editable_install_upgrades_db_and_has_example(tmp_path: Path) -> Non
         env=env, cwd=tmp_path, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert run.stdout.startswith(str(target))
+    # The docs' example command from the checkout root, whose `artifactstore/` comes first
+    # on sys.path (`-m`) and shadows the install; -S leaves out this venv's editable finder,
+    # which would find what the checkout's package lacks (measured: "No module named
+    # 'artifactstore.examples'" before the examples moved into the package).
+    for where in (REPO, tmp_path):
+        command = [sys.executable, "-S", "-m", "artifactstore.examples.compile_heavy", "--help"]
+        example = subprocess.run(command, env=env, cwd=where, capture_output=True, text=True)
+        assert example.returncode == 0 and "usage:" in example.stdout, (where, example.stderr)
     up = subprocess.run(
         [sys.executable, "-m", "artifactstore", "db", "upgrade"],
         env=env, cwd=tmp_path, capture_output=True, text=True, check=False,

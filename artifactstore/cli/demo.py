@@ -33,8 +33,8 @@ def run_example(
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSTORE_")}
     env["ARTSTORE_URL"] = str(store_dir)
     env.update(extra_env or {})
-    # -P: never let the current directory shadow the installed package (run from
-    # a source checkout, `artifactstore/` there has no `examples`).
+    # -P: the installed package, not whatever the current directory holds (a checkout
+    # of another version, say).
     example = "artifactstore.examples.compile_heavy"
     cmd = [sys.executable, "-P", "-m", example, "--store", "--layers", str(layers)]
     started = time.perf_counter()
