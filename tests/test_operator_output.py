@@ -250,3 +250,22 @@ def test_a_store_it_cannot_create_names_the_directory_that_exists(depth: list[st
         assert not (locked / depth[0]).exists()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+# -- db check: the index and the object store must be one store ------------------------------
+def test_db_check_fails_an_index_paired_with_another_bucket(
+    tmp_path: Path, open_store: OpenStore
+) -> None:
+    """Measured before: `db check` said ok for the real index over a mistyped (empty)
+    object store, the pairing on which gc would drop every entry as lost."""
+    real = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    _fill(open_store(real), 2)  # the first writer binds the pair
+    index = f"sqlite:///{tmp_path / 'store' / 'index.db'}"
+    good = artstore("db", "check", "--json", env=dict(real, ARTSTORE_INDEX=index))
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert json.loads(good.stdout)["binding"] == "bound"
+    wrong = dict(real, ARTSTORE_URL=str(tmp_path / "mistyped"), ARTSTORE_INDEX=index)
+    proc = artstore("db", "check", env=wrong)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL" in proc.stdout and "do not belong together" in proc.stdout, proc.stdout
+    assert "artstore db bind --force" in proc.stdout

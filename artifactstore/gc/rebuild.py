@@ -25,7 +25,7 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.gc.report import PhaseProgress
 from artifactstore.index import health
 from artifactstore.index.repo import NewEntry
-from artifactstore.store import Store
+from artifactstore.store import Store, identity
 
 
 @dataclass(frozen=True)
@@ -225,14 +225,15 @@ class CheckReport:
     index: str
     problems: list[str] = field(default_factory=list)
     entries: int | None = None
+    binding: str | None = None  # the pair's store identity (store.identity): bound, ...
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def to_json(self) -> dict[str, object]:
-        return {"ok": self.ok, "index": self.index, "entries": self.entries,
-                "problems": self.problems}  # fmt: skip
+        fields = ("index", "entries", "binding", "problems")
+        return {"ok": self.ok, **{name: getattr(self, name) for name in fields}}
 
 
 def check(settings: Settings) -> CheckReport:
@@ -271,6 +272,11 @@ def check(settings: Settings) -> CheckReport:
         problem = index_problem(store)
         if problem is not None:
             report.problems.append(problem)
+        # A sound index of another store (a mistyped bucket) is no index for this one.
+        binding = identity.check(store.blobs, store.engine, store.namespace, settings.index_url)
+        report.binding = binding.state
+        if binding.state == identity.MISMATCH:
+            report.problems.append(binding.refusal())
     finally:
         store.close()
     return report
