@@ -198,6 +198,8 @@ def test_pull_on_the_embedded_default(
     assert (second["fetched"], second["present"]) == (0, 2)
     only = _pull(env, "--fingerprint", FP_A.digest, "--module", "jit_a1")
     assert (only["present"], only["other_module"]) == (1, 1)
+    text = artstore("pull", "--fingerprint", FP_B.digest, env=env)  # one: "1 entries" before
+    assert text.stdout.startswith("fetched 1 entry ("), text.stdout + text.stderr
 
 
 def test_pull_keeps_no_corrupt_or_untrusted_object(tmp_path: Path, open_store: OpenStore) -> None:

@@ -11,7 +11,7 @@ from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
 from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import json_option, print_json, safe
 from artifactstore.errors import one_line
-from artifactstore.formats.sizes import format_size
+from artifactstore.formats.sizes import format_limit, format_size, plural
 
 if TYPE_CHECKING:
     from artifactstore.bundles.pull import PullReport
@@ -125,11 +125,11 @@ def summary(r: PullReport) -> str:
     if r.over_bound:
         over += (
             f" ({format_size(r.over_bound_bytes)}; the tier is bounded at "
-            f"{format_size(r.tier_bound or 0)} by ARTSTORE_LOCAL_TIER_SIZE)"
+            f"{format_limit(r.tier_bound or 0)} by ARTSTORE_LOCAL_TIER_SIZE)"
         )
     parts = [
-        f"{verb} {r.fetched} entries ({format_size(r.fetched_bytes)}) for fingerprint "
-        f"{r.fingerprint[:12]} in namespace {r.namespace}",
+        f"{verb} {plural(r.fetched, 'entry', 'entries')} ({format_size(r.fetched_bytes)}) for "
+        f"fingerprint {r.fingerprint[:12]} in namespace {r.namespace}",
         f"{r.present} already in the tier",
         over,
         f"{r.failed} failed",
@@ -160,7 +160,7 @@ def summary(r: PullReport) -> str:
     if r.working_sets_unlisted:
         parts.append(f"working sets not read: {r.working_sets_unlisted}")
     if r.tier_bound is not None:
-        parts.append(f"tier {format_size(r.tier_bytes)} of {format_size(r.tier_bound)}")
+        parts.append(f"tier {format_size(r.tier_bytes)} of {format_limit(r.tier_bound)}")
     line = "; ".join(parts)
     if r.stopped:
         line += f"; stopped: {r.stopped}"
