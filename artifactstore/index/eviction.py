@@ -28,6 +28,7 @@ from sqlalchemy import (
     tuple_,
 )
 
+from artifactstore.index.kept_hits import keep_hits
 from artifactstore.index.models import Entry, StoredObject
 from artifactstore.index.sql import one_of, upsert, write_transaction
 
@@ -212,6 +213,8 @@ class EvictionIndex:
         )
         deleted = 0
         with write_transaction(self.engine) as conn:
+            where = (Entry.id >= low, Entry.id < high, victims.clause())
+            keep_hits(conn, self.engine, self.namespace, *where)  # stats keeps their hits
             for row in conn.execute(stmt):
                 on_deleted(VictimRow(*row))
                 deleted += 1
@@ -258,6 +261,7 @@ class EvictionIndex:
         if not digests:
             return []
         with write_transaction(self.engine) as conn:
+            keep_hits(conn, self.engine, self.namespace, one_of(self.engine, Entry.digest, digests))
             gone = conn.execute(
                 delete(Entry)
                 .where(

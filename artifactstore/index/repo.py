@@ -20,6 +20,7 @@ from artifactstore.config import check_namespace
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.usage import Usage
 from artifactstore.index.accesses import append_accesses, saturating_hits
+from artifactstore.index.kept_hits import evicted, keep_hits
 from artifactstore.index.models import CounterRow, Entry, FingerprintRow, StoredObject, utcnow
 from artifactstore.index.sql import upsert
 from artifactstore.index.totals import IndexStats
@@ -299,6 +300,7 @@ class EntryIndex:
         if not keys:
             return 0
         with self.engine.begin() as conn:
+            keep_hits(conn, self.engine, self.namespace, Entry.key.in_(keys))
             result = conn.execute(
                 delete(Entry).where(Entry.namespace == self.namespace, Entry.key.in_(keys))
             )
@@ -307,6 +309,7 @@ class EntryIndex:
     def delete_entry(self, key: str, *, digest: str) -> None:
         """Delete `key` only while it points at `digest` (a fresh put may have replaced it)."""
         with self.engine.begin() as conn:
+            keep_hits(conn, self.engine, self.namespace, Entry.key == key, Entry.digest == digest)
             conn.execute(
                 delete(Entry).where(
                     Entry.namespace == self.namespace, Entry.key == key, Entry.digest == digest
@@ -315,6 +318,7 @@ class EntryIndex:
 
     def delete_all_entries(self) -> int:
         with self.engine.begin() as conn:
+            keep_hits(conn, self.engine, self.namespace)
             result = conn.execute(delete(Entry).where(Entry.namespace == self.namespace))
             return int(result.rowcount)
 
@@ -398,18 +402,20 @@ class EntryIndex:
                     StoredObject.namespace == self.namespace
                 )
             ).one()
+        # Hits of entries gc evicted or `rm` removed count too (index/kept_hits.py).
+        gone_hits, gone_fetched, gone_saved = evicted(counters)
         return IndexStats(
             entries=int(entries),
             bytes=int(size),
-            hits=int(hits),
+            hits=int(hits) + gone_hits,
             misses=int(counters.get("misses", 0)),
             corrupt=int(counters.get("corrupt", 0)),
-            compile_secs_saved=float(saved),
+            compile_secs_saved=float(saved) + gone_saved,
             objects=int(objects),
             object_bytes=int(object_bytes),
             misses_below_threshold=int(counters.get("misses_below_threshold", 0)),
             below_threshold=int(counters.get("below_threshold", 0)),
-            bytes_fetched=int(fetched),
+            bytes_fetched=int(fetched) + gone_fetched,
             lease_waits=int(counters.get("lease_waits", 0)),
             lease_takeovers=int(counters.get("lease_takeovers", 0)),
             warm_compiles=int(counters.get("warm_compiles", 0)),

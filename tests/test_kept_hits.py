@@ -1,0 +1,56 @@
+"""Hits and misses over the same span in every view (issue 38.6): the hits of entries gc
+evicted or `rm` removed stay in `stats` (index/kept_hits.py), so its hit rate agrees with
+`stats --by day` instead of counting hits on the entries still held only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from conftest import OpenStore, artstore
+
+from artifactstore.config import host
+
+FP = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu-a",
+                  device_count=1, jax_version="1", jaxlib_version="0.9.1")  # fmt: skip
+K1, K2, K3 = ("a1" * 32, "b2" * 32, "c3" * 32)
+
+
+def _stats(env: dict[str, str], *args: str) -> dict[str, Any]:
+    proc = artstore("stats", "--json", *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def test_evicted_and_removed_entries_keep_their_hits(
+    any_env: dict[str, str], open_store: OpenStore
+) -> None:
+    store = open_store(any_env)
+    assert store.put(K1, b"a" * 3000, fingerprint=FP, module_name="jit_a", compile_secs=2.0)
+    assert store.put(K2, b"b" * 1000, fingerprint=FP, module_name="jit_b", compile_secs=1.0)
+    for _ in range(3):
+        assert store.get(K1, FP.digest) is not None
+    assert store.get(K2, FP.digest) is not None
+    assert store.get(K3, FP.digest) is None
+    store.flush_access()
+    before = _stats(any_env)
+    assert (before["hits"], before["misses"]) == (4, 1)
+    assert before["hit_rate"] == pytest.approx(0.8)
+
+    gc = artstore("gc", "--max-size", "0", "--grace", "0", env=any_env)  # evicts both
+    assert gc.returncode == 0, gc.stderr
+    after = _stats(any_env)
+    assert after["entries"] == 0
+    assert (after["hits"], after["misses"], after["hit_rate"]) == (4, 1, before["hit_rate"])
+    assert after["bytes_fetched"] == before["bytes_fetched"] > 0
+    assert after["compile_secs_saved"] == pytest.approx(before["compile_secs_saved"])
+    assert _stats(any_env, "--by", "day")["total"]["hits"] == after["hits"]  # one span
+
+    assert store.put(K3, b"c" * 500, fingerprint=FP, module_name="jit_c", compile_secs=1.0)
+    assert store.get(K3, FP.digest) is not None
+    store.flush_access()
+    removed = artstore("rm", "--all", "--yes", env=any_env)
+    assert removed.returncode == 0, removed.stderr
+    assert _stats(any_env)["hits"] == 5
