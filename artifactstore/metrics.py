@@ -102,6 +102,9 @@ INDEX_GAUGES: dict[str, str] = {
     "artstore_index_objects": "Objects the index records for the namespace.",
     "artstore_index_object_bytes": "Bytes of those objects.",
     "artstore_index_entry_hits": "Hits of the entries held now (evicted entries take theirs).",
+    "artstore_index_hits": "Hits of all time, evicted entries' included (as `artstore stats`).",
+    "artstore_index_misses": "Compiles the store could have served, quick ones not counted "
+    "(`artstore stats`' misses; events{event=misses} counts every lookup that found nothing).",
     "artstore_index_compile_seconds_saved": "Sum of hits x compile seconds of entries held now.",
     "artstore_index_oldest_access_age_seconds": "Seconds since the least recently used entry "
     "was last used (namespaces with entries).",
@@ -325,6 +328,17 @@ class NamespaceFigures:
     quota_used_bytes: int = 0
     counters: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def hits(self) -> float:
+        """As `artstore stats` counts them: entries held now and evicted ones."""
+        return self.entry_hits + self.counters.get("evicted_hits", 0)
+
+    @property
+    def misses(self) -> int:
+        """As `artstore stats` counts them: lookups that missed less quick compiles."""
+        below = self.counters.get("misses_below_threshold", 0)
+        return max(self.counters.get("misses", 0) - below, 0)
+
 
 class IndexGauges:
     """A prometheus_client collector over figures already read from the index."""
@@ -351,6 +365,8 @@ class IndexGauges:
             gauges["artstore_index_objects"].add_metric(ns, f.objects)
             gauges["artstore_index_object_bytes"].add_metric(ns, f.object_bytes)
             gauges["artstore_index_entry_hits"].add_metric(ns, f.entry_hits)
+            gauges["artstore_index_hits"].add_metric(ns, f.hits)
+            gauges["artstore_index_misses"].add_metric(ns, f.misses)
             gauges["artstore_index_compile_seconds_saved"].add_metric(ns, f.compile_secs_saved)
             if f.oldest_access_age_secs is not None:
                 age = max(f.oldest_access_age_secs, 0.0)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import OpenStore, artstore
+from conftest import OpenStore, artstore, clean_env
 
 from artifactstore.config import host
 
@@ -54,3 +54,31 @@ def test_evicted_and_removed_entries_keep_their_hits(
     removed = artstore("rm", "--all", "--yes", env=any_env)
     assert removed.returncode == 0, removed.stderr
     assert _stats(any_env)["hits"] == 5
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + '{namespace="default"}'):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in `artstore metrics`:\n{text}")
+
+
+def test_index_metrics_count_hits_and_misses_as_stats_does(
+    tmp_path: Any, open_store: OpenStore
+) -> None:
+    """`artstore metrics`' hits and misses equal `stats`': misses are compiles the store
+    could have served (a quick compile's lookup is no miss), evicted hits count."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    store = open_store(env)
+    assert store.put(K1, b"a" * 3000, fingerprint=FP, module_name="jit_a", compile_secs=2.0)
+    assert store.get(K1, FP.digest) is not None
+    assert store.get(K2, FP.digest) is None  # an eligible miss
+    assert store.get(K3, FP.digest) is None
+    store.compiled_below_threshold(K3, FP.digest)  # quick: not a miss
+    store.flush_access()
+    assert artstore("gc", "--max-size", "0", "--grace", "0", env=env).returncode == 0
+    stats = _stats(env)
+    assert (stats["hits"], stats["misses"], stats["lookups_missed"]) == (1, 1, 2)
+    text = artstore("metrics", env=env).stdout
+    assert _metric(text, "artstore_index_misses") == stats["misses"]
+    assert _metric(text, "artstore_index_hits") == stats["hits"]
