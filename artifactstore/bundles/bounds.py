@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from artifactstore.bundles.layout import MANIFEST, BundleError
 from artifactstore.config import Settings
-from artifactstore.formats.sizes import format_size, plural
+from artifactstore.formats.sizes import format_limit, format_size, plural
 
 RATIO = 64
 SLACK = 16 * 1024 * 1024
@@ -105,13 +105,13 @@ class Limits:
         elif member.size > self.max_object_bytes:
             raise BundleError(
                 f"bundle refused: member {shown} is {format_size(member.size)}, over the "
-                f"object size limit {format_size(self.max_object_bytes)} ({OBJECT_HOW})"
+                f"object size limit {format_limit(self.max_object_bytes)} ({OBJECT_HOW})"
             )
         self.check_total(unpacked + member.size)
 
     def check_total(self, unpacked: int) -> None:
         if unpacked > self.max_bytes:
-            bound = format_size(self.max_bytes)
+            bound = (format_limit if self.explicit_size else format_size)(self.max_bytes)
             if not self.explicit_size:
                 bound += f" ({RATIO}x the bundle's size + {format_size(SLACK)})"
             raise BundleError(

@@ -44,7 +44,7 @@ from artifactstore.bundles.layout import (
 )
 from artifactstore.errors import CorruptObject, OverLimit, ReadOnlyError, one_line
 from artifactstore.formats import codec
-from artifactstore.formats.sizes import format_size
+from artifactstore.formats.sizes import format_limit
 from artifactstore.index import db
 from artifactstore.store import Store
 
@@ -188,7 +188,7 @@ def _copy(source: IO[bytes], target: Path, limits: Limits) -> str:
             if written > limits.max_object_bytes:
                 raise BundleError(
                     f"bundle refused: member {target.name[:12]} is over the object size "
-                    f"limit {format_size(limits.max_object_bytes)} ({OBJECT_HOW})"
+                    f"limit {format_limit(limits.max_object_bytes)} ({OBJECT_HOW})"
                 )
             digest.update(chunk)
             out.write(chunk)

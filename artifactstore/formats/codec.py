@@ -59,7 +59,7 @@ from artifactstore.formats.frames import (
     split_signature,
 )
 from artifactstore.formats.frames import digests as frame_digests
-from artifactstore.formats.sizes import format_size
+from artifactstore.formats.sizes import format_limit, format_size
 
 if TYPE_CHECKING:
     from artifactstore.formats.signing import SigningKey, TrustedKeys
@@ -359,7 +359,7 @@ def decode(
     if max_raw_size is not None and declared > max_raw_size:
         raise OverLimit(
             f"object {short} holds a {format_size(declared)} executable, over this "
-            f"reader's limit of {format_size(max_raw_size)} (ARTSTORE_MAX_EXECUTABLE_SIZE)"
+            f"reader's limit of {format_limit(max_raw_size)} (ARTSTORE_MAX_EXECUTABLE_SIZE)"
         )
     try:
         # The output buffer is the declared size: a frame holding more fails here.
