@@ -381,8 +381,8 @@ def dev_env(endpoint: str, database: str = DEV_DATABASE) -> dict[str, str]:
     return env
 
 
-def _print_exports(state: dict[str, Any]) -> None:
-    for name, value in dev_env(str(state["endpoint"]), _state_database(state)).items():
+def _print_exports(endpoint: str, database: str = DEV_DATABASE) -> None:
+    for name, value in dev_env(endpoint, database).items():
         # Quoted: the output is run by `eval`, and values come from a state file.
         print(f"export {name}={shlex.quote(value)}")
 
@@ -407,7 +407,7 @@ def cmd_up(port: int | None, database: str = DEV_DATABASE) -> int:
                 f"first to use {database}"
             )
         _log(f"already running (pid {state['pid']}) at {state['endpoint']}")
-        _print_exports(state)
+        _print_exports(str(state["endpoint"]), _state_database(state))
         return 0
     directory = secure_state_dir(create=True)
     assert directory is not None
@@ -430,7 +430,7 @@ def cmd_up(port: int | None, database: str = DEV_DATABASE) -> int:
     (directory / "state.json").write_text(json.dumps(state))
     _log(f"moto S3 at {server.endpoint} (pid {server.pid}, log {directory / 'moto.log'})")
     _log(f"bucket {DEV_BUCKET}, database {database}; next: artstore db upgrade")
-    _print_exports(state)
+    _print_exports(str(state["endpoint"]), _state_database(state))
     return 0
 
 
@@ -462,7 +462,7 @@ def cmd_env() -> int:
     if state is None:
         _log("not running: run `python infra/devstack.py up`")
         return 1
-    _print_exports(state)
+    _print_exports(str(state["endpoint"]), _state_database(state))
     return 0
 
 
