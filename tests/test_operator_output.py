@@ -269,3 +269,15 @@ def test_db_check_fails_an_index_paired_with_another_bucket(
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL" in proc.stdout and "do not belong together" in proc.stdout, proc.stdout
     assert "artstore db bind --force" in proc.stdout
+
+
+def test_run_of_a_failing_command_blames_the_command(tmp_path: Path) -> None:
+    """Measured before: a command that failed before importing JAX (the docs' example from
+    the checkout root) got "another interpreter or virtualenv?", which it was not."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    failing = "import sys; sys.exit('no module named example')"
+    proc = artstore("run", "--", sys.executable, "-c", failing, env=env)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert "the command exited 1 before any Python process of it imported JAX" in last, last
+    assert "another interpreter" not in proc.stderr

@@ -44,6 +44,7 @@ def run_cmd(ctx: click.Context, read_only: bool, namespace: str | None, quiet: b
         click.echo(f"artstore run: {exc}; running the command without the store", err=True)
         overrides["off"] = True
     code, summary = run.run_command(command, overrides)
+    summary.exit_code = code  # a command that failed early: its own error says why
     if not quiet and not overrides.get("off"):
         click.echo(summary.render("artstore run"), err=True)
     if code:

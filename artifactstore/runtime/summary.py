@@ -40,6 +40,7 @@ class Summary:
     compile_secs_saved: float = 0.0
     degraded: int = 0  # processes whose store failed (they compiled as usual)
     mismatched: int = 0  # writers that stored nothing: object store and index not one store
+    exit_code: int = 0  # the command's (`artstore run`): why no process may have reported
 
     def add(self, stats: dict[str, int]) -> None:
         if not stats:
@@ -64,6 +65,11 @@ class Summary:
         return summary
 
     def render(self, prefix: str = "artstore") -> str:
+        if not self.processes and self.exit_code:  # it failed: its own error says why
+            return (
+                f"{prefix}: no process used the store: the command exited {self.exit_code} "
+                "before any Python process of it imported JAX (its error is above)"
+            )
         if not self.processes:
             return (
                 f"{prefix}: no process used the store (none imported JAX with artifactstore "
