@@ -25,13 +25,8 @@ from faultproxy import FaultProxy
 from artifactstore import config
 from artifactstore.blobstores.base import LEASES
 from artifactstore.errors import ConfigError, CorruptObject
-from artifactstore.store.lease import (
-    DEFAULT_WAIT_SECS,
-    LeaseRecord,
-    enabled,
-    filesystem_type,
-    wait_bound,
-)
+from artifactstore.formats.lease import LeaseRecord
+from artifactstore.store.lease import DEFAULT_WAIT_SECS, enabled, filesystem_type, wait_bound
 
 pytestmark = pytest.mark.slow
 MLP = '"jit_mlp"'  # as job.py reports XLA compiles (a quoted StringAttr)

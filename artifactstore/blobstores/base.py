@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from artifactstore.formats.codec import check_digest
+from artifactstore.formats.identity import MAX_IDENTITY_BYTES
 from artifactstore.formats.journal import MAX_JOURNAL_BYTES, check_journal_name
+from artifactstore.formats.lease import MAX_LEASE_BYTES
 from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, check_key
 from artifactstore.formats.quick import MAX_QUICK_BYTES, SEPARATOR, check_quick_name
 from artifactstore.formats.workingset import MAX_WORKING_SET_BYTES, check_program_id
@@ -59,8 +61,9 @@ MANIFESTS = RecordKind("manifest", "keys", MAX_MANIFEST_BYTES, check_key, sharde
 # Hits of processes that do not write the index (artifactstore.formats.journal).
 JOURNALS = RecordKind("journal", "journals", MAX_JOURNAL_BYTES, check_journal_name,
                       readers_write=True)  # fmt: skip
-# A compile lease's mirror, polled by processes waiting for its holder (artifactstore.store.flight).
-LEASES = RecordKind("lease", "leases", 1024, check_key)
+# A compile lease's mirror, polled by processes waiting for its holder
+# (artifactstore.formats.lease, artifactstore.store.flight).
+LEASES = RecordKind("lease", "leases", MAX_LEASE_BYTES, check_key)
 # What each program loaded last time, per platform, for the next run to load ahead
 # (artifactstore.formats.workingset): written by writers at exit, read by every process.
 WORKING_SETS = RecordKind("working set", "workingsets", MAX_WORKING_SET_BYTES, check_program_id)
@@ -75,10 +78,9 @@ def is_digest_name(name: str) -> bool:
     return len(name) == 64
 
 
-# The store's identity (artifactstore.store.identity): one small object beside the folders
-# above, `{namespace}/identity`, read at most this far.
+# The store's identity (artifactstore.formats.identity, bound by artifactstore.store.identity):
+# one small object beside the folders above, `{namespace}/identity`.
 IDENTITY = "identity"
-MAX_IDENTITY_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ class UntrustedKind:
     Why a registry: each new kind re-opened the same hole (issue 38), so every kind is
     named here with its decoder, and tests/security/test_record_kinds.py fails when one
     has no hostile-record test or no row in docs/security.md's table. `decoder` is a
-    "module:qualname" string (decoders live above this layer: store/, bundles/)."""
+    "module:qualname" string (decoders live in formats/, or above this layer: store/,
+    bundles/)."""
 
     name: str  # as the table and the tests' `hostile_record` markers name it
     where: str  # where such bytes are read from
@@ -133,13 +136,13 @@ UNTRUSTED_KINDS: tuple[UntrustedKind, ...] = (
     UntrustedKind(
         "lease record",
         "bucket leases/",
-        "artifactstore.store.lease:LeaseRecord.decode",
+        "artifactstore.formats.lease:LeaseRecord.decode",
         LEASES.max_bytes,
     ),
     UntrustedKind(
         "identity",
         "bucket {namespace}/identity",
-        "artifactstore.store.identity:decode",
+        "artifactstore.formats.identity:decode",
         MAX_IDENTITY_BYTES,
     ),
     UntrustedKind(
@@ -176,7 +179,7 @@ UNTRUSTED_KINDS: tuple[UntrustedKind, ...] = (
     UntrustedKind(
         "tier quick keys",
         "tier below-threshold.json",
-        "artifactstore.store.quick:QuickKeys.get",
+        "artifactstore.formats.quick:decode_below_threshold",
         None,
     ),
 )

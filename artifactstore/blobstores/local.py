@@ -17,7 +17,6 @@ from pathlib import Path
 from artifactstore.blobstores import safedir
 from artifactstore.blobstores.base import (
     IDENTITY,
-    MAX_IDENTITY_BYTES,
     BlobInfo,
     BlobStore,
     RecordKind,
@@ -26,6 +25,7 @@ from artifactstore.blobstores.base import (
 )
 from artifactstore.config import check_namespace
 from artifactstore.errors import CorruptObject, OverLimit
+from artifactstore.formats.identity import MAX_IDENTITY_BYTES
 
 
 class LocalBlobStore(BlobStore):

@@ -34,7 +34,6 @@ from boto3.s3.transfer import TransferConfig
 
 from artifactstore.blobstores.base import (
     IDENTITY,
-    MAX_IDENTITY_BYTES,
     BlobInfo,
     BlobStore,
     RecordKind,
@@ -51,6 +50,7 @@ from artifactstore.blobstores.s3errors import (
 )
 from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit, StoreUnavailable
+from artifactstore.formats.identity import MAX_IDENTITY_BYTES
 from artifactstore.redact import redact
 
 MiB = 1024 * 1024

@@ -29,7 +29,8 @@ from typing import Any
 from artifactstore.errors import ArtstoreError
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.fingerprint import Fingerprint
-from artifactstore.formats.manifest import Manifest, check_key, load_record
+from artifactstore.formats.manifest import Manifest, check_key
+from artifactstore.formats.records import load_record
 
 MANIFEST_FORMAT = "artifactstore-bundle"
 FORMAT_VERSION = 1

@@ -82,18 +82,18 @@ def _dispatch_errors(fn: Callable[[], None], index_url: Callable[[], str] = str)
     """Run `fn`, ending each failure as one line; an index failure says what it is
     (unreachable, permission, corrupt, missing grant: `index.health.diagnose`) and
     the command that fixes it. `index_url`: the command's index, for that."""
-    from sqlalchemy.exc import SQLAlchemyError
+    from artifactstore.index.errors import DatabaseFailure
 
     try:
         fn()
     except StoreUnavailable as exc:
         cause = exc.__context__  # a driver's error, raised `from None` but kept
-        if isinstance(cause, SQLAlchemyError | PermissionError):
+        if isinstance(cause, DatabaseFailure | PermissionError):
             fail(f"index database error: {_diagnosis(cause, index_url)}")
         fail(str(exc))
     except ArtstoreError as exc:
         fail(str(exc))
-    except SQLAlchemyError as exc:
+    except DatabaseFailure as exc:
         fail(f"index database error: {_diagnosis(exc, index_url)}")
     except PermissionError as exc:  # a store directory or index file this user may not read
         fail(_diagnosis(exc, index_url))

@@ -17,14 +17,9 @@ from typing import Any
 from artifactstore import config as _config
 from artifactstore.cli.doctor_report import Check, Status
 from artifactstore.errors import ArtstoreError, ConfigError, one_line
-from artifactstore.index import health
+from artifactstore.index import grants, health
 from artifactstore.redact import redact
 from artifactstore.store.background import call_with_timeout
-
-# What a writer and a reader need of a PostgreSQL index (infra/policies/postgres-roles.sql).
-_READS = (("entries", "SELECT"), ("objects", "SELECT"))
-_WRITES = (("entries", "INSERT"), ("entries", "UPDATE"), ("objects", "INSERT"),
-           ("usage", "INSERT"), ("counters", "INSERT"))  # fmt: skip
 
 
 def check_objects(settings: _config.Settings) -> Check:
@@ -160,33 +155,14 @@ class _Found(Exception):
 def _pg_access(engine: Any, settings: _config.Settings) -> str | None:
     """Why this role's writes (or, for a reader, reads) would be refused: a missing table
     privilege or an ungranted namespace (row-level security); None if they would not."""
-    from sqlalchemy import text
-
     url = settings.index_url
-    needed = _READS if settings.read_only else (*_READS, *_WRITES)
-    with engine.connect() as conn:
-        missing = [f"{p} on {t}" for t, p in needed
-                   if not conn.execute(text("SELECT has_table_privilege(current_user, :t, :p)"),
-                                       {"t": t, "p": p}).scalar()]  # fmt: skip
-        if missing:
-            role = engine.url.username or "(default)"
-            found = health.diagnose(
-                _Denied(f"permission denied for table {missing[0].split()[-1]}"), url,
-                write=not settings.read_only)  # fmt: skip
-            return f"role {role} lacks {', '.join(missing)}: {found.hint}"
-        bypass = conn.execute(text(
-            "SELECT NOT c.relrowsecurity OR r.rolsuper OR r.rolbypassrls"
-            " OR pg_has_role(current_user, c.relowner, 'MEMBER')"
-            " OR EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'artstore_gc'"
-            "            AND pg_has_role(current_user, g.oid, 'MEMBER'))"
-            " FROM pg_class c JOIN pg_roles r ON r.rolname = current_user"
-            " WHERE c.oid = 'entries'::regclass")).scalar()  # fmt: skip
-        if bypass:
-            return None
-        member = text("SELECT artstore_ns_member(:ns)")
-        has_fn = conn.execute(text("SELECT to_regprocedure('artstore_ns_member(text)')")).scalar()
-        granted = has_fn is not None and conn.execute(member, {"ns": settings.namespace}).scalar()
-    if granted:
+    access = grants.login_access(engine, settings.namespace, write=not settings.read_only)
+    if access.missing:
+        role = engine.url.username or "(default)"
+        denied = _Denied(f"permission denied for table {access.missing[0].split()[-1]}")
+        found = health.diagnose(denied, url, write=not settings.read_only)
+        return f"role {role} lacks {', '.join(access.missing)}: {found.hint}"
+    if access.granted:
         return None
     return str(health.namespace_not_granted(url, settings.namespace))
 

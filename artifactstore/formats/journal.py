@@ -42,7 +42,7 @@ from datetime import date
 from typing import Any
 
 from artifactstore.errors import CorruptObject
-from artifactstore.formats.manifest import decode_record
+from artifactstore.formats.records import decode_record
 from artifactstore.formats.usage import Usage
 
 FORMAT_VERSION = 1

@@ -23,64 +23,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from artifactstore.errors import CorruptObject
 from artifactstore.formats.codec import check_digest
+from artifactstore.formats.records import decode_record
 
-T = TypeVar("T")
 FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 16 * 1024
 _KEY_RE = re.compile(r"[0-9A-Za-z]{8,128}")
 _MAX_SIZE = 2**63 - 1
-# Records read from a bucket (manifests, hit journals, lease records) nest a few levels
-# at most; the JSON parser recurses once per level, so deeper input is refused unparsed.
-MAX_RECORD_DEPTH = 8
-# A string, or an unterminated one to the end (always matching from its quote: linear).
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_EMPTY_PAIR = re.compile(r"\[\]|\{\}")
-
-
-def load_record(data: bytes, max_depth: int = MAX_RECORD_DEPTH) -> Any:
-    """JSON from a bucket, which anyone who may write it chose: UTF-8 only, and nested
-    at most `max_depth` levels, checked before parsing (in a bounded number of linear
-    passes), so that no input makes the parser recurse deeply. ValueError otherwise."""
-    text = data.decode("utf-8")
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    for _ in range(max_depth):
-        brackets, pairs = _EMPTY_PAIR.subn("", brackets)
-        if not pairs:
-            break
-    if brackets:  # JSON within the bound reduces to nothing
-        raise ValueError(f"nested deeper than {max_depth} levels, or unbalanced")
-    return json.loads(text)
-
-
-def decode_record(
-    data: bytes,
-    what: str,
-    max_bytes: int,
-    versions: Collection[int],
-    parse: Callable[[dict[str, Any]], T],
-) -> T:
-    """`parse` of a record from a bucket or a tier: a JSON object whose "v" is one of
-    `versions`, bytes that anyone who may write there chose. Over `max_bytes` it is
-    refused unread; whatever else the bytes make fail is CorruptObject naming `what`."""
-    if len(data) > max_bytes:
-        raise CorruptObject(f"{what} is {len(data)} bytes: over {max_bytes}")
-    try:
-        raw = load_record(data)
-        if not isinstance(raw, dict) or raw.get("v") not in versions:
-            got = raw.get("v") if isinstance(raw, dict) else "?"
-            raise ValueError(f"format {str(got)[:20]}, not {'/'.join(map(str, versions))}")
-        return parse(raw)
-    except CorruptObject:
-        raise
-    except Exception as exc:  # anything the bytes can cause: RecursionError, OverflowError
-        raise CorruptObject(f"{what} is unreadable ({str(exc)[:100]})") from None
 
 
 def check_key(key: str) -> str:

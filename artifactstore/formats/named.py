@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from artifactstore.errors import CorruptObject
-from artifactstore.formats.manifest import load_record
+from artifactstore.formats.records import load_record
 
 MAGIC = b"ARTSTORE-NAMED\0"
 FORMAT_VERSION = 1

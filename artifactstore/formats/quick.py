@@ -15,6 +15,10 @@ trusts it): `{"v": 1, "c": compile seconds}`, at most MAX_QUICK_BYTES.
 
 A forged record can only make pulled nodes compile a key instead of looking it up (the
 cost of a cold start, never a wrong load); only writers may put them.
+
+A host's tier keeps its own such keys in one file (`below-threshold.json`, merged by each
+process at exit: artifactstore.store.quick): one JSON object, `{key: [compile seconds,
+expiry in seconds since the epoch]}`; one the tier cannot read is set aside whole.
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ import json
 import math
 from typing import Any
 
+from artifactstore.errors import CorruptObject, one_line
 from artifactstore.formats.codec import check_digest
-from artifactstore.formats.manifest import check_key, decode_record
+from artifactstore.formats.manifest import check_key
+from artifactstore.formats.records import decode_record, load_record
 
 FORMAT_VERSION = 1
 MAX_QUICK_BYTES = 256
 SEPARATOR = "."  # between the fingerprint digest and the key (neither holds one)
+# The tier's file: key -> (compile seconds, expiry as seconds since the epoch)
+BelowThreshold = dict[str, tuple[float, float]]
 
 
 def quick_name(fingerprint: str, key: str) -> str:
@@ -71,3 +79,18 @@ def decode(data: bytes) -> float:
         return float(secs)
 
     return decode_record(data, "quick-key record", MAX_QUICK_BYTES, (FORMAT_VERSION,), parse)
+
+
+def encode_below_threshold(keys: BelowThreshold) -> bytes:
+    """The tier's below-threshold file holding `keys`."""
+    return json.dumps(keys).encode()
+
+
+def decode_below_threshold(data: bytes) -> BelowThreshold:
+    """The keys a tier's below-threshold file holds (any process of the host may have
+    written it); CorruptObject for anything that is not one."""
+    try:
+        raw = load_record(data)  # nested a few levels at most
+        return {str(k): (float(c), float(t)) for k, (c, t) in raw.items()}
+    except Exception as exc:  # ValueError, TypeError, AttributeError, OverflowError, ...
+        raise CorruptObject(f"below-threshold keys unreadable ({one_line(exc)})") from None

@@ -61,7 +61,8 @@ from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import CorruptObject
 from artifactstore.formats.codec import check_digest
-from artifactstore.formats.manifest import check_key, decode_record
+from artifactstore.formats.manifest import check_key
+from artifactstore.formats.records import decode_record
 
 if TYPE_CHECKING:
     from artifactstore.formats.signing import SigningKey, TrustedKeys

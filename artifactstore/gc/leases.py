@@ -16,9 +16,10 @@ import time
 from collections.abc import Iterator
 
 from artifactstore.blobstores.base import LEASES
+from artifactstore.formats.lease import LeaseRecord
 from artifactstore.gc.run import GcRun
-from artifactstore.index.leases import dead_here, live_leases, stale_leases
-from artifactstore.store.lease import LeaseRecord, lease_name
+from artifactstore.index.leases import compile_lease_name, dead_here, live_leases, stale_leases
+from artifactstore.store.lease import expired
 
 BATCH = 500  # records per index query and per delete request
 MAX_RECORDS = 10_000  # records looked at per run: the rest is the next run's
@@ -29,7 +30,7 @@ def drop_stale_leases(run: GcRun) -> None:
     settings = run.store.settings
     grace = settings.lease_ttl_secs
     ns = run.store.namespace
-    prefix, _, suffix = lease_name(ns, "\0").partition("\0")
+    prefix, _, suffix = compile_lease_name(ns, "\0").partition("\0")
     rows = stale_leases(
         run.store.engine,
         prefix,
@@ -71,9 +72,9 @@ def _drop(run: GcRun, keys: list[str]) -> None:
         except Exception:  # malformed: no lease to anyone
             stale.append(key)
             continue
-        gone = record.expired(settings, now) or dead_here(record.holder)
+        gone = expired(record, settings, now) or dead_here(record.holder)
         (stale if gone else unexpired).append(key)
-    names = {lease_name(ns, key): key for key in unexpired}
+    names = {compile_lease_name(ns, key): key for key in unexpired}
     live = live_leases(run.store.engine, list(names), grace_secs=settings.lease_ttl_secs)
     stale += [key for name, key in names.items() if name not in live]
     if stale and not run.policy.dry_run:

@@ -1,4 +1,5 @@
-"""Named, expiring leases in the index: one `artstore gc` per namespace at a time.
+"""Named, expiring leases in the index: one `artstore gc` per namespace at a time, one
+compile of a key at a time (single-flight, store.flight).
 
 A lease is a row (name, holder, token, expires_at). Taking it is an insert, or
 an update of a row whose expiry has passed, so a crashed holder blocks others
@@ -14,6 +15,7 @@ holder sets its expiry past that maximum, so no lease outlives what the operator
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import socket
@@ -21,15 +23,29 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, delete, or_, select, update
+from sqlalchemy import Engine, delete, func, or_, select, update
 
 from artifactstore.errors import LeaseHeld
-from artifactstore.index.models import LeaseRow, utcnow
+from artifactstore.index.models import Entry, LeaseRow, utcnow
 from artifactstore.index.sql import upsert
 
 DEFAULT_TTL_SECS = 300.0
 # Keep in step with config.DEFAULT_LEASE_MAX_HOLD_SECS (index/ does not read settings).
 DEFAULT_MAX_HOLD_SECS = 600.0
+
+
+def compile_lease_name(namespace: str, key: str) -> str:
+    """A compile lease's row name (single-flight): the key, and the namespace hashed to
+    fit the column."""
+    return f"compile:{key}:{hashlib.sha256(namespace.encode()).hexdigest()[:16]}"
+
+
+def compile_hint(engine: Engine, key: str) -> float | None:
+    """`key`'s last known compile time (the longest of its entries'), or None: how long
+    a writer waiting for its compile may expect to wait (never a record's word)."""
+    with engine.connect() as conn:
+        hint = conn.execute(select(func.max(Entry.compile_secs)).where(Entry.key == key)).scalar()
+    return None if hint is None else float(hint)
 
 
 def holder_name() -> str:

@@ -18,18 +18,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy.exc import DataError, IntegrityError
-
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.errors import PrivilegeRefused, ReadOnlyError, one_line
 from artifactstore.formats import usage as _usage
 from artifactstore.formats.journal import MAX_JOURNAL_KEYS, Journal, new_name
 from artifactstore.index.accesses import clean_touches
+from artifactstore.index.errors import ROW_REFUSED
 from artifactstore.index.models import utcnow
 from artifactstore.store.backends import Backends
 from artifactstore.store.tier import Accesses
 
 log = logging.getLogger("artifactstore")
+# Hit rows the index will never take (values out of range): dropped, not kept for later.
+_NEVER_GO_IN: tuple[type[Exception], ...] = (*ROW_REFUSED, OverflowError)
 
 # Keys of recent misses remembered for `Store.compiled_below_threshold` (a compile
 # follows its miss at once; the bound only keeps a long-lived process small).
@@ -281,7 +282,7 @@ class Accounts:
             )
         except ReadOnlyError as exc:  # an index this process may not write (a read-only file)
             log.debug("artifactstore: hits not recorded: %s", exc)
-        except (DataError, IntegrityError, OverflowError) as exc:
+        except _NEVER_GO_IN as exc:
             # These rows will never go in: keeping them would fail every later flush.
             backends.warn_once("access-rows", "hit counts dropped (%s)", one_line(exc))
         except Exception:

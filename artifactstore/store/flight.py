@@ -30,7 +30,8 @@ dead holder's row decides exactly one holder); the others wait for its result.
   its own settings (and a writer's own index), never from the record's fields.
 
 Any failure here (index or object store unreachable) degrades to compiling. The
-records, wait bounds and whether single-flight is on here are in store.lease.
+record's format is formats.lease; wait bounds and whether single-flight is on here,
+store.lease; the lease's row and SQL, index.leases.
 """
 
 from __future__ import annotations
@@ -42,16 +43,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
 
-from sqlalchemy import func, select
-
 from artifactstore.blobstores.base import LEASES, MANIFESTS
 from artifactstore.errors import LeaseHeld, PrivilegeRefused, StoreUnavailable, one_line
-from artifactstore.index.leases import Lease, dead_here
-from artifactstore.index.models import Entry
+from artifactstore.formats.lease import LeaseRecord
+from artifactstore.index.leases import Lease, compile_hint, compile_lease_name, dead_here
 from artifactstore.store.account import ProcessCounters
 from artifactstore.store.backends import Backends
 from artifactstore.store.background import call_with_timeout
-from artifactstore.store.lease import LeaseRecord, lease_name, reader_wait, wait_bound
+from artifactstore.store.lease import expired, reader_wait, wait_bound
 
 log = logging.getLogger("artifactstore")
 
@@ -116,13 +115,13 @@ class SingleFlight:
         """Take `key`'s lease (a writer); None if another process holds it."""
         if time.monotonic() < self._down_until:
             raise StoreUnavailable("compile leases unavailable (cooling down)")
-        name = lease_name(self.backends.namespace, key)
+        name = compile_lease_name(self.backends.namespace, key)
 
         left = threading.Event()  # the caller timed out or was interrupted meanwhile
 
         def acquire() -> Lease | None:  # opening the index, if not yet open, is bounded too
-            lease = Lease(self.backends.engine, name, self.ttl,
-                          max_hold_secs=self.settings.lease_max_hold_secs)  # fmt: skip
+            max_hold = self.settings.lease_max_hold_secs
+            lease = Lease(self.backends.engine, name, self.ttl, max_hold_secs=max_hold)
             if lease.try_acquire() is not None:
                 return None
             if left.is_set():  # nobody will compile under it: let it go at once
@@ -160,18 +159,13 @@ class SingleFlight:
 
     def _known_compile_secs(self, key: str) -> float | None:
         """The key's last known compile time in the index (a writer's), or None."""
-
-        def ask() -> float | None:
-            with self.backends.engine.connect() as conn:
-                query = select(func.max(Entry.compile_secs)).where(Entry.key == key)
-                return conn.execute(query).scalar()
-
         try:
-            hint = call_with_timeout(ask, self.settings.timeout_secs)
+            return call_with_timeout(
+                lambda: compile_hint(self.backends.engine, key), self.settings.timeout_secs
+            )
         except Exception as exc:
             log.debug("artifactstore: no compile-time hint for %s: %s", key[:12], exc)
             return None
-        return None if hint is None else float(hint)
 
     def _put_record(self, held: Held) -> None:
         held.record = replace(held.record, at=time.time())  # when it last showed life
@@ -382,7 +376,7 @@ class SingleFlight:
     def _dead(self, record: LeaseRecord) -> bool:
         """Whether a record's holder is dead: expired (past its TTL and a grace), or a
         process of this host that has exited. Such a record costs a reader no wait."""
-        if not (record.expired(self.settings, time.time()) or dead_here(record.holder)):
+        if not (expired(record, self.settings, time.time()) or dead_here(record.holder)):
             return False
         self.counters.add("lease_stale")
         return True

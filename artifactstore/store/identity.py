@@ -33,7 +33,6 @@ bound) and, on a mismatch, the writer stores nothing and says so in one line.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import uuid
@@ -43,9 +42,10 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from artifactstore.blobstores.base import MAX_IDENTITY_BYTES, BlobStore
+from artifactstore.blobstores.base import BlobStore
 from artifactstore.config import Settings
 from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.formats.identity import decode, encode
 from artifactstore.index import identity as ix
 from artifactstore.redact import redact
 
@@ -65,7 +65,6 @@ class Pair(Protocol):
     def settings(self) -> Settings: ...
 
 
-FORMAT = "artifactstore-identity/1"
 SAMPLE = 32  # newest entries whose objects decide whether an unbound pair is one store
 FORCE_SAMPLE = 100  # newest entries counted before `bind --force`
 BOUND, UNBOUND, MISMATCH = "bound", "not yet bound", "MISMATCH"
@@ -96,28 +95,6 @@ class Binding:
             f"object store {self.objects} and index {self.index} do not belong together "
             f"({self.why}): {FIX}"
         )
-
-
-def encode(store_id: str) -> bytes:
-    return json.dumps({"format": FORMAT, "id": store_id}, sort_keys=True).encode()
-
-
-def decode(data: bytes) -> str:
-    """The id in an identity object; ValueError for anything else (it is bucket input)."""
-    if len(data) > MAX_IDENTITY_BYTES:
-        raise ValueError("identity object too large")
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        raise ValueError("identity object is not JSON") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ValueError("identity object is not artifactstore's")
-    store_id = doc.get("id")
-    if not isinstance(store_id, str):
-        raise ValueError("identity object holds no id")
-    if not (8 <= len(store_id) <= 64 and store_id.isalnum()):
-        raise ValueError("identity object holds an invalid id")
-    return store_id
 
 
 def _read_bucket(blobs: BlobStore) -> str | None:

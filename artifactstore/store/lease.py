@@ -1,28 +1,21 @@
-"""Compile leases as records and settings: what single-flight (store.flight) decides by.
+"""Compile leases as settings: what single-flight (store.flight) and gc decide by.
 
-Why apart: these are pure decisions (a lease's name, its object-store record, how
-long a waiter waits, whether single-flight is on here) that `artstore doctor` and
-the tests ask about without taking a lease.
+Why apart: these are pure decisions (whether a record's holder expired, how long a
+waiter waits, whether single-flight is on here) that `artstore doctor` and the tests
+ask about without taking a lease. The record's format is formats.lease; the lease's
+row and its name, index.leases.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from artifactstore.errors import CorruptObject, one_line
-from artifactstore.formats.manifest import load_record
-
 if TYPE_CHECKING:
     from artifactstore.config import Settings
+    from artifactstore.formats.lease import LeaseRecord
 
-FORMAT_VERSION = 1
-MAX_RECORD_BYTES = 1024
 # Without a known compile time, how long a waiter trusts a beating holder: long
 # compiles are what this exists for (simulators take minutes), a hung one is rare.
 DEFAULT_WAIT_SECS = 300.0
@@ -32,78 +25,15 @@ WAIT_MULTIPLE = 3.0
 _NETWORK_FS = ("nfs", "cifs", "smb", "9p", "lustre", "gpfs", "ceph", "gluster", "fuse", "afs")
 
 
-def lease_name(namespace: str, key: str) -> str:
-    """The index row's name: the key, and the namespace hashed to fit the column."""
-    return f"compile:{key}:{hashlib.sha256(namespace.encode()).hexdigest()[:16]}"
-
-
-@dataclass(frozen=True)
-class LeaseRecord:
-    """The object-store mirror of a compile lease, read by waiters (format version 1):
-    `{"v": 1, "holder": "host:pid", "beat": n, "ttl": secs, "state": "compiling" |
-    "abandoned", "hint": secs | null, "at": unix secs}` (`at`, the holder's clock at its
-    last beat, is optional: older writers leave it out)."""
-
-    holder: str
-    beat: int
-    ttl: float
-    state: str = "compiling"
-    hint: float | None = None
-    at: float | None = None
-
-    def encode(self) -> bytes:
-        body = {
-            "v": FORMAT_VERSION,
-            "holder": self.holder,
-            "beat": self.beat,
-            "ttl": self.ttl,
-            "state": self.state,
-            "hint": self.hint,
-        }
-        if self.at is not None:
-            body["at"] = round(self.at, 3)
-        return json.dumps(body, separators=(",", ":")).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> LeaseRecord:
-        try:  # CorruptObject whatever the bytes (a bucket writer's) make fail
-            raw = load_record(data[: MAX_RECORD_BYTES + 1])
-            if len(data) > MAX_RECORD_BYTES or raw.get("v") != FORMAT_VERSION:
-                raise ValueError("not a version 1 lease record")
-            hint, beat, at = raw.get("hint"), raw["beat"], raw.get("at")
-            if isinstance(beat, bool) or not isinstance(beat, int) or not 0 <= beat < 2**63:
-                raise ValueError("beat is not a count")
-            record = cls(
-                holder=str(raw["holder"])[:255],
-                beat=beat,
-                ttl=float(raw["ttl"]),
-                state=str(raw["state"]),
-                hint=None if hint is None else float(hint),
-                at=None if at is None else float(at),
-            )
-        except Exception as exc:  # ValueError, OverflowError, RecursionError, ...
-            raise CorruptObject(f"bad lease record ({one_line(exc)})") from None
-        if record.state not in ("compiling", "abandoned") or not (
-            math.isfinite(record.ttl) and record.ttl > 0
-        ):
-            raise CorruptObject("bad lease record (state or ttl)")
-        if record.at is not None and not math.isfinite(record.at):
-            raise CorruptObject("bad lease record (at)")
-        return record
-
-    def expired(self, settings: Settings, now: float) -> bool:
-        """Whether the holder stopped beating longer ago than its TTL and a grace (this
-        process's own TTL): its holder is dead or cut off, and waiting gains nothing. A
-        record without `at`, or one dated ahead, is not expired: what it may cost is
-        bounded by the waiter's own settings (`reader_wait`, `wait_bound`), never by it."""
-        if self.at is None:
-            return False
-        ttl = min(self.ttl, settings.lease_max_hold_secs)
-        return now - self.at > ttl + settings.lease_ttl_secs
-
-    def shown_holder(self) -> str:
-        """The holder, as a log line may show it (untrusted text: no control characters)."""
-        return re.sub(r"[^A-Za-z0-9._:@-]", "?", self.holder[:80]) or "?"
+def expired(record: LeaseRecord, settings: Settings, now: float) -> bool:
+    """Whether `record`'s holder stopped beating longer ago than its TTL and a grace (this
+    process's own TTL): its holder is dead or cut off, and waiting gains nothing. A
+    record without `at`, or one dated ahead, is not expired: what it may cost is
+    bounded by the waiter's own settings (`reader_wait`, `wait_bound`), never by it."""
+    if record.at is None:
+        return False
+    ttl = min(record.ttl, settings.lease_max_hold_secs)
+    return now - record.at > ttl + settings.lease_ttl_secs
 
 
 def wait_bound(settings: Settings, hint: float | None) -> float:

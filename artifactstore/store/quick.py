@@ -2,25 +2,27 @@
 
 Trivial jits compile faster than ARTSTORE_MIN_COMPILE_SECS and are never stored, so a
 lookup would be a certain miss (and, on a team store, a round trip). The tier keeps their
-keys in one small JSON file, merged by each process at exit. A key that later compiles
-slower is stored, and forgotten here: a stale "quick" would make processes compile a key
-the store has.
+keys in one small JSON file (its format: formats.quick), merged by each process at exit.
+A key that later compiles slower is stored, and forgotten here: a stale "quick" would
+make processes compile a key the store has.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 
-from artifactstore.formats.manifest import load_record
+from artifactstore.errors import CorruptObject
+from artifactstore.formats.quick import (
+    BelowThreshold,
+    decode_below_threshold,
+    encode_below_threshold,
+)
 
 log = logging.getLogger("artifactstore")
 
-# key -> (compile seconds, expiry as seconds since the epoch)
-BelowThreshold = dict[str, tuple[float, float]]
 # A week: long enough for every warm process of a project, short enough that a
 # key whose compile grew past the threshold (new flags, a slower host) is
 # looked up again soon; the bound keeps the file small to read at start.
@@ -83,13 +85,11 @@ class QuickKeys:
         if len(merged) > BELOW_THRESHOLD_MAX:
             newest = sorted(merged.items(), key=lambda kv: kv[1][1])[-BELOW_THRESHOLD_MAX:]
             merged = dict(newest)
-        body = json.dumps(merged).encode()
-        self._write_file(body)
+        self._write_file(encode_below_threshold(merged))
 
     def _read(self) -> BelowThreshold:
         try:
-            raw = load_record(self._read_file() or b"{}")  # nested a few levels at most
-            return {str(k): (float(c), float(t)) for k, (c, t) in raw.items()}
-        except (OSError, ValueError, TypeError, AttributeError, OverflowError):
+            return decode_below_threshold(self._read_file() or b"{}")
+        except (OSError, CorruptObject):
             log.debug("artifactstore: ignoring an unreadable %s", self.name)
             return {}

@@ -54,7 +54,8 @@ from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
 from artifactstore.formats import codec
 from artifactstore.formats.codec import check_digest
-from artifactstore.formats.manifest import Manifest, load_record
+from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.records import load_record
 from artifactstore.store.quick import QuickKeys
 
 if TYPE_CHECKING:

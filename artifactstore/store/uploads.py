@@ -14,10 +14,9 @@ import re
 import time
 from collections.abc import Callable
 
-from sqlalchemy.exc import InterfaceError, OperationalError
-
 from artifactstore.errors import StoreUnavailable, one_line
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.index.errors import UNAVAILABLE
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
 from artifactstore.store.background import Worker, call_with_timeout
@@ -96,10 +95,10 @@ class Uploads:
             except Exception as exc:
                 self.counters.add("put_errors")
                 cause = one_line(exc)
-                if isinstance(exc, (OperationalError, InterfaceError)):  # the driver's words
+                if isinstance(exc, UNAVAILABLE):  # the driver's words
                     cause = f"index unavailable ({cause})"
                 paused = ""
-                if isinstance(exc, (StoreUnavailable, OperationalError, InterfaceError)):
+                if isinstance(exc, (StoreUnavailable, *UNAVAILABLE)):
                     # A backend unavailable: like the breakers (ARTSTORE_BREAKER_*).
                     keep()
                     self._failures += 1

@@ -15,12 +15,11 @@ import pytest
 import zstandard
 
 from artifactstore.errors import CorruptObject, OverLimit
-from artifactstore.formats import codec, quick
+from artifactstore.formats import codec, identity, quick
 from artifactstore.formats.journal import MAX_JOURNAL_BYTES, Journal
+from artifactstore.formats.lease import MAX_LEASE_BYTES, LeaseRecord
 from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, Manifest
 from artifactstore.formats.workingset import MAX_HINT_BYTES, MAX_WORKING_SET_BYTES, Hint, WorkingSet
-from artifactstore.store import identity
-from artifactstore.store.lease import MAX_RECORD_BYTES, LeaseRecord
 from security.hostile import FP, KEY, TRUSTED
 
 # Python objects for the values a record's bytes can hold: a generous multiple.
@@ -33,8 +32,8 @@ DECODERS: dict[str, tuple[int, Callable[[bytes], object]]] = {
     "hit journal": (MAX_JOURNAL_BYTES, Journal.decode),
     "working set": (MAX_WORKING_SET_BYTES, lambda d: WorkingSet.decode(d, "c" * 40)),
     "working set hint": (MAX_HINT_BYTES, Hint.decode),
-    "lease record": (MAX_RECORD_BYTES, LeaseRecord.decode),
-    "identity": (4096, identity.decode),
+    "lease record": (MAX_LEASE_BYTES, LeaseRecord.decode),
+    "identity": (identity.MAX_IDENTITY_BYTES, identity.decode),
 }
 
 

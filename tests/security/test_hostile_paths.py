@@ -28,13 +28,15 @@ from artifactstore import config
 from artifactstore.blobstores.base import IDENTITY, JOURNALS, LEASES, MANIFESTS, QUICK, WORKING_SETS
 from artifactstore.bundles.pull import open_puller, pull
 from artifactstore.errors import CorruptObject
+from artifactstore.formats.identity import FORMAT as IDENTITY_FORMAT
+from artifactstore.formats.identity import decode as decode_identity
+from artifactstore.formats.lease import LeaseRecord
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.workingset import WorkingSet
 from artifactstore.gc.collect import collect
 from artifactstore.gc.journals import fold_journals
 from artifactstore.gc.policy import Policy
 from artifactstore.store import Store, identity
-from artifactstore.store.lease import LeaseRecord
 from security import hostile
 from security.hostile import FP, KEY, OTHER, PAYLOADS
 
@@ -194,7 +196,7 @@ def _file_name(name: str) -> bool:
 
 @pytest.mark.hostile_record("identity")
 @settings(max_examples=20)
-@given(data=hostile.records({"format": identity.FORMAT, "id": "0123456789abcdef"}, max_bytes=4096))
+@given(data=hostile.records({"format": IDENTITY_FORMAT, "id": "0123456789abcdef"}, max_bytes=4096))
 @example(data=hostile.DEEP)
 def test_a_hostile_identity_is_a_mismatch_never_replaced(
     data: bytes, tmp_path_factory: pytest.TempPathFactory
@@ -208,7 +210,7 @@ def test_a_hostile_identity_is_a_mismatch_never_replaced(
         path.write_bytes(data)
         found = identity.check(store.blobs, store.engine, store.namespace, env["ARTSTORE_URL"])
         try:
-            identity.decode(data)
+            decode_identity(data)
         except ValueError:
             assert found.state == identity.MISMATCH  # said, never an exception
             with pytest.raises(identity.StoreMismatch):

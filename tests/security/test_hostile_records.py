@@ -24,8 +24,9 @@ from artifactstore.bundles.layout import BundleError, member_digest, parse_manif
 from artifactstore.config import keyfiles
 from artifactstore.config.host import compute
 from artifactstore.errors import CorruptObject, OverLimit
-from artifactstore.formats import codec, named, quick
+from artifactstore.formats import codec, identity, named, quick
 from artifactstore.formats.journal import MAX_JOURNAL_BYTES, Journal
+from artifactstore.formats.lease import MAX_LEASE_BYTES, LeaseRecord
 from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, Manifest
 from artifactstore.formats.workingset import (
     MAX_HINT_BYTES,
@@ -38,8 +39,7 @@ from artifactstore.formats.workingset import (
 )
 from artifactstore.index.accesses import clean_touches
 from artifactstore.named import container
-from artifactstore.store import identity, removed
-from artifactstore.store.lease import MAX_RECORD_BYTES, LeaseRecord
+from artifactstore.store import removed
 from security import hostile
 
 FP = compute(
@@ -188,7 +188,7 @@ GOOD_LEASE = {"v": 1, "holder": "host:1", "beat": 3, "ttl": 30.0, "state": "comp
 
 
 @pytest.mark.hostile_record("lease record")
-@given(hostile.records(GOOD_LEASE, max_bytes=MAX_RECORD_BYTES))
+@given(hostile.records(GOOD_LEASE, max_bytes=MAX_LEASE_BYTES))
 @example(hostile.DEEP)
 @example(hostile.DEEP_FIELD)
 @example(hostile.HUGE_NUMBER)

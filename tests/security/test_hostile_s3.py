@@ -25,6 +25,7 @@ from artifactstore.blobstores.base import JOURNALS, MANIFESTS, WORKING_SETS
 from artifactstore.bundles.pull import open_puller, pull
 from artifactstore.errors import CorruptObject
 from artifactstore.formats import codec
+from artifactstore.formats.identity import FORMAT as IDENTITY_FORMAT
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.workingset import WorkingSet
 from artifactstore.gc.journals import fold_journals
@@ -134,7 +135,7 @@ def test_fold_pull_and_the_identity_check_over_a_hostile_bucket(
         hostile.records(journal, max_bytes=JOURNALS.max_bytes),
         hostile.records(ws, max_bytes=WORKING_SETS.max_bytes),
         st.lists(hostile.names().filter(lambda n: 0 < len(n.encode()) < 300), max_size=3),
-        hostile.records({"format": identity.FORMAT, "id": "0123456789abcdef"}, max_bytes=4096),
+        hostile.records({"format": IDENTITY_FORMAT, "id": "0123456789abcdef"}, max_bytes=4096),
     )
     @example(hostile.DEEP, hostile.DEEP, ["../x", f"{FP.digest}.../x"], hostile.DEEP)
     def run(body: bytes, working_set: bytes, quick_names: list[str], ident: bytes) -> None:

@@ -26,10 +26,10 @@ from test_single_flight import env_for, start, wait_for_lease
 
 from artifactstore import gc
 from artifactstore.blobstores.base import LEASES
-from artifactstore.index.leases import holder_name
+from artifactstore.formats.lease import LeaseRecord
+from artifactstore.index.leases import compile_lease_name, holder_name
 from artifactstore.index.models import LeaseRow, utcnow
 from artifactstore.store import Store
-from artifactstore.store.lease import LeaseRecord, lease_name
 from security.flights import key, turn
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -183,7 +183,11 @@ def test_a_beating_forged_record_cannot_hide_an_expired_lease_from_a_writer(
     once the row expires (before: it waited out ARTSTORE_LEASE_WAIT)."""
     k = key(3807)
     writer = open_store({**team_env, "ARTSTORE_LEASE_TTL": "1", "ARTSTORE_LEASE_WAIT": "120"})
-    row = {"name": lease_name(writer.namespace, k), "holder": "other-host:1", "token": "t" * 32}
+    row = {
+        "name": compile_lease_name(writer.namespace, k),
+        "holder": "other-host:1",
+        "token": "t" * 32,
+    }
     with writer.engine.begin() as conn:
         conn.execute(insert(LeaseRow).values(**row, expires_at=utcnow() + timedelta(seconds=2)))
     stop = threading.Event()

@@ -22,8 +22,8 @@ from test_roles import REFUSED, RolesDb, roles_db
 
 from artifactstore import gc
 from artifactstore.blobstores.base import LEASES
+from artifactstore.index.leases import compile_lease_name
 from artifactstore.store import Store
-from artifactstore.store.lease import lease_name
 from security.flights import key, loaded, publish, turn, waiting
 
 __all__ = ["roles_db"]  # the module's role database (a fixture of tests/test_roles.py)
@@ -77,7 +77,7 @@ def test_writer_takes_renews_and_releases_a_compile_lease_and_another_waits(
     got, held = turn(first, k)
     assert first.counters.snapshot().get("lease_errors", 0) == 0  # 1 before the fix
     assert got is None and held is not None  # this writer compiles
-    name = lease_name(ns, k)
+    name = compile_lease_name(ns, k)
     row = _lease_row(superuser, name)
     assert row is not None and row.token == held.lease.token
     time.sleep(0.01)
@@ -126,7 +126,7 @@ def test_writer_holds_compile_leases_only_in_its_namespaces(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     k = key(7003)
-    theirs = lease_name(roles_db.ns_b, k)
+    theirs = compile_lease_name(roles_db.ns_b, k)
     team_b = open_as("writer_b", roles_db.ns_b)  # team B's own writer takes its lease
     _, held = turn(team_b, k)
     assert held is not None
@@ -136,7 +136,7 @@ def test_writer_holds_compile_leases_only_in_its_namespaces(
     try:
         with pytest.raises(REFUSED, match="row-level security"), writer.begin() as conn:
             conn.execute(text("INSERT INTO leases VALUES (:n, 'x', 'x', now())"),
-                         {"n": lease_name(roles_db.ns_b, key(7004))})  # fmt: skip
+                         {"n": compile_lease_name(roles_db.ns_b, key(7004))})  # fmt: skip
         with writer.begin() as conn:  # team B's lease is invisible: neither stolen nor freed
             steal = "UPDATE leases SET token = 'mine', expires_at = now() - interval '1 day'"
             assert conn.execute(text(steal)).rowcount == 0

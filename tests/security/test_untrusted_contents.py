@@ -24,12 +24,11 @@ from sqlalchemy import create_engine, select, text
 from artifactstore import config
 from artifactstore.config.host import compute
 from artifactstore.formats.fingerprint import Fingerprint
-from artifactstore.index.leases import Lease
+from artifactstore.index.leases import Lease, compile_lease_name
 from artifactstore.index.models import Entry, LeaseRow
 from artifactstore.runtime.session import Session
 from artifactstore.store import Store
 from artifactstore.store.flight import SingleFlight
-from artifactstore.store.lease import lease_name
 
 KEY_A = "a" * 64
 KEY_B = "b" * 64
@@ -300,7 +299,9 @@ def test_a_compile_lease_held_until_year_9999_is_taken_over(
 ) -> None:
     writer = open_store(team_env, local_tier="off")
     assert writer.flight is not None
-    _forge_row(team_env, lease_name(writer.namespace, KEY_A), datetime(9999, 12, 31, tzinfo=UTC))
+    _forge_row(
+        team_env, compile_lease_name(writer.namespace, KEY_A), datetime(9999, 12, 31, tzinfo=UTC)
+    )
     held = writer.flight.try_hold(KEY_A)
     assert held is not None and held.lease.took_over
     held.release(stored=False)
