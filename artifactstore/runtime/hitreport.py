@@ -69,8 +69,12 @@ def report_tier_hits(session: Session) -> None:
 
 
 def park_unwritten(store: Store) -> None:
-    """Hits the exit flush could not write, kept in this host's tier (never lost)."""
+    """After an exit flush: hits it could not write, kept in this host's tier (never
+    lost); the report's time noted, so that warm processes that follow within
+    ARTSTORE_JOURNAL_SECS contact nothing remote at exit either."""
     try:
         store.accounts.park_in_tier()
+        if store.tier is not None:
+            store.tier.write_file(REPORTED, repr(time.time()).encode())
     except Exception as exc:
         log.debug("artifactstore: hits not kept in the tier: %s", one_line(exc))
