@@ -37,7 +37,7 @@ from artifactstore.config.settings import Settings, default_cache_dir, resolve
 from artifactstore.config.table import SETTINGS, Var, help_text
 from artifactstore.config.urls import BlobLocation, parse_blob_url, parse_index_url
 from artifactstore.config.values import check_namespace, parse_bool, parse_float
-from artifactstore.config.variables import VARIABLES, from_environment, typo_lines
+from artifactstore.config.variables import VARIABLES, from_environment, to_environment, typo_lines
 from artifactstore.errors import ConfigError
 
 __all__ = [
@@ -77,5 +77,6 @@ __all__ = [
     "parse_float",
     "parse_index_url",
     "resolve",
+    "to_environment",
     "typo_lines",
 ]

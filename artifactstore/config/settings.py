@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything needed to open a store; immutable once built."""
+    """Everything needed to open a store; immutable once built. The defaults are the
+    table's (`config.table`; tests/test_settings_table.py keeps them equal), typed here."""
 
     blobs: BlobLocation
     index_url: str

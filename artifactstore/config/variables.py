@@ -90,3 +90,14 @@ def from_environment(keyword: str, environ: Mapping[str, str] | None = None) -> 
     places that must know what the environment said rather than what a program chose."""
     env = os.environ if environ is None else environ
     return env.get(BY_KEYWORD[keyword].env, "")
+
+
+def to_environment(overrides: Mapping[str, object]) -> dict[str, str]:
+    """The variables that say what `overrides` (configure() keywords; others ignored)
+    say, for a child process (`artstore run`, `warm`): booleans as 1/0."""
+    env = {}
+    for keyword, value in overrides.items():
+        row = BY_KEYWORD.get(keyword)
+        if row is not None and value is not None:
+            env[row.env] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+    return env

@@ -46,11 +46,12 @@ def configure(
 ) -> _config.Settings | None:
     """Route every JAX compile in this process through the store.
 
-    Arguments override `ARTSTORE_*` environment variables, which override the
-    embedded default (a directory and SQLite index under the user's cache
-    directory). Returns the settings in force, or None if JAX could not be
-    hooked (the program then compiles as usual). Raises ConfigError at once for
-    a malformed URL or unknown option.
+    Arguments (the keywords of `artifactstore.config.table`, one per `ARTSTORE_*`
+    setting) override those variables, which override the embedded default (a
+    directory and SQLite index under the user's cache directory). Returns the
+    settings in force, or None if JAX could not be hooked (the program then
+    compiles as usual). Raises ConfigError at once for a malformed URL or unknown
+    option.
     """
     global _configuring
     _warn_typos()

@@ -37,11 +37,7 @@ class RunError(ArtstoreError):
 def store_env(overrides: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, str]:
     """`env` (ours by default) with the command line's store settings and the startup hook."""
     env = dict(os.environ if env is None else env)
-    for option, var in (("url", "URL"), ("index", "INDEX"), ("namespace", "NAMESPACE")):
-        if overrides.get(option) is not None:
-            env[_config.ENV_PREFIX + var] = str(overrides[option])
-    if overrides.get("read_only") is not None:
-        env[_config.ENV_PREFIX + "READ_ONLY"] = "1" if overrides["read_only"] else "0"
+    env.update(_config.to_environment(overrides))
     # An inherited ARTSTORE_ACTIVATE=0 would keep it off; "off": a configuration that
     # cannot work, so CMD runs as it would without us.
     env["ARTSTORE_ACTIVATE"] = "0" if overrides.get("off") else "1"

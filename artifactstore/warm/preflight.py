@@ -26,10 +26,9 @@ def child_env(overrides: dict[str, Any]) -> dict[str, str]:
     env = store_env({**overrides, "read_only": False})
     env.pop(ENV_VAR, None)
     env.pop(summary.ENV_VAR, None)
-    env["ARTSTORE_MIN_COMPILE_SECS"] = "0"  # warming stores everything it compiles
-    # Ask the shared store itself, not this host's local copies: an entry gone
-    # from the store (gc) must be uploaded again.
-    env["ARTSTORE_LOCAL_TIER"] = "off"
+    # Warming stores everything it compiles, and asks the shared store itself, not this
+    # host's local copies: an entry gone from the store (gc) must be uploaded again.
+    env.update(_config.to_environment({"min_compile_secs": 0, "local_tier": "off"}))
     return env
 
 
