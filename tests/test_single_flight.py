@@ -208,8 +208,9 @@ def test_a_wait_is_bounded_and_readers_wait_without_a_lease(
     try:
         wait_for_lease(open_store, team_env, holder.pid)
         bounded = start(env_for(team_env, tmp_path, 1, ARTSTORE_LEASE_WAIT="2"))
-        reader = start(env_for(team_env, tmp_path, 2, ARTSTORE_READ_ONLY="1",
-                               ARTSTORE_LEASE_WAIT="2"))  # fmt: skip
+        reader = start(
+            env_for(team_env, tmp_path, 2, ARTSTORE_READ_ONLY="1", ARTSTORE_LEASE_WAIT="2")
+        )
         results = [finish(bounded, timeout=120), finish(reader, timeout=120)]
     finally:
         holder.kill()

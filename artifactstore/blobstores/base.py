@@ -11,7 +11,6 @@ import abc
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from artifactstore.formats.codec import check_digest
 from artifactstore.formats.identity import MAX_IDENTITY_BYTES
 from artifactstore.formats.journal import MAX_JOURNAL_BYTES, check_journal_name
 from artifactstore.formats.lease import MAX_LEASE_BYTES
@@ -19,9 +18,20 @@ from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, check_key
 from artifactstore.formats.quick import MAX_QUICK_BYTES, SEPARATOR, check_quick_name
 from artifactstore.formats.workingset import MAX_WORKING_SET_BYTES, check_program_id
 
-__all__ = ["IDENTITY", "JOURNALS", "LEASES", "MANIFESTS", "QUICK", "UNTRUSTED_KINDS",
-           "WORKING_SETS", "BlobInfo", "BlobStore", "RecordKind", "UntrustedKind", "check_digest",
-           "is_digest_name"]  # fmt: skip
+__all__ = [
+    "IDENTITY",
+    "JOURNALS",
+    "LEASES",
+    "MANIFESTS",
+    "QUICK",
+    "UNTRUSTED_KINDS",
+    "WORKING_SETS",
+    "BlobInfo",
+    "BlobStore",
+    "RecordKind",
+    "UntrustedKind",
+    "is_digest_name",
+]
 
 
 @dataclass(frozen=True)
@@ -56,11 +66,13 @@ class RecordKind:
 
 
 # Each entry's record (artifactstore.formats.manifest): S3 keeps the name readers' policies grant.
-MANIFESTS = RecordKind("manifest", "keys", MAX_MANIFEST_BYTES, check_key, sharded=True,
-                       local_folder="manifests")  # fmt: skip
+MANIFESTS = RecordKind(
+    "manifest", "keys", MAX_MANIFEST_BYTES, check_key, sharded=True, local_folder="manifests"
+)
 # Hits of processes that do not write the index (artifactstore.formats.journal).
-JOURNALS = RecordKind("journal", "journals", MAX_JOURNAL_BYTES, check_journal_name,
-                      readers_write=True)  # fmt: skip
+JOURNALS = RecordKind(
+    "journal", "journals", MAX_JOURNAL_BYTES, check_journal_name, readers_write=True
+)
 # A compile lease's mirror, polled by processes waiting for its holder
 # (artifactstore.formats.lease, artifactstore.store.flight).
 LEASES = RecordKind("lease", "leases", MAX_LEASE_BYTES, check_key)
@@ -68,8 +80,7 @@ LEASES = RecordKind("lease", "leases", MAX_LEASE_BYTES, check_key)
 # (artifactstore.formats.workingset): written by writers at exit, read by every process.
 WORKING_SETS = RecordKind("working set", "workingsets", MAX_WORKING_SET_BYTES, check_program_id)
 # Keys too quick to store, published by writers for `artstore pull` (artifactstore.formats.quick).
-QUICK = RecordKind("quick-key record", "quick", MAX_QUICK_BYTES, check_quick_name,
-                   joiner=SEPARATOR)  # fmt: skip
+QUICK = RecordKind("quick-key record", "quick", MAX_QUICK_BYTES, check_quick_name, joiner=SEPARATOR)
 
 
 def is_digest_name(name: str) -> bool:

@@ -20,11 +20,11 @@ from artifactstore.blobstores.base import (
     BlobInfo,
     BlobStore,
     RecordKind,
-    check_digest,
     is_digest_name,
 )
 from artifactstore.config import check_namespace
 from artifactstore.errors import CorruptObject, OverLimit
+from artifactstore.formats.codec import check_digest
 from artifactstore.formats.identity import MAX_IDENTITY_BYTES
 
 
@@ -48,8 +48,9 @@ class LocalBlobStore(BlobStore):
         self.objects = self.base / "objects"
         self.quarantine_dir = self.base / "quarantine"
         self.modes = modes
-        self.tree = safedir.Tree(self.root if top is None else top, modes=modes, trust=trust,
-                                 setting=setting)  # fmt: skip
+        self.tree = safedir.Tree(
+            self.root if top is None else top, modes=modes, trust=trust, setting=setting
+        )
 
     def make_dir(self, path: Path) -> None:
         """Create `path` (a directory in this tree) and what is missing above it, checking

@@ -37,7 +37,6 @@ from artifactstore.blobstores.base import (
     BlobInfo,
     BlobStore,
     RecordKind,
-    check_digest,
     is_digest_name,
 )
 from artifactstore.blobstores.s3client import credential_source, make_client
@@ -50,6 +49,7 @@ from artifactstore.blobstores.s3errors import (
 )
 from artifactstore.config import check_namespace
 from artifactstore.errors import OverLimit, StoreUnavailable
+from artifactstore.formats.codec import check_digest
 from artifactstore.formats.identity import MAX_IDENTITY_BYTES
 from artifactstore.redact import redact
 

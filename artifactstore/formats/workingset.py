@@ -232,8 +232,13 @@ def _entry(row: Any, version: int) -> WorkingEntry:
         raw_options = base64.b64decode(options, validate=True)
     except binascii.Error:
         raise ValueError("options are not base64") from None
-    return WorkingEntry(check_key(str(key)) if isinstance(key, str) else _bad(), raw_options,
-                        tuple(devices), callbacks, kind)  # fmt: skip
+    return WorkingEntry(
+        check_key(str(key)) if isinstance(key, str) else _bad(),
+        raw_options,
+        tuple(devices),
+        callbacks,
+        kind,
+    )
 
 
 def _bad() -> str:
