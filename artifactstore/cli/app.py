@@ -80,7 +80,7 @@ for _command in (
 
 def _dispatch_errors(fn: Callable[[], None], index_url: Callable[[], str] = str) -> None:
     """Run `fn`, ending each failure as one line; an index failure says what it is
-    (unreachable, permission, corrupt, missing grant: `index.health.diagnose`) and
+    (unreachable, permission, corrupt, missing grant: `index.diagnosis.diagnose`) and
     the command that fixes it. `index_url`: the command's index, for that."""
     from artifactstore.index.errors import DatabaseFailure
 
@@ -117,7 +117,7 @@ def _dispatch_errors(fn: Callable[[], None], index_url: Callable[[], str] = str)
 
 
 def _diagnosis(exc: BaseException, index_url: Callable[[], str]) -> str:
-    from artifactstore.index.health import diagnose
+    from artifactstore.index.diagnosis import diagnose
 
     try:
         url = index_url()

@@ -125,7 +125,7 @@ def _guard(label: str, check: Callable[[], Check], *, blocking: bool = True) -> 
     except Exception as exc:
         why = one_line(exc)
         if isinstance(exc, PermissionError):
-            from artifactstore.index.health import diagnose
+            from artifactstore.index.diagnosis import diagnose
 
             why = str(diagnose(exc, ""))
         return Check(label, "fail" if blocking else "warn", f"could not be checked: {why}",

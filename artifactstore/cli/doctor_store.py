@@ -3,7 +3,7 @@ trust.
 
 Each row says what a program here would do with it: use it read-write, use it
 read-only (a store this user may only read is loaded from; nothing compiled is stored),
-or not at all, and why. An index failure is classified once (`index.health.diagnose`:
+or not at all, and why. An index failure is classified once (`index.diagnosis.diagnose`:
 unreachable, permission, corrupt, missing grant, namespace, schema) so that doctor and
 every command name the same fix. Nothing is created, migrated or written.
 """
@@ -17,7 +17,7 @@ from typing import Any
 from artifactstore import config as _config
 from artifactstore.cli.doctor_report import Check, Status
 from artifactstore.errors import ArtstoreError, ConfigError, one_line
-from artifactstore.index import grants, health
+from artifactstore.index import diagnosis, grants, health
 from artifactstore.redact import redact
 from artifactstore.store.background import call_with_timeout
 
@@ -40,7 +40,7 @@ def check_objects(settings: _config.Settings) -> Check:
     except TimeoutError:
         return unanswered("object store", where, settings, data)
     except PermissionError as exc:
-        found = health.diagnose(exc, "")
+        found = diagnosis.diagnose(exc, "")
         return Check("object store", "fail", found.problem, verdict=str(found), data=data)
     except Exception as exc:
         why = str(exc) if isinstance(exc, ArtstoreError) else one_line(exc)
@@ -70,7 +70,7 @@ def _s3_fix(settings: _config.Settings, why: str) -> str:
 
 def _dir_problem(label: str, path: Path, problem: str, data: dict[str, Any]) -> Check:
     if problem == "permission denied":
-        found = health.diagnose(PermissionError(13, "Permission denied", str(path)), "")
+        found = diagnosis.diagnose(PermissionError(13, "Permission denied", str(path)), "")
         return Check(label, "fail", found.problem, verdict=f"{label}: {found}", data=data)
     fix = ("run `artstore db upgrade` as a writer, or fix ARTSTORE_URL"
            if problem == "does not exist" else "fix ARTSTORE_URL or the directory "
@@ -87,7 +87,7 @@ def check_index(settings: _config.Settings) -> Check:
 
     shown = redact(settings.index_url)
     data: dict[str, Any] = {"url": shown, "writes": None, "kind": None}
-    sqlite_file = health.sqlite_path(settings.index_url)
+    sqlite_file = diagnosis.sqlite_path(settings.index_url)
 
     def read_schema() -> tuple[db.SchemaStatus, str, str | None, str | None]:
         if sqlite_file is not None and not sqlite_file.exists():  # do not create it
@@ -118,7 +118,7 @@ def check_index(settings: _config.Settings) -> Check:
     except ConfigError as exc:
         return Check("index", "fail", str(exc), verdict=f"index URL invalid: {exc}", data=data)
     except Exception as exc:
-        found = exc.found if isinstance(exc, _Found) else health.diagnose(
+        found = exc.found if isinstance(exc, _Found) else diagnosis.diagnose(
             exc, settings.index_url, namespace=settings.namespace, write=False)  # fmt: skip
         data["kind"] = found.kind
         return Check("index", "fail", f"{shown}: {found.problem}", data=data,
@@ -147,7 +147,7 @@ def check_index(settings: _config.Settings) -> Check:
 
 
 class _Found(Exception):
-    def __init__(self, found: health.Diagnosis) -> None:
+    def __init__(self, found: diagnosis.Diagnosis) -> None:
         super().__init__(str(found))
         self.found = found
 
@@ -160,11 +160,11 @@ def _pg_access(engine: Any, settings: _config.Settings) -> str | None:
     if access.missing:
         role = engine.url.username or "(default)"
         denied = _Denied(f"permission denied for table {access.missing[0].split()[-1]}")
-        found = health.diagnose(denied, url, write=not settings.read_only)
+        found = diagnosis.diagnose(denied, url, write=not settings.read_only)
         return f"role {role} lacks {', '.join(access.missing)}: {found.hint}"
     if access.granted:
         return None
-    return str(health.namespace_not_granted(url, settings.namespace))
+    return str(diagnosis.namespace_not_granted(url, settings.namespace))
 
 
 class _Denied(Exception):
@@ -193,7 +193,7 @@ def check_access(settings: _config.Settings, objects: Check, index: Check) -> Ch
         return Check("access", "ok", f"loads and stores entries of namespace {ns}",
                      blocking=False, data=data)  # fmt: skip
     why = "; ".join(refusals)
-    index_file = health.sqlite_path(settings.index_url)
+    index_file = diagnosis.sqlite_path(settings.index_url)
     owner = Path(settings.blobs.path) if objects.data.get("writable") is False else (
         index_file.parent if index_file is not None else None)  # fmt: skip
     fix = ("" if any("`" in r for r in refusals) else ": run as the user who owns the store "
@@ -265,7 +265,7 @@ def check_signing(settings: _config.Settings) -> Check:
 def unanswered(label: str, where: str, settings: _config.Settings, data: dict[str, Any]) -> Check:
     bound = f"{settings.timeout_secs:g} s"
     if label == "index":
-        found = health.diagnose(TimeoutError(), settings.index_url)
+        found = diagnosis.diagnose(TimeoutError(), settings.index_url)
         probe = found.hint.split("; ", 1)[-1]
     else:
         probe = f"`aws s3 ls {where}` shows whether this host reaches it"

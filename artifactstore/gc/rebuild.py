@@ -24,6 +24,7 @@ from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.manifest import Manifest
 from artifactstore.gc.report import PhaseProgress
 from artifactstore.index import health
+from artifactstore.index.diagnosis import sqlite_path
 from artifactstore.index.repo import NewEntry
 from artifactstore.store import Store, identity
 
@@ -244,7 +245,7 @@ def check(settings: Settings) -> CheckReport:
     from artifactstore.redact import redact
 
     report = CheckReport(redact(settings.index_url))
-    path = health.sqlite_path(settings.index_url)
+    path = sqlite_path(settings.index_url)
     if path is not None and not path.exists():
         if next(iter(open_blobstore(settings).iter_blobs()), None) is not None:
             report.problems.append(

@@ -16,7 +16,7 @@ from sqlalchemy.exc import (
 
 __all__ = ["ROW_REFUSED", "UNAVAILABLE", "DatabaseFailure"]
 
-# Any failure of the index database (`index.health.diagnose` says what it means).
+# Any failure of the index database (`index.diagnosis.diagnose` says what it means).
 DatabaseFailure = SQLAlchemyError
 # The database did not answer, or the connection broke: the index is unavailable now.
 UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError)

@@ -1,6 +1,6 @@
 """Whether the index database itself is sound (not whether its rows match the objects).
 
-What an error means is `index/diagnosis.py`; its names are importable from here too.
+What an error means is `index/diagnosis.py`.
 """
 
 from __future__ import annotations
@@ -13,15 +13,7 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from artifactstore.index.diagnosis import (
-    Diagnosis,
-    Kind,
-    diagnose,
-    namespace_not_granted,
-    sqlite_path,
-)
-
-__all__ = ["Diagnosis", "Kind", "diagnose", "namespace_not_granted", "sqlite_path"]
+from artifactstore.index.diagnosis import Diagnosis, diagnose, sqlite_path
 
 
 def integrity_problem(engine: Engine) -> Diagnosis | None:

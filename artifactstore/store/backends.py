@@ -151,14 +151,14 @@ def secure_local_dirs(settings: Settings) -> None:
     write it (safedir). Raises UnsafeDirectory (one line, with the fix), so the
     store is not used.
     """
-    from artifactstore.index import health
+    from artifactstore.index.diagnosis import sqlite_path
 
     trust = store_trust(settings)
     create = not settings.read_only
     modes = safedir.store_modes(settings.group_readable)
     # The embedded default lives in the user's cache directory, which must be theirs.
     cache = Path(os.path.realpath(default_cache_dir())) if settings.embedded else None
-    index = health.sqlite_path(settings.index_url)
+    index = sqlite_path(settings.index_url)
     dirs = [Path(settings.blobs.path)] if settings.blobs.scheme == "file" else []
     if index is not None and index.is_absolute():
         dirs.append(index.parent)
