@@ -52,8 +52,8 @@ def report_tier_hits(session: Session) -> None:
     from artifactstore.store import Store
 
     tier, settings = session.tier, session.settings
-    if tier is None or not report_due(tier, settings.journal_secs):
-        return
+    if tier is None or not _has_journals(tier) or not report_due(tier, settings.journal_secs):
+        return  # nothing to report (a process with no tier hits opens nothing, writes nothing)
     tier.write_file(REPORTED, repr(time.time()).encode())
     bound = min(settings.timeout_secs, settings.flush_secs)
     try:  # its open folds the tier's journals, on its writer
@@ -66,6 +66,15 @@ def report_tier_hits(session: Session) -> None:
     finally:
         park_unwritten(store)
         store.close()
+
+
+def _has_journals(tier: LocalTier) -> bool:
+    """Whether the tier holds hits to report (its journals' names only: reading them is
+    the fold's, through the tier's guarded tree)."""
+    try:
+        return any(tier.journal.glob("*.json"))
+    except OSError:
+        return False
 
 
 def park_unwritten(store: Store) -> None:
