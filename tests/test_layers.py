@@ -426,11 +426,9 @@ def test_the_sql_rule_catches_sql() -> None:
     ]
 
 
-# Kinds of untrusted bytes whose decoder is not (yet) in formats/: bundle members are
-# tar headers read with the archive; the tier's own files are read with the tier.
-DECODERS_OUTSIDE_FORMATS = frozenset(
-    {"bundle member", "bundle manifest", "tier key file", "tier access journal"}
-)
+# Kinds of untrusted bytes whose decoder is not (yet) in formats/: the tier's own files,
+# read with the tier (store/tier.py).
+DECODERS_OUTSIDE_FORMATS = frozenset({"tier key file", "tier access journal"})
 
 
 def test_record_decoders_live_in_formats() -> None:

@@ -101,8 +101,7 @@ class UntrustedKind:
     Why a registry: each new kind re-opened the same hole (issue 38), so every kind is
     named here with its decoder, and tests/security/test_record_kinds.py fails when one
     has no hostile-record test or no row in docs/security.md's table. `decoder` is a
-    "module:qualname" string (decoders live in formats/, or above this layer: store/,
-    bundles/)."""
+    "module:qualname" string (decoders live in formats/, the tier's own files' in store/)."""
 
     name: str  # as the table and the tests' `hostile_record` markers name it
     where: str  # where such bytes are read from
@@ -159,13 +158,13 @@ UNTRUSTED_KINDS: tuple[UntrustedKind, ...] = (
     UntrustedKind(
         "bundle member",
         "bundle (tar member names and headers)",
-        "artifactstore.bundles.layout:member_digest",
+        "artifactstore.formats.bundle:member_digest",
         None,
     ),
     UntrustedKind(
         "bundle manifest",
         "bundle manifest.json",
-        "artifactstore.bundles.layout:parse_manifest",
+        "artifactstore.formats.bundle:parse_manifest",
         None,
     ),
     UntrustedKind(

@@ -27,8 +27,8 @@ import tarfile
 from dataclasses import dataclass
 from typing import IO, Any
 
-from artifactstore.bundles.layout import MANIFEST, BundleError
 from artifactstore.config import Settings
+from artifactstore.formats.bundle import MANIFEST, BundleError
 from artifactstore.formats.sizes import format_limit, format_size, plural
 
 RATIO = 64

@@ -25,15 +25,15 @@ from typing import Any
 
 import zstandard
 
-from artifactstore.bundles.layout import (
+from artifactstore.errors import CorruptObject, OverLimit, one_line
+from artifactstore.formats import codec
+from artifactstore.formats.bundle import (
     MANIFEST,
     BundleError,
     BundleManifest,
     Record,
     object_member,
 )
-from artifactstore.errors import CorruptObject, OverLimit, one_line
-from artifactstore.formats import codec
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.index.repo import EntryInfo, Filters
 from artifactstore.named import keys as named_keys

@@ -34,7 +34,9 @@ import zstandard
 
 from artifactstore import interrupts
 from artifactstore.bundles.bounds import MAX_WINDOW, OBJECT_HOW, Limits, Unpacked, header_class
-from artifactstore.bundles.layout import (
+from artifactstore.errors import CorruptObject, OverLimit, ReadOnlyError, one_line
+from artifactstore.formats import codec
+from artifactstore.formats.bundle import (
     MANIFEST,
     BundleError,
     BundleManifest,
@@ -42,8 +44,6 @@ from artifactstore.bundles.layout import (
     member_digest,
     parse_manifest,
 )
-from artifactstore.errors import CorruptObject, OverLimit, ReadOnlyError, one_line
-from artifactstore.formats import codec
 from artifactstore.formats.sizes import format_limit
 from artifactstore.index import db
 from artifactstore.store import Store

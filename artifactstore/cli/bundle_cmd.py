@@ -65,8 +65,8 @@ def export_cmd(
     Carry FILE to a cluster that cannot reach this store and `artstore import` it.
     """
     from artifactstore.bundles.export import Selection, export_bundle
-    from artifactstore.bundles.layout import BundleError
     from artifactstore.cli.context import Ctx
+    from artifactstore.formats.bundle import BundleError
     from artifactstore.named import keys as named_keys
 
     assert isinstance(obj, Ctx)
@@ -140,8 +140,8 @@ def import_cmd(
     one costs no more memory or temporary disk than a genuine one of its size.
     """
     from artifactstore.bundles.importer import import_bundle
-    from artifactstore.bundles.layout import BundleError
     from artifactstore.errors import ConfigError
+    from artifactstore.formats.bundle import BundleError
     from artifactstore.formats.sizes import parse_size
 
     max_bytes = None

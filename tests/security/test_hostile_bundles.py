@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from artifactstore import config
 from artifactstore.bundles.importer import import_bundle
-from artifactstore.bundles.layout import BundleError, Record
+from artifactstore.formats.bundle import BundleError, Record
 from artifactstore.store import Store
 from security import hostile
 from security.hostile import FP, PAYLOADS

@@ -20,11 +20,11 @@ from conftest import TEAM_KEY, TEAM_PUB
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from artifactstore.bundles.layout import BundleError, member_digest, parse_manifest
 from artifactstore.config import keyfiles
 from artifactstore.config.host import compute
 from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.formats import codec, identity, named, quick
+from artifactstore.formats.bundle import BundleError, member_digest, parse_manifest
 from artifactstore.formats.journal import MAX_JOURNAL_BYTES, Journal
 from artifactstore.formats.lease import MAX_LEASE_BYTES, LeaseRecord
 from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, Manifest
