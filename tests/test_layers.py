@@ -444,3 +444,43 @@ def test_record_decoders_live_in_formats() -> None:
     assert set(outside) <= DECODERS_OUTSIDE_FORMATS, (
         f"decoders outside formats/: {outside}; move the format into formats/"
     )
+
+
+# The lookup chain's own modules: the chain, its tier and store levels, and the Store
+# whose `get` is its read path's.
+CHAIN = {"artifactstore.store.chain", "artifactstore.runtime.sources", "artifactstore.store.facade"}
+FETCHES = {"get", "peek"}  # a tier's or a store's verified fetch of an executable
+FETCHERS = ("tier", "store", "reads")  # what such a receiver is called (`session.tier`, `_store`)
+
+
+def _fetches(source: str) -> list[str]:
+    """Calls like `tier.get(...)`, `self._store.peek(...)`: an executable fetched from a
+    tier or a store directly (`tier.quick.get`, a dict's `get`, are not)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        receiver = node.func.value
+        name = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+        if node.func.attr in FETCHES and name.lstrip("_").endswith(FETCHERS):
+            found.append(f"{ast.unparse(node.func)}() line {node.lineno}")
+    return found
+
+
+def test_only_the_chain_fetches_executables() -> None:
+    """One lookup chain (store.chain): the compile hook, named executables and the load
+    ahead ask it, never a tier's or a store's `get` themselves, so each hit is counted
+    once, where it happens."""
+    offenders = [
+        f"{name}: {call}"
+        for name, path in _sources()
+        if name not in CHAIN
+        for call in _fetches(path.read_text())
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_fetch_rule_catches_a_fetch() -> None:
+    code = "def f(session, key):\n    return session.tier.get(key, 'f') or store.peek(key, 'f')\n"
+    assert len(_fetches(code)) == 2
+    assert _fetches("def f(tier, d):\n    return tier.quick.get('k') or d.get('k')\n") == []

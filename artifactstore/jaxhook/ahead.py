@@ -30,8 +30,7 @@ class Ahead:
     done: threading.Event = field(default_factory=threading.Event)
     executable: Any = None
     fingerprint: str = ""
-    source: Any = None  # the Store it came from, or None for this host's tier
-    record: Any = None  # what led to its object (counted when claimed)
+    found: Any = None  # its peek of the lookup chain (store.chain.Found): counted when claimed
     header: Any = None  # a named entry's header (parsed JSON, from its verified payload)
     size: int = 0  # its serialized size, held against the bound
 

@@ -1,4 +1,4 @@
-"""The compile wrapper: every JAX compile asks the tier, then the store, then XLA.
+"""The compile wrapper: every JAX compile asks the lookup chain, then XLA.
 
 `install()` replaces `jax._src.compiler.compile_or_get_cached` with
 `compile_or_get_cached` below and adds our platform fingerprint to JAX's cache
@@ -25,12 +25,15 @@ from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
 from artifactstore.jaxhook.events import MISS, USE_CACHE, record_event, record_load
 from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.runtime.session import Session, warn_once
+from artifactstore.store.chain import Request
 
 if TYPE_CHECKING:
     from artifactstore.store import Store
     from artifactstore.store.flight import Held
 
 log = logging.getLogger("artifactstore")
+
+STORE = ("store",)  # a lease waiter asks the store alone (its holder just published)
 
 # Hashed into every key as JAX's "compression algorithm": it names our payload
 # format, so our keys never collide with JAX's own cache's.
@@ -131,6 +134,16 @@ class _Compile:
     module_name: str = ""
     fingerprint: _fp.Fingerprint | None = None
     wire: Any = None  # (serialized options, device ids): see prefetch.wire
+    _asked: Request | None = None
+
+    @property
+    def asked(self) -> Request:
+        """What the lookup chain is asked for (once the key is computed); it remembers
+        the store it asked, for the put after a miss."""
+        if self._asked is None:
+            digest = self.fingerprint.digest if self.fingerprint is not None else ""
+            self._asked = Request(self.key, digest, self.callback_count, caller=self)
+        return self._asked
 
     @property
     def callback_count(self) -> int:
@@ -196,20 +209,16 @@ def compile_or_get_cached(
     ):
         return as_jax_would()
     assert session is not None
-    executable = prefetch.claim(session, request)
-    if executable is None:
-        executable = _from_tier(session, request)
+    # One chain: loaded ahead, this host's tier, then (unless known quick) the store.
+    request.asked.skip = lambda name: name == "store" and _known_quick(session, request)
+    executable = _lookup(session, request)
     if executable is not None:
         return executable
-    store = None if _known_quick(session, request) else session.store()
+    store = request.asked.store
     if store is None and not session.active and not session.can_keep_locally():
         return as_jax_would()
-    if store is not None:
-        executable = _from_store(session, store, request)
-        if executable is not None:
-            return executable
-        if not session.active:  # that lookup just failed: do not queue an upload behind it
-            store = None
+    if store is not None and not session.active:  # that lookup just failed: no upload behind it
+        store = None
     return _compile_and_store(session, store, request)
 
 
@@ -234,47 +243,19 @@ def _known_quick(session: Session, request: _Compile) -> bool:
     return secs is not None and secs < session.settings.min_compile_secs
 
 
-def _from_tier(session: Session, request: _Compile) -> Any:
-    """The executable from this host's tier, or None (then the store is asked)."""
-    assert request.fingerprint is not None
-    started = time.monotonic()
-    digest, callbacks = request.fingerprint.digest, request.callback_count
-    hit = session.tier_get(request.key, digest, callbacks=callbacks)
-    if hit is None or session.tier is None:  # a hit implies a tier (said for mypy)
+def _lookup(session: Session, request: _Compile, names: tuple[str, ...] | None = None) -> Any:
+    """The executable from the session's lookup chain (store.chain), loaded and counted
+    there, or None. Reported through JAX's events as its cache would: a use of the cache
+    when something answered or the store was asked, then the load."""
+    asked = request.asked
+    found = session.chain.get(asked, request.load, names=names)
+    if found is not None or asked.store is not None:
+        record_event(USE_CACHE)
+    if found is None:
         return None
-    try:
-        executable = request.load(hit.payload)
-    except Exception as exc:
-        log.debug("artifactstore: tier copy of %s did not load: %s", request.key[:12], exc)
-        session.tier.forget(request.key)
-        return None
-    session.tier_hit()
-    record_event(USE_CACHE)
-    record_load(session, hit.entry.compile_secs, started)
+    record_load(session, found.compile_secs, found.started)
     prefetch.note(session, request)
-    return executable
-
-
-def _from_store(session: Session, store: Store, request: _Compile) -> Any:
-    assert request.fingerprint is not None
-    digest = request.fingerprint.digest
-    record_event(USE_CACHE)
-    started = time.monotonic()
-    try:
-        hit = session.lookup(store, request.key, digest, callbacks=request.callback_count)
-    except Exception:  # counted by the session's breakers, logged once per outage
-        return None
-    if hit is None:
-        return None
-    try:
-        executable = request.load(hit.payload)
-    except Exception as exc:
-        store.counters.add("load_errors")
-        warn_once("load", "stored executable did not load (%s); compiling", one_line(exc))
-        return None
-    record_load(session, hit.entry.compile_secs, started)
-    prefetch.note(session, request)
-    return executable
+    return found.value
 
 
 def _compile_and_store(session: Session, store: Store | None, request: _Compile) -> Any:
@@ -282,7 +263,7 @@ def _compile_and_store(session: Session, store: Store | None, request: _Compile)
     result for upload, or remember it was too quick to store."""
     held: Held | None = None
     if store is not None and store.flight is not None:
-        loaded, held = store.flight.turn(request.key, lambda: _from_store(session, store, request))
+        loaded, held = store.flight.turn(request.key, lambda: _lookup(session, request, STORE))
         if loaded is not None:
             return loaded
     handed_off = False

@@ -9,12 +9,13 @@ threads. Deserializing needs the program's JAX backend, which the thread never
 initializes (the program may still choose its platforms): it fetches and verifies
 while JAX initializes, for the platform this host's last run had (the hint), and
 deserializes once the backend is there and has that fingerprint (else it starts over
-with the real one). The compile wrapper asks here first (`claim`), and so do named
-executables (`claim_named`): an executable loaded ahead is used only if the request's
-key, fingerprint, compile options and devices are those it was deserialized with, so a
-stale or forged working set can never cause a wrong load. Its object was verified
-exactly as a hit is (the same tier and store read paths), and it is counted as the hit
-it is only when claimed. What is never claimed is dropped (after HOLD_SECS, at the
+with the real one). The Prefetcher is the first level of the session's lookup chain
+(store.chain), which the compile wrapper and named executables ask: an executable
+loaded ahead is used only if the request's key, fingerprint, compile options and
+devices are those it was deserialized with, so a stale or forged working set can never
+cause a wrong load. Its object was fetched by a `peek` of the same chain's tier and
+store levels, verified exactly as a hit is, and counted as the hit it is only when
+the chain hands it over (`Chain.claim`). What is never claimed is dropped (after HOLD_SECS, at the
 latest at exit); what is held is bounded (ARTSTORE_PREFETCH_MAX_SIZE); any failure is a
 debug line, and the program proceeds as without it.
 """
@@ -26,21 +27,19 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from artifactstore.errors import one_line
 from artifactstore.formats.workingset import Hint, WorkingEntry
 from artifactstore.jaxhook import compat
 from artifactstore.jaxhook.ahead import THREADS, Ahead, deserialize, in_daemons, loadable
-from artifactstore.jaxhook.events import USE_CACHE, record_event, record_load
 from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.jaxhook.validate import Refused
 from artifactstore.runtime.session import Session
-
-if TYPE_CHECKING:
-    from artifactstore.store import Store
+from artifactstore.store.chain import Found, Missed, Request
 
 log = logging.getLogger("artifactstore")
+LEVELS = ("tier", "store")  # what a load ahead peeks at: the chain's levels below its own
 
 POLL_SECS = 0.02  # how often the thread looks for the program's backend
 BACKEND_WAIT_SECS = 600.0  # a program that has none by then gets no load ahead
@@ -113,7 +112,7 @@ class Prefetcher:
             return
         with self._lock:
             items = [self._items.setdefault(e.key, Ahead(e)) for e in entries]
-        in_daemons([functools.partial(self._fetch, item, fingerprint, store) for item in items])
+        in_daemons([functools.partial(self._fetch, item, fingerprint) for item in items])
 
     def _wait_for_backend(self) -> Any:
         """The program's default backend once it has initialized its backends; None if
@@ -140,16 +139,17 @@ class Prefetcher:
         for args in parked:
             self._deserialize_later(*args)
 
-    def _fetch(self, item: Ahead, fingerprint: str, store: Store | None) -> None:
-        """Through the program's own read path: tier, else store, verified in full. Then
-        deserialized, at once if the backend is there, else when it is."""
+    def _fetch(self, item: Ahead, fingerprint: str) -> None:
+        """A peek of the program's own lookup chain (tier, else store), verified in full
+        and counted only when claimed. Then deserialized, at once if the backend is
+        there, else when it is."""
         with self._lock:
             if item.state != "queued" or self._closed.is_set():
                 return
             item.state = "loading"
         hit = None
         try:
-            hit = self._read(item, fingerprint, store)
+            hit = self._read(item, fingerprint)
         except Exception as exc:
             log.debug("artifactstore: %s not loaded ahead: %s", item.entry.key[:12], one_line(exc))
         if hit is None:
@@ -162,17 +162,10 @@ class Prefetcher:
                 return
         self._deserialize_later(item, hit, fingerprint)
 
-    def _read(self, item: Ahead, fingerprint: str, store: Store | None) -> Any:
-        session, key = self.session, item.entry.key
-        hit: Any = session.tier_get(key, fingerprint, callbacks=0, account=False)
-        if hit is None:
-            store = store or session.store()
-            if store is None:
-                return None
-            hit = session.lookup(store, key, fingerprint, callbacks=0, account=False)
-            if hit is None:
-                return None
-            item.source = store
+    def _read(self, item: Ahead, fingerprint: str) -> Found | None:
+        hit = self.session.chain.peek(Request(item.entry.key, fingerprint, 0), names=LEVELS)
+        if hit is None or hit.payload is None:
+            return None
         with self._lock:
             if self._held + len(hit.payload) > self.max_bytes:
                 self.session.prefetch["prefetch_over_bound"] += 1
@@ -198,7 +191,7 @@ class Prefetcher:
             item.executable, item.header = deserialize(
                 self._backend, self._devices, item.entry, hit.payload
             )
-            item.fingerprint, item.record = fingerprint, hit.entry
+            item.fingerprint, item.found = fingerprint, hit
             if item.executable is not None:
                 self._count("prefetched")
         except Refused as exc:  # options or devices that do not fit this backend
@@ -242,58 +235,37 @@ class Prefetcher:
             self._release(item)
         return None if executable is None else (item, executable)
 
-    def claim(self, request: Any) -> Any:
-        """The executable loaded ahead for `request`, counted as the hit it is; None when
-        there is none, it is not loaded yet (the wrapper loads it), or it was loaded
-        with other options or devices than `request` has."""
-        started = time.monotonic()
-        taken = self._take(request.key, "jit")
+    # -- its level of the lookup chain (store.chain.Source) ------------------------
+    name = "ahead"
+
+    def peek(self, request: Request) -> Found | None:
+        """The executable loaded ahead for `request`; None when there is none, it is not
+        loaded yet (the chain's next levels load it), or it was loaded for another
+        fingerprint, or (a jit) with other options, devices or callbacks than asked."""
+        taken = self._take(request.key, request.kind)
         if taken is None:
             return None
         item, executable = taken
-        options, devices = wire(request)
-        fits = (
-            item.fingerprint == request.fingerprint.digest
-            and item.entry.options == options
-            and item.entry.devices == devices
-            and not request.callback_count
-        )
+        fits = item.fingerprint == request.fingerprint
+        if fits and request.kind == "jit":
+            options, devices = wire(request.caller)
+            fits = (item.entry.options, item.entry.devices) == (options, devices)
+            fits = fits and not request.callbacks
         if not fits:
             self._count("prefetch_refused")
             return None
-        self._count_hit(item)
-        record_event(USE_CACHE)
-        record_load(self.session, float(item.record.compile_secs), started)
-        self._count("prefetch_used")
-        log.debug("artifactstore: %s loaded ahead", request.key[:12])
-        return executable
+        value = executable if request.kind == "jit" else (item.header, executable)
+        return Found(self, item.found.entry, value=value, origin=item.found)
 
-    def claim_named(self, key: str, fingerprint: str) -> tuple[Any, Any] | None:
-        """(header as JSON, executable) of the named executable `key` loaded ahead for
-        `fingerprint`, counted as the hit it is; the named part checks the header."""
-        started = time.monotonic()
-        taken = self._take(key, "named")
-        if taken is None:
-            return None
-        item, executable = taken
-        if item.fingerprint != fingerprint:
-            self._count("prefetch_refused")
-            return None
-        self._count_hit(item)
-        self.session.loads += 1
-        self.session.observe_load(time.monotonic() - started)
-        self._count("prefetch_used")
-        return item.header, executable
+    def count(self, request: Request, outcome: Found | Missed) -> None:
+        """The tier or store hit it was peeked as, counted as the chain counts them."""
+        if isinstance(outcome, Found) and outcome.origin is not None:
+            self.session.chain.claim(outcome.origin)
+            self._count("prefetch_used")
+            log.debug("artifactstore: %s loaded ahead", request.key[:12])
 
-    def _count_hit(self, item: Ahead) -> None:
-        """The tier hit or store hit it is, counted as the wrapper's path counts them."""
-        session, key = self.session, item.entry.key
-        if item.source is None:
-            if session.tier is not None:
-                session.tier.record_access(key)
-            session.tier_hit()
-        else:
-            item.source.count_hit(key, item.record)
+    def unusable(self, request: Request, found: Found, exc: Exception) -> bool:
+        return True  # never reached: what is loaded ahead is handed over loaded
 
     def close(self) -> None:
         """Drop whatever was not claimed; start nothing more."""
@@ -339,36 +311,11 @@ def start(session: Session) -> None:
     global _current
     if session.settings.prefetch is False or session.working_sets.program is None:
         _current = None
+        session.chain.remove(Prefetcher.name)
         return
     _current = Prefetcher(session)
+    session.chain.add(_current, first=True)
     _current.start()
-
-
-def claim(session: Session, request: Any) -> Any:
-    """The executable loaded ahead for `request` (see Prefetcher.claim), or None."""
-    current = _current
-    if current is None or current.session is not session:
-        return None
-    try:
-        executable = current.claim(request)
-    except Exception as exc:
-        log.debug("artifactstore: load ahead not used: %s", one_line(exc))
-        return None
-    if executable is not None:
-        note(session, request)
-    return executable
-
-
-def claim_named(session: Session | None, key: str, fingerprint: str) -> tuple[Any, Any] | None:
-    """The named executable `key` loaded ahead (see Prefetcher.claim_named), or None."""
-    current = _current
-    if session is None or current is None or current.session is not session:
-        return None
-    try:
-        return current.claim_named(key, fingerprint)
-    except Exception as exc:
-        log.debug("artifactstore: load ahead not used: %s", one_line(exc))
-        return None
 
 
 def note_named(session: Session | None, key: str, fingerprint: str, devices: tuple[int, ...],

@@ -1,8 +1,9 @@
 """The store side of named executables: find NAME@VERSION for this host, store builds.
 
-A lookup tries the native executable for this host's fingerprint (tier, then store),
-then the portable form, which it rebuilds for this host and stores natively. Why a
-lookup found nothing is kept for the NamedNotFound message.
+A lookup tries the native executable for this host's fingerprint (the session's lookup
+chain: loaded ahead, tier, then store), then the portable form, which it rebuilds for
+this host and stores natively. Why a lookup found nothing is kept for the NamedNotFound
+message.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from artifactstore.named.call import NamedExecutable
 from artifactstore.runtime.session import Session, warn_once
 from artifactstore.store import removed
 from artifactstore.store.background import call_with_timeout
+from artifactstore.store.chain import Found, Request
 
 IMMUTABLE = (
     "versions are immutable once published: this build is used but not stored; "
@@ -60,42 +62,30 @@ class Context:
     def _store(self) -> Any:
         return self.session.store() if self.session is not None else None
 
-    def fetch(self, key: str, fingerprint_digest: str) -> bytes | None:
-        """The verified payload of `key` from this host's tier or the store, or None."""
-        session = self.session
-        if session is None:
+    def lookup(self, key: str, fingerprint_digest: str) -> Found | None:
+        """`key` from the session's lookup chain (store.chain: loaded ahead, tier, store),
+        counted there; why it found nothing goes to `problems`."""
+        if self.session is None:
             return None
-        hit = session.tier_get(key, fingerprint_digest)
-        if hit is not None:
-            session.tier_hit()
-            return bytes(hit.payload)
-        store = self._store()
-        if store is None:
-            self.problems.append("the store is unavailable (see the log)")
-            return None
-        try:
-            got = session.lookup(store, key, fingerprint_digest)
-        except Exception as exc:
-            self.problems.append(f"the store did not answer ({one_line(exc)})")
-            return None
-        if got is None:
-            reason = store.refused(key)
-            if reason:
-                self.problems.append(f"refused: {reason}")
-            return None
-        return bytes(got.payload)
+        request = Request(key, fingerprint_digest, kind="named")
+        found = self.session.chain.get(request)
+        if found is None:
+            self.problems.extend(request.notes)
+        return found
 
     def find(self, name: str, version: str) -> NamedExecutable | None:
         fp = self.fingerprint
         key = keys.key(name, version, fp.digest)
-        ahead = prefetch.claim_named(self.session, key, fp.digest)  # loaded ahead
-        if ahead is not None:
-            header = _check(container.parse_header(ahead[0]), name, version, "native")
-            return self._found(key, header, ahead[1])
-        payload = self.fetch(key, fp.digest)
-        if payload is not None:
+        found = self.lookup(key, fp.digest)
+        payload = found.payload if found is not None else None
+        if found is not None and payload is None:  # loaded ahead: (header, executable)
+            header_json, executable = found.value
+            self._loaded(found)
+            header = _check(container.parse_header(header_json), name, version, "native")
+            return self._found(key, header, executable)
+        if found is not None and payload is not None:
             started = time.monotonic()
-            header, body = _decode(payload, name, version, "native")
+            header, body = _decode(bytes(payload), name, version, "native")
             try:
                 executable = self.backend.deserialize_executable(body, device_list(header), None)
             except Exception as exc:
@@ -103,17 +93,22 @@ class Context:
                     "named-load", "stored %s@%s did not load (%s)", name, version, one_line(exc)
                 )
             else:
-                if self.session is not None:
-                    self.session.observe_load(time.monotonic() - started)
-                    self.session.loads += 1
+                self._loaded(found, started)
                 return self._found(key, header, executable)
-        payload = self.fetch(keys.portable_key(name, version), keys.PORTABLE.digest)
-        if payload is None:
+        portable = self.lookup(keys.portable_key(name, version), keys.PORTABLE.digest)
+        if portable is None or portable.payload is None:
             return None
-        header, body = _decode(payload, name, version, "portable")
+        header, body = _decode(bytes(portable.payload), name, version, "portable")
         built = rebuild(header, body, self.backend)
         self.store_native(built)
         return built.executable
+
+    def _loaded(self, found: Found, started: float | None = None) -> None:
+        """Count a load, timed from `started` (else from the lookup that found it)."""
+        if self.session is not None:
+            since = found.started if started is None else started
+            self.session.observe_load(time.monotonic() - since)
+            self.session.loads += 1
 
     def _found(self, key: str, header: container.Header, executable: Any) -> NamedExecutable:
         """A native hit, noted in the working set for the next run to load ahead."""

@@ -16,37 +16,33 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from artifactstore.config import Settings
 from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.runtime import hitreport
+from artifactstore.runtime.sources import StoreSource, TierSource
 from artifactstore.runtime.workingset import WorkingSets
 from artifactstore.store.background import Breaker, call_with_timeout
-from artifactstore.store.tier import LocalTier, TierHit, open_tier
+from artifactstore.store.chain import Chain, Found, Request
+from artifactstore.store.tier import LocalTier, open_tier, warn_once
+
+__all__ = ["Session", "warn_once"]  # warn_once: the process's one registry (store.tier)
 
 if TYPE_CHECKING:
     from artifactstore.formats.fingerprint import Fingerprint
     from artifactstore.gc.quota_pass import QuotaPass
     from artifactstore.metrics import Recorder
-    from artifactstore.store import Hit, Store
+    from artifactstore.store import Store
 
 log = logging.getLogger("artifactstore")
+T = TypeVar("T")
 
 BACKENDS = ("index", "object store")  # the order a lookup uses them in
 
 # A process still running this long after its first tier hit opens the index in
 # the background to record its hits (LRU must see them).
 FOLD_AFTER_SECS = 30.0
-
-_warned: set[str] = set()
-
-
-def warn_once(topic: str, message: str, *args: object) -> None:
-    """One log line per topic per process: a store problem must not flood the program's log."""
-    if topic not in _warned:
-        _warned.add(topic)
-        log.warning("artifactstore: " + message, *args)
 
 
 class Session:
@@ -95,6 +91,8 @@ class Session:
         self._fold_timer: threading.Timer | None = None
         self.quota: QuotaPass | None = None
         self.metrics = _metrics(settings, self)
+        # Loaded ahead (added by jaxhook.prefetch), this host's tier, the store.
+        self.chain = Chain([TierSource(self), StoreSource(self)])
 
     @property
     def active(self) -> bool:
@@ -161,47 +159,25 @@ class Session:
             else:
                 breaker.release_probe()
 
-    # -- lookups (the JAX adapter's compile path and named executables share them) --
-    def tier_get(
-        self,
-        key: str,
-        fingerprint_digest: str,
-        *,
-        callbacks: int | None = None,
-        account: bool = True,
-    ) -> TierHit | None:
-        """This host's copy of `key`, or None: a tier that cannot be read is a miss.
-        `account=False`: a load ahead (see `LocalTier.get`)."""
-        if self.tier is None:
-            return None
+    # -- lookups: the chain (store.chain) the compile hook, named executables and the
+    # load ahead all use; its tier and store levels are runtime.sources --------------
+    def bounded(self, call: Callable[[], T]) -> T:
+        """`call()` (a store call) within the timeout bound, its outcome fed to the
+        breakers; a failure or hang is counted against the backend it was using, then raised."""
         try:
-            return self.tier.get(key, fingerprint_digest, callbacks=callbacks, account=account)
-        except Exception as exc:
-            log.debug("artifactstore: local tier read failed: %s", one_line(exc))
-            return None
-
-    def lookup(
-        self,
-        store: Store,
-        key: str,
-        fingerprint_digest: str,
-        *,
-        callbacks: int | None = None,
-        account: bool = True,
-    ) -> Hit | None:
-        """`store.get` within the timeout bound, its outcome fed to the breakers; a
-        failure or hang is counted against the backend it was using, then raised.
-        `account=False`: a load ahead (see `Store.get`)."""
-        try:
-            hit = call_with_timeout(
-                lambda: store.get(key, fingerprint_digest, callbacks=callbacks, account=account),
-                self.settings.timeout_secs,
-            )
+            result = call_with_timeout(call, self.settings.timeout_secs)
         except Exception as exc:
             self.fail(exc)
             raise
         self.ok()
-        return hit
+        return result
+
+    def lookup(
+        self, store: Store, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+    ) -> Found | None:
+        """The store's answer alone, through the chain (counted); `store`: the session's."""
+        del store  # the chain's store level asks the session's own
+        return self.chain.get(Request(key, fingerprint_digest, callbacks), names=("store",))
 
     def _stored(self) -> None:
         """A put went through (on the writer thread): both backends answer."""

@@ -36,6 +36,7 @@ from artifactstore.store.backends import (
     secure_local_dirs,
 )
 from artifactstore.store.background import Worker
+from artifactstore.store.chain import Found, Missed
 from artifactstore.store.flight import SingleFlight
 from artifactstore.store.lease import enabled
 from artifactstore.store.read import Hit, ReadPath
@@ -191,26 +192,23 @@ class Store:
         return redact(f"{self.blobs.describe()} + {self.settings.index_url}")
 
     # -- read (store.read) ----------------------------------------------------
-    def get(
-        self,
-        key: str,
-        fingerprint_digest: str,
-        *,
-        callbacks: int | None = None,
-        account: bool = True,
-    ) -> Hit | None:
-        """Verified payload for `key` built for this fingerprint, or None (a miss).
+    def get(self, key: str, fingerprint_digest: str, *, callbacks: int | None = None) -> Hit | None:
+        """Verified payload for `key` built for this fingerprint, or None (a miss), counted.
 
         `callbacks`: the number of host callbacks the caller will bind on load; an
         executable stored for another number is a miss (`callback_mismatch`).
-        `account=False`: a load ahead of the program's request, counted (`count_hit`)
-        only once the program asks for it (see ReadPath.get).
         """
-        return self.reads.get(key, fingerprint_digest, callbacks=callbacks, account=account)
+        return self.reads.get(key, fingerprint_digest, callbacks=callbacks)
 
-    def count_hit(self, key: str, entry: EntryInfo | Manifest) -> None:
-        """Count the hit on `entry`, got with `account=False`, now that the program uses it."""
-        self.reads.count_hit(key, entry)
+    def peek(
+        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+    ) -> Hit | Missed:
+        """As `get`, counted nothing: the lookup chain counts it (`count`) when used."""
+        return self.reads.peek(key, fingerprint_digest, callbacks=callbacks)
+
+    def count(self, key: str, fingerprint_digest: str, outcome: Hit | Found | Missed) -> None:
+        """Count the hit or miss `peek` returned, now that the program uses it."""
+        self.reads.count(key, fingerprint_digest, outcome)
 
     def fetch_object(self, entry: EntryInfo | Manifest) -> bytes | None:
         """`entry`'s object as stored, unverified, or None if gone (see ReadPath.fetch_object)."""

@@ -11,7 +11,6 @@ here is remembered in it. What a step found bad is removed by the write path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from artifactstore.errors import CorruptObject, OverLimit
@@ -21,7 +20,8 @@ from artifactstore.index.repo import EntryInfo
 from artifactstore.store import removed
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
-from artifactstore.store.tier import _warn_once
+from artifactstore.store.chain import Found, Missed
+from artifactstore.store.tier import warn_once as process_warn_once
 from artifactstore.store.write import WritePath, remember
 
 NO_TRUSTED_KEYS = (
@@ -47,44 +47,49 @@ class ReadPath:
         self.writes = writes
         self.refused = refused  # key -> why this process refused its entry's signature
 
-    def get(
-        self,
-        key: str,
-        fingerprint_digest: str,
-        *,
-        callbacks: int | None = None,
-        account: bool = True,
-    ) -> Hit | None:
-        """Verified payload for `key` built for this fingerprint, or None (a miss).
+    def get(self, key: str, fingerprint_digest: str, *, callbacks: int | None = None) -> Hit | None:
+        """Verified payload for `key` built for this fingerprint, or None (a miss): `peek`,
+        its hit or miss counted (`count`)."""
+        outcome = self.peek(key, fingerprint_digest, callbacks=callbacks)
+        self.count(key, fingerprint_digest, outcome)
+        return outcome if isinstance(outcome, Hit) else None
 
-        `account=False`: a load ahead of the program's request (jaxhook.prefetch), verified
-        the same, but neither its hit nor its miss counted: the hit is counted if the
-        program claims it (`count_hit`), the miss when the program looks the key up."""
+    def count(self, key: str, fingerprint_digest: str, outcome: Hit | Found | Missed) -> None:
+        """Count what `peek` returned: a hit (its access, for LRU, and the process's
+        counters) or a miss and its reason."""
+        if isinstance(outcome, Missed):
+            self.accounts.miss(outcome.reason, key=key, fingerprint=fingerprint_digest)
+        else:
+            self.accounts.touch(key)
+            entry = outcome.entry
+            self.accounts.counters.hit(
+                entry.fingerprint, size=entry.size, compile_secs=entry.compile_secs
+            )
+
+    def peek(
+        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+    ) -> Hit | Missed:
+        """`key`'s verified payload, or why not, counted nothing (`count` does): what a
+        step found bad is still withdrawn or quarantined, and a hit remembered in the tier."""
         settings, warn_once = self.backends.settings, self.backends.warn_once
-
-        def miss(reason: str) -> Hit | None:
-            if account:
-                self.accounts.miss(reason, key=key, fingerprint=fingerprint_digest)
-            return None
-
         entry = self.find(key)
         if entry is None:
-            return miss("misses")
+            return Missed("misses")
         if settings.trusted_keys is not None and not settings.trusted_keys.keys:
             # Signatures required, no key trusted: nothing here may run, so fetch nothing.
-            _warn_once("untrusted_key", NO_TRUSTED_KEYS)
+            process_warn_once("untrusted_key", NO_TRUSTED_KEYS)
             self.refused[key] = "untrusted_key"
-            return miss("untrusted_key")
+            return Missed("untrusted_key")
         if entry.fingerprint != fingerprint_digest:
             # Keys include the fingerprint, so this means a damaged or forged row.
             warn_once(
                 "fingerprint", "entry %s was built for another platform; ignoring it", key[:12]
             )
-            return miss("fingerprint_mismatch")
+            return Missed("fingerprint_mismatch")
         try:
             data = self.fetch_object(entry)
         except OverLimit as exc:
-            return self._over_limit(exc, miss)
+            return self._over_limit(exc)
         if data is None:
             warn_once(
                 "missing",
@@ -93,50 +98,41 @@ class ReadPath:
                 entry.digest[:12],
             )
             self.writes.drop_entry(entry)
-            return miss("missing_object")
+            return Missed("missing_object")
         try:
             payload = self.verify(entry, data, fingerprint_digest, callbacks=callbacks)
         except removed.RemovedVersion as exc:  # planted back after `rm --name`: never run
             warn_once("named-removed", "refusing executable: %s; compiling", exc)
             self.refused[key] = exc.reason
-            return miss(exc.reason)
+            return Missed(exc.reason)
         except codec.SignatureRefused as exc:
             # Intact bytes this reader will not run (unsigned, unknown key, bad
             # signature): a miss, never quarantined (another reader may trust the key).
-            _warn_once(
+            process_warn_once(
                 exc.reason, "refusing executable: %s (ARTSTORE_TRUSTED_KEYS); compiling", exc
             )
             self.refused[key] = exc.reason
-            return miss(exc.reason)
+            return Missed(exc.reason)
         except codec.FingerprintMismatch as exc:
             warn_once("fingerprint", "refusing foreign executable: %s", exc)
-            return miss("fingerprint_mismatch")
+            return Missed("fingerprint_mismatch")
         except codec.WrongEntry as exc:
             # The object is intact; the index row pointing here is wrong (damaged or forged).
             warn_once("wrong-entry", "refusing executable of another entry: %s", exc)
-            return miss("wrong_entry")
+            return Missed("wrong_entry")
         except codec.CallbackMismatch as exc:
             # Bound to its key but not to this trace's callbacks: a damaged or forged
             # entry that would crash on execute. Refused, not quarantined (see codec).
             warn_once("callbacks", "refusing executable: %s; compiling", exc)
-            return miss("callback_mismatch")
+            return Missed("callback_mismatch")
         except OverLimit as exc:  # bigger than this reader allows; another may load it
-            return self._over_limit(exc, miss)
+            return self._over_limit(exc)
         except CorruptObject as exc:
             self.writes.quarantine(entry, str(exc))
-            return miss("corrupt")
-        if account:
-            self.count_hit(key, entry)
+            return Missed("corrupt")
         record = entry if isinstance(entry, Manifest) else Manifest.of(entry, callbacks=callbacks)
         remember(self.backends, key, record, data)
         return Hit(payload, entry)
-
-    def count_hit(self, key: str, entry: EntryInfo | Manifest) -> None:
-        """Count a hit on `key` (its access, for LRU, and the process's counters)."""
-        self.accounts.touch(key)
-        self.accounts.counters.hit(
-            entry.fingerprint, size=entry.size, compile_secs=entry.compile_secs
-        )
 
     def find(self, key: str) -> EntryInfo | Manifest | None:
         """Where `key`'s object is: its manifest in the object store. A SQLite index (a
@@ -194,6 +190,6 @@ class ReadPath:
         removed.check(self.backends.blobs, data)  # after: only authentic objects cost a GET
         return payload
 
-    def _over_limit(self, exc: OverLimit, miss: Callable[[str], Hit | None]) -> Hit | None:
+    def _over_limit(self, exc: OverLimit) -> Missed:
         self.backends.warn_once("over-limit", "executable not loaded: %s; compiling", exc)
-        return miss("over_limit")
+        return Missed("over_limit")

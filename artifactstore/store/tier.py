@@ -137,7 +137,7 @@ class LocalTier:
         """A refused directory turns the tier off for the process (one warning): nothing
         in it is read, so nothing another user planted or swapped in is loaded."""
         self._off = True
-        _warn_once("unsafe-tier", "local tier not used: %s", exc)
+        warn_once("unsafe-tier", "local tier not used: %s", exc)
 
     def _do(self, action: Callable[[], T], default: T) -> T:
         """`action()` in the tier's directories, or `default` when the tier is (or now
@@ -213,18 +213,20 @@ class LocalTier:
             return None
 
     def get(
-        self,
-        key: str,
-        fingerprint_digest: str,
-        *,
-        callbacks: int | None = None,
-        account: bool = True,
+        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
     ) -> TierHit | None:
-        """The verified payload for `key`, or None; a bad tier copy is dropped, never loaded.
+        """`peek`, its access recorded (for LRU) when it hits."""
+        hit = self.peek(key, fingerprint_digest, callbacks=callbacks)
+        if hit is not None:
+            self.record_access(key)
+        return hit
 
-        `callbacks`: as for `Store.get`. A copy over this reader's limits is left in
-        place (the store's path, asked next, counts and logs it). `account=False`: no
-        access recorded (a load ahead of the program's request: `record_access` if used)."""
+    def peek(
+        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+    ) -> TierHit | None:
+        """The verified payload for `key` (`callbacks`: as for `Store.get`), or None; no
+        access recorded (`get` records it). A bad copy is dropped, never loaded; one over
+        this reader's limits is left (the store's path, asked next, logs it)."""
         entry = self.lookup(key)
         if entry is None or entry.fingerprint != fingerprint_digest:
             return None
@@ -255,7 +257,7 @@ class LocalTier:
             # local store's own object is counted and logged there; a private copy here.
             if self.owns_objects:
                 self.refusals["tier_" + exc.reason] += 1
-                _warn_once(exc.reason, "tier copy of %s not loaded: %s", key[:12], exc)
+                warn_once(exc.reason, "tier copy of %s not loaded: %s", key[:12], exc)
             else:
                 log.debug("artifactstore: tier entry of %s not loaded: %s", key[:12], exc)
             self.forget(key)
@@ -263,7 +265,7 @@ class LocalTier:
         except codec.WrongEntry as exc:
             # A key file naming another key's object (damaged, or planted).
             self.refusals["tier_wrong_entry"] += 1
-            _warn_once("wrong-entry", "tier key file of %s refused: %s", key[:12], exc)
+            warn_once("wrong-entry", "tier key file of %s refused: %s", key[:12], exc)
             self.forget(key)
             return None
         except codec.CallbackMismatch as exc:
@@ -282,8 +284,6 @@ class LocalTier:
             if self.owns_objects:
                 self.blobs.delete(entry.digest)
             return None
-        if account:
-            self.record_access(key)
         if self.owns_objects:
             with contextlib.suppress(UnsafeDirectory):  # refused at the next open
                 self.blobs.touch(entry.digest)  # LRU order for pruning
@@ -380,9 +380,10 @@ class LocalTier:
 _warned: set[str] = set()
 
 
-def _warn_once(topic: str, message: str, *args: object) -> None:
-    """One line per topic per process, shared with the store's refusals of signatures
-    (a refused tier copy and the store's refused object are one refusal to the user)."""
+def warn_once(topic: str, message: str, *args: object) -> None:
+    """One line per topic per process: the process's one registry (the session's, the
+    tier's and the store's refusals of signatures: a refused tier copy and the store's
+    refused object are one refusal to the user), so a problem never floods the log."""
     if topic not in _warned:
         _warned.add(topic)
         log.warning("artifactstore: " + message, *args)

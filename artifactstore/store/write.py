@@ -24,7 +24,7 @@ from artifactstore.index.repo import EntryInfo, NewEntry
 from artifactstore.store import identity
 from artifactstore.store.account import ProcessCounters
 from artifactstore.store.backends import Backends
-from artifactstore.store.tier import LocalTier, _warn_once
+from artifactstore.store.tier import LocalTier, warn_once
 
 if TYPE_CHECKING:
     from artifactstore.config import Settings
@@ -377,7 +377,7 @@ def keep_in_tier(
                           encoded.signer)  # fmt: skip
         tier.remember(key, record, encoded.data)
     except Exception as exc:  # a full disk costs the copy, nothing else
-        _warn_once("tier-keep", "local tier not updated: %s", one_line(exc))
+        warn_once("tier-keep", "local tier not updated: %s", one_line(exc))
         return False
     return True
 

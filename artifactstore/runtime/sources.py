@@ -1,0 +1,99 @@
+"""The session's two levels of the lookup chain (store.chain): this host's tier, then
+the store, each counting its own hits once.
+
+Apart from the session so that what a hit costs and counts at each level reads in one
+place: a tier hit is an access journaled on this host and a `tier_hits` count; a store
+hit or miss is counted by the store's accounts; the store is opened on first use, its
+calls bounded by ARTSTORE_TIMEOUT and fed to the session's breakers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from artifactstore.errors import one_line
+from artifactstore.store.chain import Found, Missed, Request
+from artifactstore.store.tier import warn_once
+
+if TYPE_CHECKING:
+    from artifactstore.runtime.session import Session
+
+log = logging.getLogger("artifactstore")
+
+
+class TierSource:
+    """This host's local tier: a directory, read before any Store opens."""
+
+    name = "tier"
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def peek(self, request: Request) -> Found | None:
+        tier = self.session.tier
+        if tier is None:
+            return None
+        try:
+            hit = tier.peek(request.key, request.fingerprint, callbacks=request.callbacks)
+        except Exception as exc:  # a tier that cannot be read is a miss
+            log.debug("artifactstore: local tier read failed: %s", one_line(exc))
+            return None
+        return None if hit is None else Found(self, hit.entry, hit.payload)
+
+    def count(self, request: Request, outcome: Found | Missed) -> None:
+        """An access for LRU (journaled, folded into the index later) and a tier hit."""
+        if isinstance(outcome, Found):
+            if self.session.tier is not None:
+                self.session.tier.record_access(request.key)
+            self.session.tier_hit()
+
+    def unusable(self, request: Request, found: Found, exc: Exception) -> bool:
+        """A tier copy that does not load is forgotten; the store is asked next."""
+        log.debug("artifactstore: tier copy of %s did not load: %s", request.key[:12], exc)
+        if self.session.tier is not None:
+            self.session.tier.forget(request.key)
+        return True
+
+
+class StoreSource:
+    """The session's Store, opened on first use; None from `peek` while a breaker is open."""
+
+    name = "store"
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def peek(self, request: Request) -> Found | Missed | None:
+        session = self.session
+        store = request.store = session.store()
+        if store is None:
+            request.notes.append("the store is unavailable (see the log)")
+            return None
+        try:
+            outcome = session.bounded(
+                lambda: store.peek(request.key, request.fingerprint, callbacks=request.callbacks)
+            )
+        except Exception as exc:  # counted by the session's breakers, logged once per outage
+            request.notes.append(f"the store did not answer ({one_line(exc)})")
+            return None
+        if isinstance(outcome, Missed):
+            reason = store.refused(request.key)
+            if reason:
+                request.notes.append(f"refused: {reason}")
+            return outcome
+        return Found(self, outcome.entry, outcome.payload)
+
+    def count(self, request: Request, outcome: Found | Missed) -> None:
+        if request.store is not None:  # the store `peek` asked
+            request.store.count(request.key, request.fingerprint, outcome)
+
+    def unusable(self, request: Request, found: Found, exc: Exception) -> bool:
+        """Verified bytes that did not deserialize: still the hit it was, and a load
+        error; the caller compiles (a lower level has nothing better)."""
+        self.count(request, found)
+        store = request.store
+        if store is not None:
+            store.counters.add("load_errors")
+        warn_once("load", "stored executable did not load (%s); compiling", one_line(exc))
+        return False
