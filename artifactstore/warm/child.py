@@ -86,16 +86,17 @@ class Recorder:
             self._write(lines)
 
     def attach(self, store: Any) -> None:
-        """Record through `store`'s get and put (instance attributes shadow the methods),
-        and make puts synchronous: warming is the point, so a compile returns once its
-        entry is stored, and a process that is killed later loses nothing."""
+        """Record through `store`'s count and put (instance attributes shadow the methods):
+        the lookup chain counts each hit there, once. Puts are made synchronous: warming is
+        the point, so a compile returns once its entry is stored, and a process that is
+        killed later loses nothing."""
         store.accounts.warming = True  # its compiles are warm_compiles, not misses
-        real_get, real_put = store.get, store.put
+        real_count, real_put = store.count, store.put
 
-        def get(key: str, fingerprint_digest: str, **kwargs: Any) -> Any:
-            hit = real_get(key, fingerprint_digest, **kwargs)
-            if hit is not None:
-                entry = hit.entry
+        def count(key: str, fingerprint_digest: str, outcome: Any) -> None:
+            real_count(key, fingerprint_digest, outcome)
+            entry = getattr(outcome, "entry", None)  # a hit (a miss carries none)
+            if entry is not None:
                 if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
                     entry = store.index.lookup(key) or entry
                 item = {
@@ -106,7 +107,6 @@ class Recorder:
                     "how": "loaded",
                 }
                 self._note("present", item, entry)
-            return hit
 
         def put(key: str, payload: bytes, **kwargs: Any) -> bool:
             before = store.counters.snapshot().get("bytes_uploaded", 0)
@@ -158,7 +158,7 @@ class Recorder:
                 if then is not None:  # a compile lease waits for this put (singleflight)
                     then(published)
 
-        store.get, store.put = get, put
+        store.count, store.put = count, put
         if not store.read_only:
             store.submit_put = submit_put
 
