@@ -35,6 +35,7 @@ from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.bundles.pull import open_puller, pull
 from artifactstore.config.keyfiles import generate, load_signing_key
 from artifactstore.formats import codec
+from artifactstore.formats import named as named_format
 from artifactstore.formats.workingset import WorkingEntry, WorkingSet, program_id
 from artifactstore.gc.rebuild import rebuild
 from artifactstore.gc.remove import remove
@@ -128,13 +129,28 @@ class Grant:
     pattern: str  # an object key (ARN resource without the bucket) or an s3:prefix
 
 
-def _grants(kind: str, bucket: str, prefix: str) -> list[Grant]:
+def _statements(kind: str, bucket: str, prefix: str, effect: str) -> list[dict[str, Any]]:
     text = (POLICIES / f"s3-{kind}.json").read_text()
     for name, value in (("BUCKET", bucket), ("PREFIX", prefix), ("NAMESPACE", NS)):
         text = text.replace(name, value)
+    statements = json.loads(text)["Statement"]
+    assert {s["Effect"] for s in statements} <= {"Allow", "Deny"}
+    return [s for s in statements if s["Effect"] == effect]
+
+
+def _denials(kind: str, bucket: str, prefix: str) -> list[Grant]:
+    """What a role's policy refuses outright (Deny wins over every Allow in IAM)."""
+    return [
+        Grant(action, resource.removeprefix(f"arn:aws:s3:::{bucket}/"))
+        for statement in _statements(kind, bucket, prefix, "Deny")
+        for action in statement["Action"]
+        for resource in statement["Resource"]
+    ]
+
+
+def _grants(kind: str, bucket: str, prefix: str) -> list[Grant]:
     grants = []
-    for statement in json.loads(text)["Statement"]:
-        assert statement["Effect"] == "Allow"
+    for statement in _statements(kind, bucket, prefix, "Allow"):
         for action in statement["Action"]:
             for resource in statement["Resource"]:
                 if action == "s3:ListBucket":
@@ -159,10 +175,12 @@ def _folder(value: str, prefix: str) -> str:
 
 def _mismatches(kind: str, needs: set[Need], bucket: str, prefix: str) -> list[str]:
     grants = _grants(kind, bucket, prefix)
+    denials = _denials(kind, bucket, prefix)
     problems = [
         f"s3-{kind}.json refuses {action} on {value} (the {kind} path needs it)"
         for action, value in sorted(needs)
         if not any(g.action == action and _matches(g.pattern, value) for g in grants)
+        or any(d.action == action and _matches(d.pattern, value) for d in denials)
     ]
     used = {(action, _folder(value, prefix)) for action, value in needs}
     for grant in grants:
@@ -324,3 +342,24 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
         for problem in _mismatches(role, recorder.needs[role], bucket, prefix)
     ]
     assert not problems, "\n".join(problems)
+
+
+def test_a_writer_cannot_delete_a_removal_record() -> None:
+    """A removed named version stays removed against writer credentials (issue 38.8): the
+    writer policy denies deleting its removal record (any bytes put there still refuse
+    the version), while the manifests and objects writers withdraw stay deletable. Only
+    the gc role, the operator's, can take a removal back."""
+    bucket, prefix = "b", "cache"
+    record = f"{prefix}/{NS}/keys/{named_format.removed_name('t/step', '1')}"
+    manifest = f"{prefix}/{NS}/keys/{key(1)}"
+
+    def refused(kind: str, value: str) -> bool:
+        return any(
+            d.action == "s3:DeleteObject" and _matches(d.pattern, value)
+            for d in _denials(kind, bucket, prefix)
+        )
+
+    assert refused("writer", record) and not refused("writer", manifest)
+    assert not refused("gc", record)
+    allowed = _grants("writer", bucket, prefix)
+    assert any(g.action == "s3:PutObject" and _matches(g.pattern, record) for g in allowed)
