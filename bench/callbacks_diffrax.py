@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import _results
-from artifactstore.examples.compile_heavy import use_cache
 from warm_start import (
     JAX_WARM,
     NO_CACHE,
@@ -45,6 +44,8 @@ from warm_start import (
     run_child,
     s3pg_env,
 )
+
+from artifactstore.examples.compile_heavy import use_cache
 
 CONFIGS: list[Config] = [
     Config(NO_CACHE),
