@@ -46,6 +46,9 @@ PROBE = "artstore_tests_adapter_probe"  # tests/adapter_probe.py, copied into si
 SLOW_SECS = 15.0
 # Files whose tests assert how long something waits (tight bounds): run them alone.
 SERIAL = ("faults/",)
+# Run on both ends whatever lines they cover: the trust boundary's tests (issue 38), since
+# what a hostile record costs must be shown on every JAX and Python the project supports.
+BOTH_ENDS = ("security/",)
 COVER = pytest.StashKey[str]()
 
 
@@ -218,14 +221,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     recorded = _read_record(only)
     chosen = set(cover(recorded))
-    keep = [i for i in items if i.nodeid in chosen]
+    keep = [i for i in items if i.nodeid in chosen or _on_both_ends(i)]
     lines = {(f, n) for said in recorded for f, n in said["lines"]}  # type: ignore[attr-defined]
     config.stash[COVER] = (
         f"{len(chosen)} of {len({str(r['test']) for r in recorded})} recorded tests run all "
-        f"{len(lines)} adapter lines the suite ran (-m selects among them)"
+        f"{len(lines)} adapter and interpreter-dependent lines the suite ran, and the "
+        f"{sum(map(_on_both_ends, keep))} tests under {', '.join(BOTH_ENDS)} run on both ends "
+        "(-m selects among them)"
     )
     config.hook.pytest_deselected(items=[i for i in items if i not in keep])
     items[:] = keep
+
+
+def _on_both_ends(item: pytest.Item) -> bool:
+    return item.path.relative_to(HERE).as_posix().startswith(BOTH_ENDS)
 
 
 @pytest.hookimpl(hookwrapper=True)
