@@ -15,6 +15,7 @@ import argparse
 import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -242,6 +243,10 @@ def checkout(ref: str) -> Path:
     git = ["git", "-C", str(repo), "worktree"]
     subprocess.run([*git, "add", "--detach", "-q", str(tree), ref], check=True)
     atexit.register(subprocess.run, [*git, "remove", "--force", str(tree)], check=False)
+    # Before 258a544 the example lived in examples/, mapped into the package at install:
+    # put it where a process with the tree first on its path imports it from.
+    if not (tree / "artifactstore" / "examples").exists() and (tree / "examples").is_dir():
+        shutil.copytree(tree / "examples", tree / "artifactstore" / "examples")
     return tree
 
 

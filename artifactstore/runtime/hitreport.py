@@ -49,11 +49,13 @@ def report_tier_hits(session: Session) -> None:
 
     Quietly: the program never needed the store, so a store that cannot be reached
     now is no news to its user (a debug line); the hits wait in the tier."""
-    from artifactstore.store import Store
-
     tier, settings = session.tier, session.settings
+    if settings.blobs.scheme == "file" and not settings.read_only:
+        return  # the tier is the store's own directory: every Store.open folds its journals
     if tier is None or not _has_journals(tier) or not report_due(tier, settings.journal_secs):
         return  # nothing to report (a process with no tier hits opens nothing, writes nothing)
+    from artifactstore.store import Store  # only now: the index's imports cost ~0.2 s
+
     tier.write_file(REPORTED, repr(time.time()).encode())
     bound = min(settings.timeout_secs, settings.flush_secs)
     try:  # its open folds the tier's journals, on its writer
