@@ -50,9 +50,9 @@ def report_tier_hits(session: Session) -> None:
     Quietly: the program never needed the store, so a store that cannot be reached
     now is no news to its user (a debug line); the hits wait in the tier."""
     tier, settings = session.tier, session.settings
-    if settings.blobs.scheme == "file" and not settings.read_only:
-        return  # the tier is the store's own directory: every Store.open folds its journals
-    if tier is None or not _has_journals(tier) or not report_due(tier, settings.journal_secs):
+    if tier is None or not tier.owns_objects:
+        return  # none, or the store's own directory: every Store.open folds its journals
+    if not tier.has_journals() or not report_due(tier, settings.journal_secs):
         return  # nothing to report (a process with no tier hits opens nothing, writes nothing)
     from artifactstore.store import Store  # only now: the index's imports cost ~0.2 s
 
@@ -68,15 +68,6 @@ def report_tier_hits(session: Session) -> None:
     finally:
         park_unwritten(store)
         store.close()
-
-
-def _has_journals(tier: LocalTier) -> bool:
-    """Whether the tier holds hits to report (its journals' names only: reading them is
-    the fold's, through the tier's guarded tree)."""
-    try:
-        return any(tier.journal.glob("*.json"))
-    except OSError:
-        return False
 
 
 def park_unwritten(store: Store) -> None:

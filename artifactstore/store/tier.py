@@ -364,6 +364,13 @@ class LocalTier:
         body = json.dumps(accesses).encode()
         self._do(lambda: self.tree.write(self.journal / name, body, durable=False), None)
 
+    def has_journals(self) -> bool:
+        """Whether hits wait here to be reported (names only; `drain_journals` reads them)."""
+        try:
+            return not self._off and any(self.journal.glob("*.json"))
+        except OSError:
+            return False
+
     def drain_journals(self) -> Iterator[Accesses]:
         """Each journal once: claimed by an atomic rename, so two folders never both count it."""
         try:
