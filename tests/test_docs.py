@@ -174,3 +174,61 @@ def test_readme_links_to_pages_that_exist() -> None:
     assert linked, "the README links to no docs page"
     assert [link for link in sorted(linked) if not (REPO / link).is_file()] == []
     assert len(readme.splitlines()) <= 250
+
+
+def _readme_program() -> str:
+    """The README's "In ten lines" program, as written there."""
+    readme = REPO / "README.md"
+    text = readme.read_text()
+    section = text[text.index("## In ten lines") :]
+    blocks = [body for language, _, body in _blocks_of(section) if language == "python"]
+    assert blocks, "the README's ten-line section has no python block"
+    return blocks[0]
+
+
+def _blocks_of(text: str) -> list[tuple[str, str, str]]:
+    return [(m.group(1), "", m.group(3)) for m in _FENCE.finditer(text)]
+
+
+def _code_lines(source: str) -> list[str]:
+    """Statements without comments, blank lines and type hints' differences in `def`."""
+    out = []
+    for line in source.splitlines():
+        line = line.split("  #")[0].rstrip()
+        if not line or line.lstrip().startswith("#"):
+            continue
+        out.append(re.sub(r": jax\.Array|-> jax\.Array", "", line).replace(" :", ":"))
+    return out
+
+
+def test_readme_ten_lines_is_the_example_and_loads_on_the_second_run(tmp_path: Path) -> None:
+    """The README's ten lines are examples/ten_lines.py's program, and run as written twice
+    (fresh processes, embedded store) the second loads every executable the first stored:
+    on a fast CPU every compile of the step is under the default 0.1 s threshold, so a
+    program without `min_compile_secs=0` would store nothing (seen before this test)."""
+    program = _readme_program()
+    example = (REPO / "examples" / "ten_lines.py").read_text()
+    example_code = [
+        ln for ln in _code_lines(example.split('"""', 2)[2]) if "process_stats" not in ln
+    ]
+    assert _code_lines(program) == example_code
+    script = tmp_path / "ten_lines.py"
+    script.write_text(program + "\nprint('STATS', artifactstore.process_stats())\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN)}
+    env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"), JAX_PLATFORMS="cpu")
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        stats = proc.stdout.rsplit("STATS ", 1)[1]
+        runs.append({k: int(v) for k, v in re.findall(r"'(\w+)': (\d+)", stats)})
+    assert runs[0].get("stored", 0) > 0 and runs[0].get("hits", 0) == 0, runs
+    assert runs[1].get("hits", 0) == runs[0]["compiles"] and runs[1].get("compiles", 0) == 0, runs
