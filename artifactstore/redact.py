@@ -39,15 +39,39 @@ MASK = "***"
 # conninfo string, an environment listing or a repr: exact names, then endings.
 _SECRET_NAMES = frozenset(
     {
-        "password", "passwd", "pwd", "pass", "sslpassword", "pgpassword",
-        "secret", "client_secret", "secret_key", "secretkey", "private_key", "api_key",
-        "apikey", "token", "access_token", "refresh_token", "auth_token", "id_token",
-        "session_token", "sessiontoken", "security_token", "x_amz_security_token",
-        "x_amz_signature", "x_amz_credential", "signature", "sig", "x_goog_signature",
-        "x_goog_credential", "aws_secret_access_key", "aws_session_token",
+        "password",
+        "passwd",
+        "pwd",
+        "pass",
+        "sslpassword",
+        "pgpassword",
+        "secret",
+        "client_secret",
+        "secret_key",
+        "secretkey",
+        "private_key",
+        "api_key",
+        "apikey",
+        "token",
+        "access_token",
+        "refresh_token",
+        "auth_token",
+        "id_token",
+        "session_token",
+        "sessiontoken",
+        "security_token",
+        "x_amz_security_token",
+        "x_amz_signature",
+        "x_amz_credential",
+        "signature",
+        "sig",
+        "x_goog_signature",
+        "x_goog_credential",
+        "aws_secret_access_key",
+        "aws_session_token",
         "aws_security_token",
     }
-)  # fmt: skip
+)
 _SECRET_ENDINGS = re.compile(r"(password|passwd|secret|_token|secret_access_key)$")
 
 # `scheme://user:PASSWORD@host`: the password runs to the last '@' before the URL ends
@@ -60,8 +84,7 @@ _ASSIGNMENT = re.compile(
     r"(?P<value>'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s&'\"<>]*)"
 )
 # Secrets in the environment of this process, masked wherever their values appear.
-SECRET_ENV_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                   "PGPASSWORD")  # fmt: skip
+SECRET_ENV_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "PGPASSWORD")
 _MIN_LITERAL = 8  # shorter values would mask ordinary words; the patterns still catch them
 
 _known: set[str] = set()

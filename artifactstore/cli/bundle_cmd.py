@@ -78,8 +78,9 @@ def export_cmd(
             raise click.UsageError(f"--fingerprint {fingerprint[:80]!r} is not a hex digest prefix")
     for ref in names:
         named_keys.parse_ref(ref)  # a bad version: one line now, not per entry
-    selection = Selection(names=names, modules=modules, fingerprint=fingerprint,
-                          everything=everything)  # fmt: skip
+    selection = Selection(
+        names=names, modules=modules, fingerprint=fingerprint, everything=everything
+    )
     if selection.empty:
         raise click.UsageError(
             "say which entries to export: --name PATTERN, --module PATTERN, "

@@ -76,8 +76,17 @@ def ls_cmd(
         ]
         for e in entries
     ]
-    headers = ["KEY", "MODULE", "PLATFORM", "DEVICE", "JAXLIB", "SIZE", "HITS", "LAST ACCESS",
-               "SIGNER"]  # fmt: skip
+    headers = [
+        "KEY",
+        "MODULE",
+        "PLATFORM",
+        "DEVICE",
+        "JAXLIB",
+        "SIZE",
+        "HITS",
+        "LAST ACCESS",
+        "SIGNER",
+    ]
     print_table(headers, rows, right={5, 6})
 
 
@@ -220,8 +229,11 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
             ("hits", stats.hits),
             ("misses", stats.eligible_misses),
             ("hit rate", f"{100 * stats.hit_rate:.1f}%"),
-            ("quick compiles", f"{stats.below_threshold} (under ARTSTORE_MIN_COMPILE_SECS: "
-                               "never stored, not misses)"),
+            (
+                "quick compiles",
+                f"{stats.below_threshold} (under ARTSTORE_MIN_COMPILE_SECS: "
+                "never stored, not misses)",
+            ),
             ("warm compiles", f"{stats.warm_compiles} (artstore warm: not misses)"),
             ("corrupt objects seen", stats.corrupt),
             ("bytes fetched", format_size(stats.bytes_fetched)),
@@ -229,7 +241,7 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
             ("lease waits", stats.lease_waits),
             ("lease takeovers", stats.lease_takeovers),
         ]
-    )  # fmt: skip
+    )
 
 
 def _print_groups(
@@ -240,9 +252,16 @@ def _print_groups(
 
     total = UsageGroup("total")
     for group in groups:
-        for name in ("hits", "bytes_fetched", "compile_secs_saved", "misses",
-                     "misses_below_threshold", "below_threshold", "lease_waits",
-                     "lease_takeovers"):  # fmt: skip
+        for name in (
+            "hits",
+            "bytes_fetched",
+            "compile_secs_saved",
+            "misses",
+            "misses_below_threshold",
+            "below_threshold",
+            "lease_waits",
+            "lease_takeovers",
+        ):
             value, mine = getattr(total, name), getattr(group, name)
             setattr(total, name, None if value is None or mine is None else value + mine)
     if by == "module":
@@ -273,8 +292,17 @@ def _print_groups(
         return f"{100 * group.hit_rate:.1f}%"
 
     first = {"fingerprint": "FINGERPRINT", "day": "DAY", "module": "MODULE"}[by]
-    headers = [first, "HITS", "MISSES", "HIT RATE", "QUICK COMPILES", "FETCHED",
-               "SAVED", "LEASE WAITS", "TAKEOVERS"]  # fmt: skip
+    headers = [
+        first,
+        "HITS",
+        "MISSES",
+        "HIT RATE",
+        "QUICK COMPILES",
+        "FETCHED",
+        "SAVED",
+        "LEASE WAITS",
+        "TAKEOVERS",
+    ]
     rows = []
     for g in [*groups, total]:
         label = g.group
@@ -285,10 +313,19 @@ def _print_groups(
                 label += " " + "/".join(str(d) for d in described if d)[:40]
         elif by == "module" and g is not total:
             label = g.group[:40]
-        rows.append([label, str(g.hits), count(g.eligible_misses), rate(g),
-                     count(g.below_threshold), format_size(g.bytes_fetched),
-                     format_seconds(g.compile_secs_saved), count(g.lease_waits),
-                     count(g.lease_takeovers)])  # fmt: skip
+        rows.append(
+            [
+                label,
+                str(g.hits),
+                count(g.eligible_misses),
+                rate(g),
+                count(g.below_threshold),
+                format_size(g.bytes_fetched),
+                format_seconds(g.compile_secs_saved),
+                count(g.lease_waits),
+                count(g.lease_takeovers),
+            ]
+        )
     print_table(headers, rows, right=set(range(1, 9)))
 
 
@@ -334,8 +371,11 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: st
             if unknown:
                 fail(f"no entry matches {unknown[0]!r}: check `artstore ls`")
             if len(full) > 1:
-                _confirm(yes, f"remove {len(full)} entries from namespace {store.namespace!r}?",
-                         f"{len(full)} entries")  # fmt: skip
+                _confirm(
+                    yes,
+                    f"remove {len(full)} entries from namespace {store.namespace!r}?",
+                    f"{len(full)} entries",
+                )
             report = remove(store, full)
     _removed(report)
 
@@ -344,8 +384,11 @@ def _confirm(yes: bool, question: str, what: str = "more than one entry") -> Non
     """Removing more than one entry takes a person's yes: without a terminal to ask
     (a script, `echo n |`), only --yes gives it."""
     if not yes and not sys.stdin.isatty():
-        fail(f"not removing {what} without confirmation: no terminal to ask; "
-             "pass --yes to remove them", EXIT_USAGE)  # fmt: skip
+        fail(
+            f"not removing {what} without confirmation: no terminal to ask; "
+            "pass --yes to remove them",
+            EXIT_USAGE,
+        )
     if not yes and question:
         click.confirm(question, abort=True)
 
@@ -366,8 +409,10 @@ def _rm_named(obj: Ctx, ref: str, yes: bool) -> None:
             if named_keys.matches(e.module_name, name, version)
         }
         if not found:
-            fail(f"no named executable matches {ref!r} in namespace {store.namespace!r}: "
-                 "check `artstore ls --named`")  # fmt: skip
+            fail(
+                f"no named executable matches {ref!r} in namespace {store.namespace!r}: "
+                "check `artstore ls --named`"
+            )
         if len(found) > 1:
             _confirm(yes, f"remove {len(found)} entries of {ref!r}?", f"{len(found)} entries")
         report = remove_named(store, found)  # and the versions' removal records

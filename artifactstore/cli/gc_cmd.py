@@ -133,14 +133,22 @@ def fold_cmd(obj: Ctx, as_json: bool, max_journals: int | None) -> None:
         fold = fold_journals(store, max_journals=max_journals)
         rows = fold_accesses(store.engine, store.namespace)
     if as_json:
-        print_json({"namespace": store.namespace, "journals_folded": fold.journals,
-                    "journals_refused": fold.refused, "journals_set_aside": fold.set_aside,
-                    "journals_left": fold.left, "hits": fold.hits,
-                    "accesses_folded": rows})  # fmt: skip
+        print_json(
+            {
+                "namespace": store.namespace,
+                "journals_folded": fold.journals,
+                "journals_refused": fold.refused,
+                "journals_set_aside": fold.set_aside,
+                "journals_left": fold.left,
+                "hits": fold.hits,
+                "accesses_folded": rows,
+            }
+        )
         return
     line = fold_line(fold.journals, fold.refused, fold.set_aside, fold.left)
-    click.echo(f"namespace {store.namespace}: {line} ({fold.hits} hits); "
-               f"{rows} access rows applied")  # fmt: skip
+    click.echo(
+        f"namespace {store.namespace}: {line} ({fold.hits} hits); {rows} access rows applied"
+    )
 
 
 @click.group("quota")

@@ -97,8 +97,14 @@ def pull_cmd(
                 f"{safe(manifest.module_name[:60])}"
             )
         elif dry_run:
-            would.append({"key": manifest.key, "digest": manifest.digest,
-                          "size": manifest.size, "module": manifest.module_name})  # fmt: skip
+            would.append(
+                {
+                    "key": manifest.key,
+                    "digest": manifest.digest,
+                    "size": manifest.size,
+                    "module": manifest.module_name,
+                }
+            )
 
     with Progress(progress) as shown:
         report = _pull.pull(

@@ -105,8 +105,13 @@ def db_check(obj: Ctx, as_json: bool) -> None:
         print_json(report.to_json())
     else:
         entries = "?" if report.entries is None else str(report.entries)
-        print_fields([("index", report.index), ("entries", entries),
-                      ("state", "ok" if report.ok else "FAIL")])  # fmt: skip
+        print_fields(
+            [
+                ("index", report.index),
+                ("entries", entries),
+                ("state", "ok" if report.ok else "FAIL"),
+            ]
+        )
         for problem in report.problems:
             click.echo(f"problem: {problem}")
     if not report.ok:

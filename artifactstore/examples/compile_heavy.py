@@ -92,9 +92,14 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--store", action="store_true", help="call artifactstore.configure()")
     parser.add_argument("--jax-cache", metavar="DIR", help="use JAX's own persistent cache")
-    parser.add_argument("--small-jits", type=int, default=0, metavar="N",
-                        help="first run N trivial jits (ones, arange, reshape of N shapes), "
-                        "as ordinary programs do; each compiles in milliseconds")  # fmt: skip
+    parser.add_argument(
+        "--small-jits",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first run N trivial jits (ones, arange, reshape of N shapes), "
+        "as ordinary programs do; each compiles in milliseconds",
+    )
     args = parser.parse_args(argv)
 
     t0 = time.perf_counter()

@@ -101,8 +101,12 @@ def _parts(url: str) -> tuple[str, int, str, str]:
         parsed = make_url(url)
     except Exception:
         return "HOST", 5432, "DATABASE", "ROLE"
-    return (parsed.host or "localhost", parsed.port or 5432, parsed.database or "DATABASE",
-            parsed.username or "ROLE")  # fmt: skip
+    return (
+        parsed.host or "localhost",
+        parsed.port or 5432,
+        parsed.database or "DATABASE",
+        parsed.username or "ROLE",
+    )
 
 
 def _unreachable(url: str, why: str) -> Diagnosis:
@@ -238,10 +242,11 @@ def _postgres(
         if "row-level security" in text:
             return namespace_not_granted(url, namespace, reason)
         if "for database" in text or "CONNECT privilege" in text:
-            return Diagnosis("missing_grant",
-                             f"role {role} may not connect to database {database} ({reason})",
-                             f"{superuser}, and makes {role} a member of artstore_writer or "
-                             "artstore_reader")  # fmt: skip
+            return Diagnosis(
+                "missing_grant",
+                f"role {role} may not connect to database {database} ({reason})",
+                f"{superuser}, and makes {role} a member of artstore_writer or artstore_reader",
+            )
         table = re.search(r"for (?:table|relation|sequence) (\S+)", text)
         if table and table.group(1) == "quotas":  # readers and writers may only read them
             return Diagnosis(
@@ -265,27 +270,36 @@ def _postgres(
         or "authentication failed" in text
         or ("role" in text and "does not exist" in text)
     ):
-        return Diagnosis("auth", f"the index database refused login {role} ({reason})",
-                         "fix the user or password in ARTSTORE_INDEX, or create the login "
-                         f"(`CREATE ROLE {role} LOGIN IN ROLE artstore_writer`)")  # fmt: skip
+        return Diagnosis(
+            "auth",
+            f"the index database refused login {role} ({reason})",
+            "fix the user or password in ARTSTORE_INDEX, or create the login "
+            f"(`CREATE ROLE {role} LOGIN IN ROLE artstore_writer`)",
+        )
     if state == "3D000" or ("database" in text and "does not exist" in text):
-        return Diagnosis("no_database", f"the index database {database} does not exist",
-                         f"`createdb -h {host} {database}`, then "
-                         "`artstore db upgrade`")  # fmt: skip
+        return Diagnosis(
+            "no_database",
+            f"the index database {database} does not exist",
+            f"`createdb -h {host} {database}`, then `artstore db upgrade`",
+        )
     if state in ("42P01", "42703"):
-        return Diagnosis("schema", f"the index lacks part of its schema ({reason})",
-                         "run `artstore db upgrade`")  # fmt: skip
+        return Diagnosis(
+            "schema", f"the index lacks part of its schema ({reason})", "run `artstore db upgrade`"
+        )
     if state == "25006":
-        return Diagnosis("read_only", "the index is read-only here",
-                         "unset ARTSTORE_READ_ONLY to write")  # fmt: skip
+        return Diagnosis(
+            "read_only", "the index is read-only here", "unset ARTSTORE_READ_ONLY to write"
+        )
     if state in ("55P03", "57014", "40P01"):
-        return Diagnosis("busy", f"the index is busy ({reason})",
-                         "retry, or raise ARTSTORE_TIMEOUT")  # fmt: skip
+        return Diagnosis(
+            "busy", f"the index is busy ({reason})", "retry, or raise ARTSTORE_TIMEOUT"
+        )
     if state is None or state.startswith("08") or state.startswith("57P"):
         detail = "timeout" if "timeout" in text.lower() else reason
         return _unreachable(url, detail)
-    return Diagnosis("other", f"the index database failed ({reason})",
-                     "`artstore db check` names the fix")  # fmt: skip
+    return Diagnosis(
+        "other", f"the index database failed ({reason})", "`artstore db check` names the fix"
+    )
 
 
 def namespace_not_granted(url: str, namespace: str | None, reason: str = "") -> Diagnosis:

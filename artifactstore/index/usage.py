@@ -131,13 +131,17 @@ def by_fingerprint(engine: Engine, namespace: str, since: date | None = None) ->
     with engine.connect() as conn:
         rows = conn.execute(stmt).all()
         digests = [r[0] for r in rows if r[0]]
-        bodies = dict(
-            conn.execute(
-                select(FingerprintRow.digest, FingerprintRow.body).where(
-                    FingerprintRow.digest.in_(digests)
-                )
-            ).all()
-        ) if digests else {}  # fmt: skip
+        bodies = (
+            dict(
+                conn.execute(
+                    select(FingerprintRow.digest, FingerprintRow.body).where(
+                        FingerprintRow.digest.in_(digests)
+                    )
+                ).all()
+            )
+            if digests
+            else {}
+        )
     groups = [_group(digest, rest) for digest, *rest in rows]
     for group in groups:
         group.extra = _describe(bodies.get(group.group))

@@ -17,12 +17,17 @@ import hashlib
 from typing import Any
 
 # Callback custom calls whose only link to Python is their index into host_callbacks.
-FFI_CALLBACK_TARGETS = frozenset({
-    "xla_ffi_python_cpu_callback", "xla_ffi_python_gpu_callback",
-    "xla_ffi_partitioned_python_cpu_callback", "xla_ffi_partitioned_python_gpu_callback",
-    "xla_buffer_python_cpu_callback", "xla_buffer_python_gpu_callback",
-    "xla_buffer_python_gpu_callback_cmd_buffer",
-})  # fmt: skip
+FFI_CALLBACK_TARGETS = frozenset(
+    {
+        "xla_ffi_python_cpu_callback",
+        "xla_ffi_python_gpu_callback",
+        "xla_ffi_partitioned_python_cpu_callback",
+        "xla_ffi_partitioned_python_gpu_callback",
+        "xla_buffer_python_cpu_callback",
+        "xla_buffer_python_gpu_callback",
+        "xla_buffer_python_gpu_callback_cmd_buffer",
+    }
+)
 # Custom calls that carry a process address in the module (legacy callbacks are
 # called through it, not by index): programs holding them are never stored.
 POINTER_TARGETS = frozenset(

@@ -43,8 +43,9 @@ def activate() -> None:
         # atexit: flush its uploads there (a worker killed by Pool.terminate cannot).
         from multiprocessing import util
 
-        util.Finalize(None, _finish_and_write, args=(Path(report_dir),) if report_dir else (),
-                      exitpriority=10)  # fmt: skip
+        util.Finalize(
+            None, _finish_and_write, args=(Path(report_dir),) if report_dir else (), exitpriority=10
+        )
 
 
 def record_now() -> None:

@@ -48,9 +48,15 @@ def export(
         if len(wanted) == 1 or this not in wanted:
             warn_once("named-export", "%s has no portable form (%s)", ref, one_line(exc))
             return None
-        warn_once(f"named-export-platforms:{ref}", "%s: portable form exported for %s alone "
-                  "(not for %s: %s); other hosts build it from the source", ref, this,
-                  ", ".join(p for p in wanted if p != this), one_line(exc))  # fmt: skip
+        warn_once(
+            f"named-export-platforms:{ref}",
+            "%s: portable form exported for %s alone "
+            "(not for %s: %s); other hosts build it from the source",
+            ref,
+            this,
+            ", ".join(p for p in wanted if p != this),
+            one_line(exc),
+        )
         try:
             exported = jax.export.export(jitted, platforms=(this,))(*specs)
         except Exception as again:
@@ -62,10 +68,15 @@ def export(
         warn_once("named-export", "%s has no portable form (%s)", ref, one_line(exc))
         return None
     portable = container.Header(
-        kind="portable", name=header.name, version=header.version, inputs=header.inputs,
-        outputs=header.outputs, jax_version=header.jax_version, devices=header.devices,
+        kind="portable",
+        name=header.name,
+        version=header.version,
+        inputs=header.inputs,
+        outputs=header.outputs,
+        jax_version=header.jax_version,
+        devices=header.devices,
         platform=",".join(exported.platforms),
-    )  # fmt: skip
+    )
     return container.encode(portable, body)
 
 
@@ -106,10 +117,12 @@ def lowering(
             "under a new version (a published version is never replaced)"
         )
     devices = {d.id: d for d in backend.devices()}
-    args = header.inputs.unflatten([
-        jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding_from_json(leaf, devices))  # type: ignore[no-untyped-call]
-        for leaf in header.inputs.leaves
-    ])  # fmt: skip
+    args = header.inputs.unflatten(
+        [
+            jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding_from_json(leaf, devices))  # type: ignore[no-untyped-call]
+            for leaf in header.inputs.leaves
+        ]
+    )
     static = frozenset(i for i, _ in header.inputs.static_values())
     dynamic = [a for i, a in enumerate(args) if i not in static]
 
