@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -26,11 +27,12 @@ import _results
 from artifactstore.config import keyfiles
 from artifactstore.config.host import compute
 from artifactstore.formats import codec
-from artifactstore.store import encode_entry
+from artifactstore.formats.put import Put
 
 SIZES = {"1MB": 10**6, "100MB": 100 * 10**6}
 KEY = "f" * 64
 NAMESPACE = "bench"
+HOST = socket.gethostname()  # as the writer names it
 
 
 def _payload(size: int) -> bytes:
@@ -60,10 +62,8 @@ def main() -> None:
             for config, signer, readers_keys in configs:
                 s = samples[f"{label} {config}"]
                 start = time.perf_counter()
-                enc = encode_entry(
-                    KEY, payload, fingerprint=fp, module_name="m", compile_secs=1.0,
-                    signing_key=signer, namespace=NAMESPACE,
-                )  # fmt: skip
+                put = Put(KEY, payload, fp, "m", 1.0, producer_host=HOST)
+                enc = put.encoded(signer=signer, namespace=NAMESPACE)
                 s["encode_secs"].append(time.perf_counter() - start)
                 start = time.perf_counter()
                 codec.decode(enc.data, expected_digest=enc.digest, fingerprint_digest=fp.digest,

@@ -48,6 +48,7 @@ import numpy as np  # noqa: E402
 
 import artifactstore  # noqa: E402
 import artifactstore.store.write as _write_mod  # noqa: E402
+from artifactstore.formats.put import Put  # noqa: E402
 
 # 30 shape classes: rows x cols of the input.
 SHAPES = [(n, m) for n in (4, 8, 12, 16, 24, 32) for m in (3, 5, 7, 9, 11)]
@@ -68,10 +69,10 @@ def watch_puts() -> None:
     puts, direct or queued, all go through its write path)."""
     real = _write_mod.WritePath.put
 
-    def put(self: Any, key: str, *args: Any, **kwargs: Any) -> bool:
-        created: bool = real(self, key, *args, **kwargs)
+    def put(self: Any, one: Put) -> bool:
+        created: bool = real(self, one)
         if created:
-            record(ev="stored", t=time.time(), key=key)
+            record(ev="stored", t=time.time(), key=one.key)
         return created
 
     _write_mod.WritePath.put = put  # type: ignore[method-assign]

@@ -28,6 +28,7 @@ from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env, run_program
 from artifactstore.config import keyfiles
 from artifactstore.config.host import compute
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.index.repo import Filters
 from artifactstore.named import keys as named_keys
 from artifactstore.store import Store
@@ -129,8 +130,15 @@ def test_bundle_into_a_team_store_serves_a_fresh_process(
 
     # Named executables on PostgreSQL: selected in SQL by module prefix and pattern.
     key = named_keys.key("foo_1", "1", FP.digest)
-    assert store.put(key, os.urandom(500), fingerprint=FP, compile_secs=1.0,
-                     module_name=named_keys.module_name("foo_1", "1"))  # fmt: skip
+    assert store.put(
+        Put(
+            key,
+            os.urandom(500),
+            fingerprint=FP,
+            compile_secs=1.0,
+            module_name=named_keys.module_name("foo_1", "1"),
+        )
+    )
     rows = _json(artstore("ls", "--named", "--json", env=team_env))
     assert [(r["name"], r["key"]) for r in rows] == [("foo_1", key)]
     assert [e.key for e in store.index.iter_entries(Filters(module_glob="named:foo?1@*"))] == [key]
@@ -219,8 +227,15 @@ def _signed_source(tmp_path: Path, open_store: OpenStore, key: Path | None) -> P
     store = open_store(env, **({"signing_key": str(key)} if key else {}))
     for fp in (FP, named_keys.PORTABLE):
         key = named_keys.key("foo", "1", fp.digest)
-        assert store.put(key, os.urandom(2000), fingerprint=fp, compile_secs=1.0,
-                         module_name=named_keys.module_name("foo", "1"))  # fmt: skip
+        assert store.put(
+            Put(
+                key,
+                os.urandom(2000),
+                fingerprint=fp,
+                compile_secs=1.0,
+                module_name=named_keys.module_name("foo", "1"),
+            )
+        )
     bundle = tmp_path / "signed.tzst"
     _ok(artstore("export", str(bundle), "--name", "foo", env=env))
     return bundle
@@ -278,10 +293,18 @@ def test_ls_named_and_rm_name(tmp_path: Path, open_store: OpenStore) -> None:
     for name, version in (("foo", "1"), ("foo", "2"), ("bar", "1")):
         for fp in (FP, named_keys.PORTABLE):
             key = named_keys.key(name, version, fp.digest)
-            store.put(key, os.urandom(1000), fingerprint=fp, compile_secs=1.0,
-                      module_name=named_keys.module_name(name, version))  # fmt: skip
-    store.put("c" * 64, os.urandom(1000), fingerprint=FP, module_name="jit_other",
-              compile_secs=1.0)  # fmt: skip
+            store.put(
+                Put(
+                    key,
+                    os.urandom(1000),
+                    fingerprint=fp,
+                    compile_secs=1.0,
+                    module_name=named_keys.module_name(name, version),
+                )
+            )
+    store.put(
+        Put("c" * 64, os.urandom(1000), fingerprint=FP, module_name="jit_other", compile_secs=1.0)
+    )
 
     rows = _json(artstore("ls", "--named", "--json", env=env))
     assert sorted((r["name"], r["version"], r["platform"]) for r in rows) == sorted(
@@ -324,10 +347,24 @@ def test_export_by_name_module_and_fingerprint(tmp_path: Path, open_store: OpenS
     store = open_store(env)
     other = Fingerprint.from_dict({**FP.to_dict(), "device_kind": "cpu-other"})
     for fp in (FP, other):
-        store.put(named_keys.key("foo", "1", fp.digest), os.urandom(500), fingerprint=fp,
-                  module_name=named_keys.module_name("foo", "1"), compile_secs=1.0)  # fmt: skip
-    store.put("d" * 64, os.urandom(500), fingerprint=FP, module_name="jit_train_step",
-              compile_secs=1.0)  # fmt: skip
+        store.put(
+            Put(
+                named_keys.key("foo", "1", fp.digest),
+                os.urandom(500),
+                fingerprint=fp,
+                module_name=named_keys.module_name("foo", "1"),
+                compile_secs=1.0,
+            )
+        )
+    store.put(
+        Put(
+            "d" * 64,
+            os.urandom(500),
+            fingerprint=FP,
+            module_name="jit_train_step",
+            compile_secs=1.0,
+        )
+    )
 
     def keys(*selector: str) -> list[str]:
         path = tmp_path / "sel.tzst"

@@ -23,6 +23,7 @@ from artifactstore import gc
 from artifactstore.config import host
 from artifactstore.errors import ConfigError
 from artifactstore.formats import codec, fingerprint, sizes
+from artifactstore.formats.put import Put
 from artifactstore.gc.quota_pass import QuotaPass
 from artifactstore.index.eviction import EvictionIndex
 from artifactstore.index.leases import Lease
@@ -49,8 +50,15 @@ def _populate(
     sizes_by_key = {}
     for i in range(start, start + n):
         key = _key(i)
-        assert store.put(key, os.urandom(size + 37 * i), fingerprint=_fp(jaxlib),
-                         module_name=f"jit_f{i}", compile_secs=1.0)  # fmt: skip
+        assert store.put(
+            Put(
+                key,
+                os.urandom(size + 37 * i),
+                fingerprint=_fp(jaxlib),
+                module_name=f"jit_f{i}",
+                compile_secs=1.0,
+            )
+        )
         store.index.record_access({key: (0, T0 + timedelta(minutes=i))})
         entry = store.index.lookup(key)
         assert entry is not None
@@ -345,7 +353,7 @@ def test_writer_restores_an_object_gc_deleted_under_it(
         return uploaded
 
     store.blobs.put = put_then_gc  # type: ignore[method-assign]
-    assert store.put(_key(1), payload, fingerprint=_fp(), module_name="m", compile_secs=1.0)
+    assert store.put(Put(_key(1), payload, fingerprint=_fp(), module_name="m", compile_secs=1.0))
     assert deleted == [(encoded.digest, len(encoded.data))]  # gc did delete it
     assert store.blobs.exists(encoded.digest)  # and the writer put it back
     hit = store.get(_key(1), _fp().digest)

@@ -28,6 +28,7 @@ from artifactstore.blobstores import LocalBlobStore
 from artifactstore.config import host
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit
 from artifactstore.formats import codec, fingerprint, frames
+from artifactstore.formats.put import Put
 from artifactstore.store import Store
 from artifactstore.store.tier import open_tier
 
@@ -166,7 +167,7 @@ def test_decompression_bomb_is_a_miss(
     env = {"ARTSTORE_MAX_EXECUTABLE_SIZE": "1GiB"} if case == "over-limit" else {}
     store = open_store(tmp_path, **env)
     fp = _fp()
-    store.put(KEY, b"genuine" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
+    store.put(Put(KEY, b"genuine" * 100, fingerprint=fp, module_name="m", compile_secs=1.0))
     genuine = store.index.lookup(KEY)
     assert genuine is not None and genuine.raw_size == 700
     bomb = envelope(bomb_frame(), fp, key=KEY, raw_size=BOMB_SIZE)
@@ -211,7 +212,7 @@ def test_oversized_object_is_a_miss_before_it_is_read(
     fp = _fp()
     writer = open_store(tmp_path)
     payload = os.urandom(5000)  # incompressible: the object is over 5 KB
-    writer.put(KEY, payload, fingerprint=fp, module_name="m", compile_secs=1.0)
+    writer.put(Put(KEY, payload, fingerprint=fp, module_name="m", compile_secs=1.0))
     entry = writer.index.lookup(KEY)
     assert entry is not None and entry.size > 5000
 
@@ -237,7 +238,7 @@ def test_declared_size_must_equal_the_entrys_raw_size(tmp_path: Path) -> None:
     """A genuine object whose entry records another size is refused and quarantined."""
     fp = _fp()
     store = open_store(tmp_path)
-    store.put(KEY, b"x" * 4096, fingerprint=fp, module_name="m", compile_secs=1.0)
+    store.put(Put(KEY, b"x" * 4096, fingerprint=fp, module_name="m", compile_secs=1.0))
     entry = store.index.lookup(KEY)
     assert entry is not None
     tamper.point(store, KEY, entry.digest, raw_size=4095)  # its row and its manifest
@@ -251,7 +252,7 @@ def test_tier_leaves_an_over_limit_copy_for_the_store_to_report(tmp_path: Path) 
     fp = _fp()
     store = open_store(tmp_path)
     payload = os.urandom(5000)
-    store.put(KEY, payload, fingerprint=fp, module_name="m", compile_secs=1.0)
+    store.put(Put(KEY, payload, fingerprint=fp, module_name="m", compile_secs=1.0))
     url = {"url": str(tmp_path / "s")}
     for option in ("max_object_size", "max_executable_size"):
         tier = open_tier(config.resolve({**url, option: "1K"}, {}))

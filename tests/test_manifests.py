@@ -18,6 +18,7 @@ from artifactstore.config.host import compute
 from artifactstore.errors import CorruptObject, ReadOnlyError
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.manifest import MAX_MANIFEST_BYTES, Manifest
+from artifactstore.formats.put import Put
 from artifactstore.index.models import Entry
 from artifactstore.index.repo import NewEntry
 from artifactstore.store import Store
@@ -114,7 +115,9 @@ def _fp() -> Fingerprint:
 
 def _put(store: Store, i: int) -> str:
     key = f"{i:064x}"
-    assert store.put(key, bytes([i]) * 64, fingerprint=_fp(), module_name=f"m{i}", compile_secs=1)
+    assert store.put(
+        Put(key, bytes([i]) * 64, fingerprint=_fp(), module_name=f"m{i}", compile_secs=1)
+    )
     return key
 
 
@@ -208,8 +211,9 @@ def test_a_forged_or_stale_manifest_is_a_miss_never_a_wrong_load(
     assert reader.counters.snapshot()["bad_manifest"] == 1
     if store.settings.index_is_server:
         assert hit is None
-        assert not store.put(a, bytes([6]) * 64, fingerprint=_fp(), module_name="m6",
-                             compile_secs=1)  # fmt: skip
+        assert not store.put(
+            Put(a, bytes([6]) * 64, fingerprint=_fp(), module_name="m6", compile_secs=1)
+        )
         assert store.counters.snapshot()["manifest_republished"] == 1
         hit = reader.get(a, _fp().digest)
     assert hit is not None and hit.payload == bytes([6]) * 64

@@ -24,6 +24,7 @@ from otheruser import python_user
 from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.config import host
 from artifactstore.errors import StoreUnavailable
+from artifactstore.formats.put import Put
 from artifactstore.formats.sizes import format_limit, format_size, parse_size
 from artifactstore.store import Store
 
@@ -52,7 +53,7 @@ def _fill(store: Store, n: int) -> int:
     for i in range(n):
         key = f"{i:064x}"
         data = os.urandom(3000)
-        assert store.put(key, data, fingerprint=FP, module_name=f"jit_o{i}", compile_secs=1.0)
+        assert store.put(Put(key, data, fingerprint=FP, module_name=f"jit_o{i}", compile_secs=1.0))
     return store.index.stats().bytes
 
 

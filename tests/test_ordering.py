@@ -27,6 +27,7 @@ from sqlalchemy import delete
 
 from artifactstore.config import keyfiles
 from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.put import Put
 from artifactstore.index.models import Entry, StoredObject
 from artifactstore.store import Store, encode_entry
 
@@ -104,8 +105,9 @@ def _consistent(env: dict[str, str]) -> None:
 
 
 def _put(store: Store, key: str, byte: int) -> None:
-    assert store.put(key, payload(byte), fingerprint=fingerprint(), module_name="jit_f",
-                     compile_secs=1.0)  # fmt: skip
+    assert store.put(
+        Put(key, payload(byte), fingerprint=fingerprint(), module_name="jit_f", compile_secs=1.0)
+    )
 
 
 # -- publication: object -> row -> manifest -------------------------------------
@@ -232,11 +234,13 @@ def test_db_rebuild_recovers_entries_from_manifests_then_objects(
     older = next(
         enc
         for n in range(256)
-        if (enc := encode_entry(resigned, bytes([n]) * 64, fingerprint=fingerprint(),
-                                module_name="jit_f", compile_secs=1.0,
-                                signing_key=writer.settings.signing_key,
-                                namespace=writer.namespace)).digest < current.digest
-    )  # fmt: skip
+        if (
+            enc := encode_entry(
+                Put(resigned, bytes([n]) * 64, fingerprint(), "jit_f", 1.0), writer.settings
+            )
+        ).digest
+        < current.digest
+    )
     writer.blobs.put(older.digest, older.data)
     with writer.engine.begin() as conn:  # the index lost
         conn.execute(delete(Entry))

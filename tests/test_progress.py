@@ -27,6 +27,7 @@ from conftest import TEAM_PUB, TEAM_SIGNING, OpenStore, artstore, clean_env
 from artifactstore.bundles.export import Selection, export_bundle
 from artifactstore.cli.progress import Progress
 from artifactstore.config import host, keyfiles
+from artifactstore.formats.put import Put
 
 N = 6  # entries in the store
 FP = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu-progress",
@@ -68,8 +69,15 @@ def case(
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), **TEAM_SIGNING)
     store = open_store(env)
     for i in range(N):
-        assert store.put(f"{i:064x}", os.urandom(2000 + i), fingerprint=FP,
-                         module_name=f"jit_p{i}", compile_secs=1.0)  # fmt: skip
+        assert store.put(
+            Put(
+                f"{i:064x}",
+                os.urandom(2000 + i),
+                fingerprint=FP,
+                module_name=f"jit_p{i}",
+                compile_secs=1.0,
+            )
+        )
     bundle = tmp_path / "entries.tar.zst"
     if name == "sign":  # re-sign what the team key signed with a new key
         new, _ = keyfiles.generate("progress-new", tmp_path)

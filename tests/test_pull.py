@@ -25,6 +25,7 @@ from artifactstore.config.host import compute
 from artifactstore.errors import StoreUnavailable
 from artifactstore.formats import quick
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.runtime.summary import Summary
 from artifactstore.store import Store
 from artifactstore.store.tier import LocalTier, open_tier
@@ -47,8 +48,15 @@ def _fill(store: Store, fp: Fingerprint, n: int, tag: str) -> dict[str, str]:
     out = {}
     for i in range(n):
         key = f"{tag}{i:063x}"
-        assert store.put(key, os.urandom(PAYLOAD), fingerprint=fp, module_name=f"jit_{tag}{i}",
-                         compile_secs=1.0)  # fmt: skip
+        assert store.put(
+            Put(
+                key,
+                os.urandom(PAYLOAD),
+                fingerprint=fp,
+                module_name=f"jit_{tag}{i}",
+                compile_secs=1.0,
+            )
+        )
         data = store.blobs.get_manifest(key)
         assert data is not None
         out[key] = json.loads(data)["d"]

@@ -22,6 +22,7 @@ from artifactstore.config.host import compute
 from artifactstore.errors import CorruptObject, ReadOnlyError, StoreUnavailable
 from artifactstore.formats import quick
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.store import Store
 
 
@@ -113,8 +114,9 @@ def test_writers_publish_quick_keys_and_readers_never(
     writer = open_store(any_env)
     _looked_up_then_quick(writer, _key(1))
     writer.compiled_below_threshold(_key(2), FP_A.digest, 0.02)  # known quick: no lookup
-    assert writer.put(_key(3), os.urandom(2000), fingerprint=FP_A, module_name="jit_f",
-                      compile_secs=2.0)  # fmt: skip
+    assert writer.put(
+        Put(_key(3), os.urandom(2000), fingerprint=FP_A, module_name="jit_f", compile_secs=2.0)
+    )
     assert writer.get(_key(3), FP_A.digest) is not None
     writer.compiled_below_threshold(_key(3), FP_A.digest, 0.02)  # found, so not published
     reader = open_store(any_env, read_only=True, lazy_index=True)
@@ -166,8 +168,9 @@ def test_gc_deletes_quick_records_of_keys_stored_since(
     stray = f"{FP_A.digest}.{'x' * 4}"  # listed, but not a record's name: left alone
     if any_env["ARTSTORE_URL"].startswith("/"):
         (writer.blobs.base / QUICK.directory / stray).write_text("{}")  # type: ignore[attr-defined]
-    assert writer.put(_key(0), os.urandom(2000), fingerprint=FP_A, module_name="jit_f",
-                      compile_secs=2.0)  # fmt: skip
+    assert writer.put(
+        Put(_key(0), os.urandom(2000), fingerprint=FP_A, module_name="jit_f", compile_secs=2.0)
+    )
     dry = gc.collect(writer, gc.Policy(dry_run=True))
     assert dry.quick_records_removed == 1 and len(list(writer.blobs.iter_records(QUICK))) >= 3
     report = gc.collect(writer, gc.Policy())

@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 
 from artifactstore.config.host import compute
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.put import Put
 
 CLOSED_INDEX = "postgresql+psycopg://postgres:pw-s3cret@127.0.0.1:1/closed"
 # Lightweight readers started at once (each a process with its own store and boto3
@@ -123,8 +124,9 @@ def test_many_lightweight_readers_no_failures_no_connections(
     writer = open_store(team_env, local_tier="off")
     keys = [f"{i:064x}" for i in range(3)]
     for i, key in enumerate(keys):
-        assert writer.put(key, os.urandom(4096), fingerprint=_fp(), module_name=f"jit_f{i}",
-                          compile_secs=1.0)  # fmt: skip
+        assert writer.put(
+            Put(key, os.urandom(4096), fingerprint=_fp(), module_name=f"jit_f{i}", compile_secs=1.0)
+        )
     keys_file = tmp_path / "keys"
     keys_file.write_text("".join(f"{k} {_fp().digest}\n" for k in keys))
     # moto is one Python process on the same 2 cores as the readers: answering all of

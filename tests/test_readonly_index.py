@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.config.host import compute
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.gc.journals import fold_journals
 from artifactstore.index.models import Access, Entry
 
@@ -27,7 +28,7 @@ def test_reader_setting_refuses_index_writes_but_records_hits(
     any_env: dict[str, str], open_store: OpenStore
 ) -> None:
     writer = open_store(any_env)
-    assert writer.put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
+    assert writer.put(Put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
     writer.close()
     assert artstore("quota", "set", "default", "1G", env=any_env).returncode == 0
     reader_env = dict(any_env, ARTSTORE_READ_ONLY="1")

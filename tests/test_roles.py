@@ -31,6 +31,7 @@ from artifactstore.blobstores.base import JOURNALS
 from artifactstore.config import host
 from artifactstore.errors import PrivilegeRefused, StoreUnavailable
 from artifactstore.formats import fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.gc.quota_pass import QuotaPass
 from artifactstore.index import db
 from artifactstore.index.accesses import BIGINT_MAX, ROW_HITS_MAX, fold_accesses
@@ -143,8 +144,9 @@ def open_store(blobs_dir: Path, open_store: OpenStore) -> Callable[..., Store]:
 
 
 def _put(store: Store, i: int, size: int = 3000) -> int:
-    assert store.put(_key(i), os.urandom(size), fingerprint=_fp(), module_name=f"jit_f{i}",
-                     compile_secs=1.0)  # fmt: skip
+    assert store.put(
+        Put(_key(i), os.urandom(size), fingerprint=_fp(), module_name=f"jit_f{i}", compile_secs=1.0)
+    )
     store.index.record_access({_key(i): (0, T0 + timedelta(minutes=i))})
     entry = store.index.lookup(_key(i))
     assert entry is not None

@@ -28,6 +28,7 @@ from artifactstore.blobstores import LocalBlobStore
 from artifactstore.config import host, keyfiles
 from artifactstore.errors import ConfigError
 from artifactstore.formats import codec, frames
+from artifactstore.formats.put import Put
 from artifactstore.index import db
 from artifactstore.store import Store
 
@@ -521,7 +522,9 @@ def test_rebuild_carries_the_signer(tmp_path: Path, keys: dict[str, tuple[Path, 
     fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                       device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     try:
-        assert store.put("c3" * 32, b"x" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
+        assert store.put(
+            Put("c3" * 32, b"x" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
+        )
         before = store.index.lookup("c3" * 32)
         assert before is not None and before.signer == "ci-1" and before.signature
     finally:

@@ -23,6 +23,7 @@ from conftest import REPO, OpenStore, artstore, clean_env, run_program
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.config import host
 from artifactstore.formats.journal import Journal, new_name
+from artifactstore.formats.put import Put
 from artifactstore.formats.usage import today
 from artifactstore.gc.journals import fold_journals
 from artifactstore.index import db
@@ -51,8 +52,8 @@ def _workload(store: Store) -> dict[str, int]:
     missed, then compiled below the threshold; K4 (FP2) missed (eligible); K5 (FP1)
     compiled below the threshold without a lookup (the tier knew it); one lease wait
     (FP1) and one takeover (no fingerprint). Returns the objects' sizes."""
-    assert store.put(K1, b"a" * 3000, fingerprint=FP1, module_name="jit_a", compile_secs=2.0)
-    assert store.put(K2, b"b" * 1000, fingerprint=FP2, module_name="jit_b", compile_secs=5.0)
+    assert store.put(Put(K1, b"a" * 3000, fingerprint=FP1, module_name="jit_a", compile_secs=2.0))
+    assert store.put(Put(K2, b"b" * 1000, fingerprint=FP2, module_name="jit_b", compile_secs=5.0))
     for _ in range(3):
         assert store.get(K1, FP1.digest) is not None
     assert store.get(K2, FP2.digest) is not None
@@ -153,7 +154,7 @@ def test_tier_hits_are_counted_by_fingerprint(tmp_path: Path, open_store: OpenSt
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     store = open_store(env)
     assert store.tier is not None
-    assert store.put(K1, b"a" * 3000, fingerprint=FP1, module_name="jit_a", compile_secs=2.0)
+    assert store.put(Put(K1, b"a" * 3000, fingerprint=FP1, module_name="jit_a", compile_secs=2.0))
     entry = store.index.lookup(K1)
     assert entry is not None
     for _ in range(2):
@@ -229,7 +230,7 @@ def test_v1_journals_and_usage_journals_fold(
         env["ARTSTORE_INDEX"] = request.getfixturevalue("pg_url")
         assert artstore("db", "upgrade", env=env).returncode == 0
     store = open_store(env)
-    assert store.put(K1, b"a" * 500, fingerprint=FP1, module_name="jit_a", compile_secs=2.0)
+    assert store.put(Put(K1, b"a" * 500, fingerprint=FP1, module_name="jit_a", compile_secs=2.0))
     # A journal exactly as clients before usage rows write it.
     v1 = json.dumps({"v": 1, "a": {K1: [2, time.time()]}, "c": {"misses": 3, "corrupt": 1}})
     store.blobs.put_record(JOURNALS, new_name(), v1.encode())
@@ -294,7 +295,9 @@ def test_concurrent_counter_flushes_never_deadlock(
     keys = [f"{i:02x}" * 32 for i in range(16, 28)]
     writer = open_store(team_env)
     for key in keys:
-        assert writer.put(key, key.encode(), fingerprint=FP1, module_name="m", compile_secs=2.0)
+        assert writer.put(
+            Put(key, key.encode(), fingerprint=FP1, module_name="m", compile_secs=2.0)
+        )
     failures: list[BaseException] = []
 
     def flush(order: int) -> None:

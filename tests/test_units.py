@@ -12,6 +12,7 @@ from artifactstore.blobstores import LocalBlobStore, ReadOnlyBlobStore
 from artifactstore.config import host
 from artifactstore.errors import ConfigError, CorruptObject, ReadOnlyError
 from artifactstore.formats import codec, fingerprint, sizes
+from artifactstore.formats.put import Put
 from artifactstore.index import db
 from artifactstore.store import Store
 
@@ -200,7 +201,7 @@ def test_store_refuses_forged_fingerprint_without_reading_bytes(tmp_path: Path) 
     store = Store.open(settings)
     here, there = _fp(), _fp(cpu_features=("avx512f",))
     assert here.digest != there.digest
-    store.put("k" * 64, b"payload", fingerprint=there, module_name="m", compile_secs=1.0)
+    store.put(Put("k" * 64, b"payload", fingerprint=there, module_name="m", compile_secs=1.0))
     store.blobs = CountingBlobs(tmp_path, "default")
     assert store.get("k" * 64, here.digest) is None
     assert CountingBlobs.gets == 0
@@ -221,11 +222,11 @@ def _snapshot(root: Path) -> tuple[list[str], list[str]]:
 
 def test_read_only_store_writes_nothing(tmp_path: Path) -> None:
     rw = Store.open(config.resolve({"url": str(tmp_path)}, environ={}))
-    rw.put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
+    rw.put(Put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
     rw.close()
     before = _snapshot(tmp_path)
     ro = Store.open(config.resolve({"url": str(tmp_path), "read_only": True}, environ={}))
-    assert ro.put("k" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1) is False
+    assert ro.put(Put("k" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)) is False
     assert ro.get("k" * 64, _fp().digest) is None
     assert ro.get("a" * 64, _fp().digest) is not None
     ro.flush(1)
@@ -236,7 +237,7 @@ def test_missing_object_is_a_counted_miss_with_one_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = Store.open(config.resolve({"url": str(tmp_path)}, environ={}))
-    store.put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
+    store.put(Put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
     entry = store.index.lookup("a" * 64)
     assert entry is not None
     for path in (tmp_path / "default" / "objects").rglob(entry.digest):
@@ -252,7 +253,7 @@ def test_read_only_reader_does_not_claim_to_quarantine(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     rw = Store.open(config.resolve({"url": str(tmp_path)}, environ={}))
-    rw.put("a" * 64, b"payload", fingerprint=_fp(), module_name="m", compile_secs=1)
+    rw.put(Put("a" * 64, b"payload", fingerprint=_fp(), module_name="m", compile_secs=1))
     rw.close()
     (obj,) = (tmp_path / "default" / "objects").rglob("*/*")
     obj.write_bytes(obj.read_bytes()[:-3] + b"xyz")
@@ -326,7 +327,7 @@ def test_a_probe_that_misses_lets_the_next_call_probe(tmp_path: Path) -> None:
     fp = compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                  device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     key = "1" * 64
-    assert store.put(key, b"x", fingerprint=fp, module_name="m", compile_secs=1)
+    assert store.put(Put(key, b"x", fingerprint=fp, module_name="m", compile_secs=1))
     session.breakers["index"].failure("no answer within the bound")
     assert session.store() is None  # cooling down
     time.sleep(0.25)

@@ -10,7 +10,7 @@ Two passes, so that a bundle with any problem leaves the store as it was:
    and `Store.verify` as a load checks it (digest, envelope, fingerprint, entry key,
    callback count, sizes, and the signature where ARTSTORE_TRUSTED_KEYS is set).
 2. **Store.** Entries the store holds already are counted and skipped; the others go
-   through `Store.put_encoded`, the write path of every put (object, index row,
+   through `Store.put`, the write path of every put (object, index row,
    manifest, tier), byte for byte as exported.
 
 The first problem refuses the whole bundle with one line naming the member or entry.
@@ -223,23 +223,7 @@ def _store(store: Store, record: Record, spool: Path, report: ImportReport) -> N
         report.skipped += 1
         return
     data = (spool / record.digest).read_bytes()
-    encoded = codec.Encoded(
-        data=data,
-        digest=record.digest,
-        raw_size=record.raw_size,
-        signer=record.signer,
-        signature=record.signature,
-    )
-    created = store.put_encoded(
-        record.key,
-        encoded,
-        fingerprint=record.platform(),
-        module_name=record.module_name,
-        compile_secs=record.compile_secs,
-        callbacks=record.callbacks,
-        producer_host=record.producer_host,
-    )
-    if created:
+    if store.put(record.put(data)):
         report.imported += 1
         report.bytes += len(data)
     else:  # stored by someone else since the check

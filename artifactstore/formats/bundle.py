@@ -27,9 +27,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from artifactstore.errors import ArtstoreError
-from artifactstore.formats.codec import check_digest
+from artifactstore.formats.codec import Encoded, check_digest
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.manifest import Manifest, check_key
+from artifactstore.formats.put import Put
 from artifactstore.formats.records import load_record
 
 MANIFEST_FORMAT = "artifactstore-bundle"
@@ -89,6 +90,20 @@ class Record:
 
     def platform(self) -> Fingerprint:
         return Fingerprint.from_dict(self.fingerprint)
+
+    def put(self, data: bytes) -> Put:
+        """The put of this entry's object `data`, stored byte for byte as its writer
+        encoded (and signed) it, for its writer's host."""
+        encoded = Encoded(data, self.digest, self.raw_size, self.signer, self.signature)
+        return Put(
+            self.key,
+            encoded,
+            self.platform(),
+            self.module_name,
+            self.compile_secs,
+            self.callbacks,
+            self.producer_host,
+        )
 
     @classmethod
     def parse(cls, raw: Any) -> Record:

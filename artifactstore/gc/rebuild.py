@@ -22,6 +22,7 @@ from artifactstore.errors import CorruptObject, IndexDamaged
 from artifactstore.formats import codec
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.put import Put
 from artifactstore.gc.report import PhaseProgress
 from artifactstore.index import health
 from artifactstore.index.diagnosis import sqlite_path
@@ -64,19 +65,19 @@ def recover_bytes(data: bytes, digest: str) -> Recovered | None:
         raise CorruptObject(f"object {digest[:12]}: metadata and envelope name other platforms")
     # Carried over as recorded (readers verify the object's frame, not this column).
     sig = codec.read_signature(data)
-    entry = NewEntry.for_object(
-        key=meta.key,
-        digest=digest,
-        size=len(data),
-        raw_size=meta.raw_size,
-        module_name=meta.module_name,
-        fingerprint=fp,  # its digest is the envelope's (checked above)
-        compile_secs=meta.compile_secs,
-        producer_host=meta.producer_host,
-        signer=None if sig is None else sig.signer,
-        signature=None if sig is None else sig.b64,
+    signer, signature = (None, None) if sig is None else (sig.signer, sig.b64)
+    encoded = codec.Encoded(data, digest, meta.raw_size, signer, signature)
+    # The put the object was stored for; its fingerprint's digest is the envelope's (above).
+    put = Put(
+        meta.key,
+        encoded,
+        fp,
+        meta.module_name,
+        meta.compile_secs,
+        meta.callbacks,
+        meta.producer_host,
     )
-    return Recovered(entry, fp.to_json())
+    return Recovered(NewEntry.of(put, encoded), fp.to_json())
 
 
 @dataclass

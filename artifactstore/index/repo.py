@@ -17,7 +17,8 @@ from sqlalchemy import Engine, Float, and_, bindparam, cast, delete, func, selec
 from sqlalchemy.orm import Session
 
 from artifactstore.config import check_namespace
-from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.codec import Encoded
+from artifactstore.formats.put import Put
 from artifactstore.formats.usage import Usage
 from artifactstore.index.accesses import append_accesses, saturating_hits
 from artifactstore.index.kept_hits import evicted, keep_hits
@@ -52,28 +53,17 @@ class NewEntry:
     signature: str | None = field(default=None, kw_only=True)
 
     @classmethod
-    def for_object(
-        cls,
-        *,
-        key: str,
-        digest: str,
-        size: int,
-        raw_size: int,
-        module_name: str,
-        fingerprint: Fingerprint,
-        compile_secs: float,
-        producer_host: str,
-        signer: str | None,
-        signature: str | None,
-    ) -> NewEntry:
-        """The row for an object: platform columns from its fingerprint, text cut to the
-        columns' widths. One place for a writer's put and for gc's rebuild from objects."""
+    def of(cls, put: Put, encoded: Encoded) -> NewEntry:
+        """The row for `put` stored as the object `encoded`: platform columns from its
+        fingerprint, text cut to the columns' widths. One place for a writer's put and for
+        gc's rebuild from objects."""
+        fingerprint = put.fingerprint
         return cls(
-            key=key,
-            digest=digest,
-            size=size,
-            raw_size=raw_size,
-            module_name=module_name[:255],
+            key=put.key,
+            digest=encoded.digest,
+            size=len(encoded.data),
+            raw_size=encoded.raw_size,
+            module_name=put.module_name[:255],
             platform=fingerprint.platform,
             platform_version=fingerprint.platform_version[:255],
             device_kind=fingerprint.device_kind[:255],
@@ -82,10 +72,10 @@ class NewEntry:
             jaxlib_version=fingerprint.jaxlib_version,
             cpu_arch=fingerprint.cpu_arch,
             fingerprint=fingerprint.digest,
-            compile_secs=float(compile_secs),
-            producer_host=producer_host[:255],
-            signer=signer,
-            signature=signature,
+            compile_secs=float(put.compile_secs),
+            producer_host=(put.producer_host or "")[:255],
+            signer=encoded.signer,
+            signature=encoded.signature,
         )
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from artifactstore.config import host as _host
 from artifactstore.errors import one_line
 from artifactstore.formats import fingerprint as _fp
+from artifactstore.formats.put import Put
 from artifactstore.jaxhook import compat, prefetch
 from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
 from artifactstore.jaxhook.events import MISS, USE_CACHE, record_event, record_load
@@ -302,26 +303,21 @@ def _compile_then_store(
         store.counters.add("skipped_read_only")
         return executable, False
     try:
-        payload = executable.serialize()
         assert request.fingerprint is not None
-        args = (request.key, payload)
-        fingerprint, module_name, callbacks = (
+        put = Put(
+            request.key,
+            executable.serialize(),
             request.fingerprint,
             request.module_name,
+            compile_secs,
             request.callback_count,
         )
         if store is None:  # the store is down: this host's tier keeps it
-            session.keep_locally(
-                *args, fingerprint=fingerprint, module_name=module_name,
-                compile_secs=compile_secs, callbacks=callbacks,
-            )  # fmt: skip
+            session.keep_locally(put)
             prefetch.note(session, request)
             return executable, False
         then = (lambda published: held.release(stored=published)) if held else None
-        store.submit_put(
-            *args, fingerprint=fingerprint, module_name=module_name,
-            compile_secs=compile_secs, callbacks=callbacks, then=then,
-        )  # fmt: skip
+        store.submit_put(put, then=then)
         prefetch.note(session, request)
         return executable, held is not None
     except Exception as exc:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from artifactstore.errors import CorruptObject, NamedBuildError, one_line
-from artifactstore.formats import fingerprint as _fp
+from artifactstore.formats.put import Put
 from artifactstore.jaxhook import compat, prefetch
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.jaxhook.platform import backend_fingerprint
@@ -128,39 +128,31 @@ class Context:
             "`artstore warm` with artifactstore.NamedSpec items"
         )
 
-    def _put(self, key: str, payload: bytes, fingerprint: _fp.Fingerprint, module: str,
-             secs: float) -> None:  # fmt: skip
+    def _put(self, put: Put) -> None:
         session = self.session
         store = self._store()
         if session is None or store is None:
-            warn_once("named-put", "no store: %s built but not stored", module)
+            warn_once("named-put", "no store: %s built but not stored", put.module_name)
             return
         if session.settings.read_only:
             store.counters.add("skipped_read_only")
             return
-        name, version = keys.parse_module_name(module) or ("", "")
+        name, version = keys.parse_module_name(put.module_name) or ("", "")
 
-        def put() -> str | None:
+        def store_it() -> str | None:
             """Stored, or why not: a removed version is never stored again (readers
             refuse it, so the build would be lost; see `store.removed`)."""
             record = removed.removal(store.blobs, name, version)
             if record is not None:
                 return removed.describe(name, version, record)
-            store.put(
-                key,
-                payload,
-                fingerprint=fingerprint,
-                module_name=module,
-                compile_secs=secs,
-                callbacks=0,
-            )
+            store.put(put)
             return None
 
         try:
-            gone = call_with_timeout(put, session.settings.timeout_secs)
+            gone = call_with_timeout(store_it, session.settings.timeout_secs)
         except Exception as exc:
             session.fail(exc)
-            warn_once("named-put", "%s not stored (%s)", module, one_line(exc))
+            warn_once("named-put", "%s not stored (%s)", put.module_name, one_line(exc))
             return
         if gone is not None:  # this process runs what it built; the store keeps nothing
             self.gone.add((name, version))
@@ -171,13 +163,13 @@ class Context:
         header = built.executable.header
         fp = self.fingerprint
         key = keys.key(header.name, header.version, fp.digest)
-        self._put(key, built.payload, fp, keys.module_name(header.name, header.version),
-                  built.compile_secs)  # fmt: skip
+        module_name = keys.module_name(header.name, header.version)
+        self._put(Put(key, built.payload, fp, module_name, built.compile_secs, callbacks=0))
         prefetch.note_named(self.session, key, fp.digest, header.devices, fp.platform)
 
     def store_portable(self, name: str, version: str, payload: bytes) -> None:
-        self._put(keys.portable_key(name, version), payload, keys.PORTABLE,
-                  keys.module_name(name, version), 0.0)  # fmt: skip
+        key, module_name = keys.portable_key(name, version), keys.module_name(name, version)
+        self._put(Put(key, payload, keys.PORTABLE, module_name, 0.0, callbacks=0))
 
 
 def _decode(payload: bytes, name: str, version: str, kind: str) -> tuple[container.Header, bytes]:

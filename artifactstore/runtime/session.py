@@ -30,7 +30,7 @@ from artifactstore.store.tier import LocalTier, open_tier, warn_once
 __all__ = ["Session", "warn_once"]  # warn_once: the process's one registry (store.tier)
 
 if TYPE_CHECKING:
-    from artifactstore.formats.fingerprint import Fingerprint
+    from artifactstore.formats.put import Put
     from artifactstore.gc.quota_pass import QuotaPass
     from artifactstore.metrics import Recorder
     from artifactstore.store import Store
@@ -243,24 +243,12 @@ class Session:
         """Whether a writer's compiles can be kept in this host's tier while the store is down."""
         return self.tier is not None and self.tier.owns_objects and not self.settings.read_only
 
-    def keep_locally(
-        self,
-        key: str,
-        payload: bytes,
-        *,
-        fingerprint: Fingerprint,
-        module_name: str,
-        compile_secs: float,
-        callbacks: int | None = None,
-    ) -> None:
+    def keep_locally(self, put: Put) -> None:
         """The store is down: keep a writer's executable in this host's tier, so later
         processes here load it (`store.keep_in_tier`); counted as `kept_in_tier`."""
         from artifactstore.store import keep_in_tier
 
-        if self.tier is not None and keep_in_tier(
-            self.settings, self.tier, key, payload, fingerprint=fingerprint,
-            module_name=module_name, compile_secs=compile_secs, callbacks=callbacks,
-        ):  # fmt: skip
+        if self.tier is not None and keep_in_tier(self.settings, self.tier, put):
             self.kept_in_tier += 1
 
     def stats(self) -> dict[str, int]:

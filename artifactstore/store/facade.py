@@ -22,9 +22,8 @@ from sqlalchemy import Engine
 from artifactstore.blobstores import BlobStore, describe_blobstore, open_blobstore
 from artifactstore.blobstores.absent import AbsentBlobStore
 from artifactstore.config import Settings
-from artifactstore.formats import codec
-from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.put import Put
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
 from artifactstore.redact import redact
 from artifactstore.store.account import Accounts, ProcessCounters
@@ -258,54 +257,14 @@ class Store:
         self.accounts.flush()
 
     # -- write (store.write, store.uploads) -----------------------------------
-    def put(
-        self,
-        key: str,
-        payload: bytes,
-        *,
-        fingerprint: Fingerprint,
-        module_name: str,
-        compile_secs: float,
-        callbacks: int | None = None,
-    ) -> bool:
-        """Store synchronously; True if this call created the entry.
+    def put(self, put: Put) -> bool:
+        """Store `put` synchronously; True if this call created the entry.
 
-        `callbacks`: how many host callbacks the executable calls (recorded in the
-        object, checked on load); None where the caller does not know."""
-        return self.writes.put(
-            key,
-            payload,
-            fingerprint=fingerprint,
-            module_name=module_name,
-            compile_secs=compile_secs,
-            callbacks=callbacks,
-        )
-
-    def put_encoded(
-        self,
-        key: str,
-        encoded: codec.Encoded,
-        *,
-        fingerprint: Fingerprint,
-        module_name: str,
-        compile_secs: float,
-        callbacks: int | None = None,
-        producer_host: str,
-    ) -> bool:
-        """Store an object that is already encoded (and signed) as it will be kept, as
-        `put` stores a fresh one: same checks, row, manifest and tier. True if this call
-        created the entry. The caller has verified `encoded` against `key` and
-        `fingerprint` (`verify`): it is stored byte for byte, never re-encoded, so its
-        signature stays the writer's (bundles imported from another store)."""
-        return self.writes.put_encoded(
-            key,
-            encoded,
-            fingerprint=fingerprint,
-            module_name=module_name,
-            compile_secs=compile_secs,
-            callbacks=callbacks,
-            producer_host=producer_host,
-        )
+        A put whose payload is an object encoded (and signed) already is stored as `put`
+        stores a fresh one (same checks, row, manifest and tier), byte for byte, never
+        re-encoded, so its signature stays the writer's (bundles imported from another
+        store): the caller has verified it against its key and fingerprint (`verify`)."""
+        return self.writes.put(put)
 
     def publish(self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None) -> bool:
         """Publish `entry`'s manifest (see WritePath.publish); False if the store refused."""
@@ -326,30 +285,12 @@ class Store:
         if self.tier is not None:
             self.tier.invalidate()
 
-    def submit_put(
-        self,
-        key: str,
-        payload: bytes,
-        *,
-        fingerprint: Fingerprint,
-        module_name: str,
-        compile_secs: float,
-        callbacks: int | None = None,
-        then: Callable[[bool], None] | None = None,
-    ) -> None:
+    def submit_put(self, put: Put, *, then: Callable[[bool], None] | None = None) -> None:
         """Queue a put on the background writer; the program does not wait for it.
 
         `then`: called on the writer with whether the entry is now published (stored
         by this or another process), however the put ended."""
-        self.uploads.submit(
-            key,
-            payload,
-            fingerprint=fingerprint,
-            module_name=module_name,
-            compile_secs=compile_secs,
-            callbacks=callbacks,
-            then=then,
-        )
+        self.uploads.submit(put, then)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Finish queued uploads and access records within `timeout` seconds."""

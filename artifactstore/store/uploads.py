@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from artifactstore.errors import StoreUnavailable, one_line
-from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.index.errors import UNAVAILABLE
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
@@ -37,17 +37,7 @@ class Uploads:
         self._paused_until = 0.0  # monotonic: see submit
         self._failures = 0  # consecutive, for that pause
 
-    def submit(
-        self,
-        key: str,
-        payload: bytes,
-        *,
-        fingerprint: Fingerprint,
-        module_name: str,
-        compile_secs: float,
-        callbacks: int | None = None,
-        then: Callable[[bool], None] | None = None,
-    ) -> None:
+    def submit(self, put: Put, then: Callable[[bool], None] | None = None) -> None:
         """Queue a put on the background writer; the program does not wait for it.
 
         `then`: called on the writer with whether the entry is now published (stored
@@ -61,10 +51,7 @@ class Uploads:
 
         def keep() -> None:
             """A backend is down: this host's tier keeps the executable (see keep_in_tier)."""
-            if backends.tier is not None and keep_in_tier(
-                settings, backends.tier, key, payload, fingerprint=fingerprint,
-                module_name=module_name, compile_secs=compile_secs, callbacks=callbacks,
-            ):  # fmt: skip
+            if backends.tier is not None and keep_in_tier(settings, backends.tier, put):
                 self.counters.add("kept_in_tier")
 
         def job() -> None:
@@ -82,14 +69,7 @@ class Uploads:
                 keep()
                 return False
             try:
-                self.writes.put(
-                    key,
-                    payload,
-                    fingerprint=fingerprint,
-                    module_name=module_name,
-                    compile_secs=compile_secs,
-                    callbacks=callbacks,
-                )
+                self.writes.put(put)
                 self._failures = 0
                 return True
             except Exception as exc:
@@ -110,11 +90,11 @@ class Uploads:
                 # failure (the bucket now denies writes) must not hide behind the first.
                 kind = re.sub(r"[0-9a-f]{12,}", "…", f"{type(exc).__name__}: {cause}")
                 backends.warn_once(
-                    f"put {kind}", "could not store %s: %s%s", module_name, cause, paused
+                    f"put {kind}", "could not store %s: %s%s", put.module_name, cause, paused
                 )
                 raise
 
-        self.worker.submit(f"put {module_name}", job)
+        self.worker.submit(f"put {put.module_name}", job)
 
     def submit_quick(self, key: str, fingerprint: str, compile_secs: float) -> None:
         """Queue the publication of a key too quick to store (WritePath.publish_quick),

@@ -10,15 +10,16 @@ manifest, delete the row, and only after gc's grace period the object).
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable
+from dataclasses import replace
+from socket import gethostname
 from typing import TYPE_CHECKING
 
 from artifactstore.blobstores.base import QUICK
 from artifactstore.errors import CorruptObject, ReadOnlyError, one_line
 from artifactstore.formats import codec, quick
-from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.put import Put
 from artifactstore.index import db
 from artifactstore.index.repo import EntryInfo, NewEntry
 from artifactstore.store import identity
@@ -28,7 +29,6 @@ from artifactstore.store.tier import LocalTier, warn_once
 
 if TYPE_CHECKING:
     from artifactstore.config import Settings
-    from artifactstore.formats.signing import SigningKey
 
 log = logging.getLogger("artifactstore")
 
@@ -56,68 +56,15 @@ class WritePath:
         # Object store and index one store? Asked before the first write (identity.WriteGate).
         self.gate = identity.WriteGate(backends, counters.add)
 
-    def put(
-        self,
-        key: str,
-        payload: bytes,
-        *,
-        fingerprint: Fingerprint,
-        module_name: str,
-        compile_secs: float,
-        callbacks: int | None = None,
-    ) -> bool:
-        """Store synchronously; True if this call created the entry."""
-        admitted, existing = self.admit(key)
+    def put(self, put: Put) -> bool:
+        """Store `put` synchronously; True if this call created the entry. An object that
+        is encoded already (a bundle's) is stored byte for byte, never re-encoded, so its
+        signature stays its writer's: the caller verified it (`Store.verify`)."""
+        admitted, existing = self.admit(put.key)
         if not admitted:
             return False
-        settings = self.backends.settings
-        encoded = encode_entry(
-            key,
-            payload,
-            fingerprint=fingerprint,
-            module_name=module_name,
-            compile_secs=compile_secs,
-            callbacks=callbacks,
-            signing_key=settings.signing_key,
-            namespace=settings.namespace,
-        )
-        return self.commit(
-            key,
-            encoded,
-            existing,
-            fingerprint=fingerprint,
-            module_name=module_name,
-            compile_secs=compile_secs,
-            callbacks=callbacks,
-            producer_host=socket.gethostname(),
-        )
-
-    def put_encoded(
-        self,
-        key: str,
-        encoded: codec.Encoded,
-        *,
-        fingerprint: Fingerprint,
-        module_name: str,
-        compile_secs: float,
-        callbacks: int | None = None,
-        producer_host: str,
-    ) -> bool:
-        """Store an object already encoded (and signed) as it will be kept, byte for byte
-        (see Store.put_encoded); True if this call created the entry."""
-        admitted, existing = self.admit(key)
-        if not admitted:
-            return False
-        return self.commit(
-            key,
-            encoded,
-            existing,
-            fingerprint=fingerprint,
-            module_name=module_name,
-            compile_secs=compile_secs,
-            callbacks=callbacks,
-            producer_host=producer_host,
-        )
+        put = stamped(put)
+        return self.commit(put, encode_entry(put, self.backends.settings), existing)
 
     def admit(self, key: str) -> tuple[bool, EntryInfo | None]:
         """(whether a put of `key` goes on, the entry it replaces): no on a read-only
@@ -146,36 +93,15 @@ class WritePath:
             return False, None
         return True, existing
 
-    def commit(
-        self,
-        key: str,
-        encoded: codec.Encoded,
-        existing: EntryInfo | None,
-        *,
-        fingerprint: Fingerprint,
-        module_name: str,
-        compile_secs: float,
-        callbacks: int | None,
-        producer_host: str,
-    ) -> bool:
+    def commit(self, put: Put, encoded: codec.Encoded, existing: EntryInfo | None) -> bool:
         """The write path every put ends in: object durable, then index row (or the
         replacement of a refused entry), then tier and manifest; True if created."""
         blobs, index = self.backends.blobs, self.backends.index
         uploaded = blobs.put(encoded.digest, encoded.data)
         if uploaded:
             self.counters.add("bytes_uploaded", len(encoded.data))
-        entry = NewEntry.for_object(
-            key=key,
-            digest=encoded.digest,
-            size=len(encoded.data),
-            raw_size=encoded.raw_size,
-            module_name=module_name,
-            fingerprint=fingerprint,
-            compile_secs=compile_secs,
-            producer_host=producer_host[:255],
-            signer=encoded.signer,
-            signature=encoded.signature,
-        )
+        key, fingerprint = put.key, put.fingerprint
+        entry = NewEntry.of(put, encoded)
         if existing is not None:
             # This process refused the entry's object for its signature (unsigned, an
             # untrusted key, a bad signature) and just compiled the key itself: replace
@@ -200,7 +126,7 @@ class WritePath:
             created = index.add_entry(entry, fingerprint.to_json())
         self.counters.add("stored" if created else "already_present")
         if created:
-            remember(self.backends, key, Manifest.of(entry, callbacks=callbacks), encoded.data)
+            remember(self.backends, key, put.manifest(encoded), encoded.data)
         if created and not blobs.exists(encoded.digest):
             # A gc deleted the object between our existence check and our commit (the
             # race is explained in artifactstore/gc/__init__.py): put it back, so the
@@ -214,7 +140,7 @@ class WritePath:
         if created:
             if encoded.signer is None and self.backends.settings.require_signatures:
                 self.backends.warn_once("unsigned-write", UNSIGNED_WRITE)
-            self.publish_checked(entry, callbacks=callbacks)
+            self.publish_checked(entry, callbacks=put.callbacks)
             for listener in self.on_stored:
                 listener()
         return created
@@ -345,63 +271,27 @@ def remember(backends: Backends, key: str, record: Manifest, data: bytes) -> Non
         backends.warn_once("tier", "local tier not updated: %s", one_line(exc))
 
 
-def keep_in_tier(
-    settings: Settings,
-    tier: LocalTier,
-    key: str,
-    payload: bytes,
-    *,
-    fingerprint: Fingerprint,
-    module_name: str,
-    compile_secs: float,
-    callbacks: int | None = None,
-) -> bool:
+def keep_in_tier(settings: Settings, tier: LocalTier, put: Put) -> bool:
     """Keep a writer's executable in this host's tier while the store cannot take it, so
     later processes here load it; True if kept. It is not uploaded later (a process that
     finds it in the tier never misses). Only a tier holding its own objects, of a writer."""
     if settings.read_only or not tier.owns_objects:
         return False
-    encoded = encode_entry(
-        key,
-        payload,
-        fingerprint=fingerprint,
-        module_name=module_name,
-        compile_secs=compile_secs,
-        callbacks=callbacks,
-        signing_key=settings.signing_key,
-        namespace=settings.namespace,
-    )
+    encoded = encode_entry(put, settings)
     try:
-        record = Manifest(key, encoded.digest, fingerprint.digest, float(compile_secs),
-                          encoded.raw_size, len(encoded.data), module_name[:255], callbacks,
-                          encoded.signer)  # fmt: skip
-        tier.remember(key, record, encoded.data)
+        tier.remember(put.key, put.manifest(encoded), encoded.data)
     except Exception as exc:  # a full disk costs the copy, nothing else
         warn_once("tier-keep", "local tier not updated: %s", one_line(exc))
         return False
     return True
 
 
-def encode_entry(
-    key: str,
-    payload: bytes,
-    *,
-    fingerprint: Fingerprint,
-    module_name: str,
-    compile_secs: float,
-    callbacks: int | None = None,
-    signing_key: SigningKey | None = None,
-    namespace: str | None = None,
-) -> codec.Encoded:
-    """The object an entry is stored as: its payload, fingerprint and metadata, signed
-    with `signing_key` for `namespace` when given (ARTSTORE_SIGNING_KEY)."""
-    meta = codec.ObjectMeta(
-        key=key,
-        module_name=module_name[:255],
-        compile_secs=float(compile_secs),
-        raw_size=len(payload),
-        producer_host=socket.gethostname()[:255],
-        fingerprint=fingerprint.to_dict(),
-        callbacks=callbacks,
-    )
-    return codec.encode(payload, fingerprint.digest, meta, signer=signing_key, namespace=namespace)
+def stamped(put: Put) -> Put:
+    """`put` naming the host that compiled it: this one, unless it names one (an import)."""
+    return put if put.producer_host is not None else replace(put, producer_host=gethostname())
+
+
+def encode_entry(put: Put, settings: Settings) -> codec.Encoded:
+    """The object `put` is stored as: its payload, fingerprint and metadata, signed with
+    ARTSTORE_SIGNING_KEY for the store's namespace when one is set."""
+    return stamped(put).encoded(signer=settings.signing_key, namespace=settings.namespace)

@@ -25,6 +25,7 @@ from typing import Any
 from artifactstore.blobstores.local import write_atomic
 from artifactstore.config import from_environment
 from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.formats.put import Put
 from artifactstore.jaxhook import api as _ji
 from artifactstore.warm import ENV_VAR, SUMMARY_FIELDS
 
@@ -108,9 +109,10 @@ class Recorder:
                 }
                 self._note("present", item, entry)
 
-        def put(key: str, payload: bytes, **kwargs: Any) -> bool:
+        def put(one: Put) -> bool:
+            key = one.key
             before = store.counters.snapshot().get("bytes_uploaded", 0)
-            created = bool(real_put(key, payload, **kwargs))
+            created = bool(real_put(one))
             why = store.refused(key) if not created else None
             if why is not None:
                 # Present, but not what readers that trust these keys load: not "present".
@@ -122,20 +124,18 @@ class Recorder:
             uploaded = store.counters.snapshot().get("bytes_uploaded", 0) - before
             item = {
                 "key": key,
-                "module": str(kwargs.get("module_name", "")),
+                "module": one.module_name,
                 "bytes": uploaded,
-                "compile_secs": float(kwargs.get("compile_secs", 0.0)),
+                "compile_secs": float(one.compile_secs),
                 "how": "stored" if created else "stored concurrently",
             }
-            self._note("added" if created else "present", item, kwargs["fingerprint"])
+            self._note("added" if created else "present", item, one.fingerprint)
             return created
 
-        def submit_put(
-            key: str, payload: bytes, *, then: Callable[[bool], None] | None = None, **kwargs: Any
-        ) -> None:
+        def submit_put(one: Put, *, then: Callable[[bool], None] | None = None) -> None:
             published = False
             try:
-                put(key, payload, **kwargs)
+                put(one)
                 published = True
             except Exception as exc:  # as the background writer would: count, say once
                 store.counters.add("put_errors")
@@ -144,14 +144,14 @@ class Recorder:
                         [
                             {
                                 "kind": "put_error",
-                                "module": kwargs.get("module_name", ""),
+                                "module": one.module_name,
                                 "error": one_line(exc),
                             }
                         ]
                     )
                 log.warning(
                     "artifactstore: could not store %s: %s",
-                    kwargs.get("module_name", key[:12]),
+                    one.module_name,
                     one_line(exc),
                 )
             finally:

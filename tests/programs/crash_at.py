@@ -24,6 +24,7 @@ from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.blobstores.s3 import S3BlobStore
 from artifactstore.config.host import compute
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.index.repo import EntryIndex
 from artifactstore.store import Store
 
@@ -61,8 +62,15 @@ def main() -> None:
     kill_after(step)
     if operation == "put":
         store = Store.open(config.resolve({}, environ=dict(os.environ)))
-        store.put(key, payload(int(rest[0])), fingerprint=fingerprint(), module_name="jit_f",
-                  compile_secs=1.0)  # fmt: skip
+        store.put(
+            Put(
+                key,
+                payload(int(rest[0])),
+                fingerprint=fingerprint(),
+                module_name="jit_f",
+                compile_secs=1.0,
+            )
+        )
     else:
         from artifactstore.cli import main as artstore
 

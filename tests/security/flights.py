@@ -9,6 +9,7 @@ from typing import Any
 
 from artifactstore.config import host
 from artifactstore.formats import fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.store import Hit, Store
 from artifactstore.store.flight import Held
 
@@ -52,8 +53,9 @@ def loaded(thread: threading.Thread, out: list[Any]) -> Hit:
 
 
 def put(store: Store, k: str, size: int = 3000) -> None:
-    assert store.put(k, os.urandom(size), fingerprint=fp(), module_name="jit_f",
-                     compile_secs=2.0)  # fmt: skip
+    assert store.put(
+        Put(k, os.urandom(size), fingerprint=fp(), module_name="jit_f", compile_secs=2.0)
+    )
 
 
 def publish(store: Store, k: str, held: Held) -> None:

@@ -28,6 +28,7 @@ import zstandard
 from conftest import TEAM_SIGNING, OpenStore, clean_env
 from test_bundles import FP, _empty, _refused
 
+from artifactstore.formats.put import Put
 from artifactstore.named import keys as named_keys
 
 MAX_RSS = 300 * 1024 * 1024
@@ -290,8 +291,15 @@ def _genuine(tmp_path: Path, open_store: OpenStore, entries: int = 3) -> Path:
     store = open_store(env)
     for i in range(entries):
         key = named_keys.key(f"foo{i}", "1", FP.digest)
-        assert store.put(key, os.urandom(300 * 1024), fingerprint=FP, compile_secs=1.0,
-                         module_name=named_keys.module_name(f"foo{i}", "1"))  # fmt: skip
+        assert store.put(
+            Put(
+                key,
+                os.urandom(300 * 1024),
+                fingerprint=FP,
+                compile_secs=1.0,
+                module_name=named_keys.module_name(f"foo{i}", "1"),
+            )
+        )
     bundle = tmp_path / "genuine.tzst"
     done = subprocess.run(
         [sys.executable, "-m", "artifactstore", "export", str(bundle), "--all"],

@@ -32,6 +32,7 @@ from artifactstore.formats.identity import FORMAT as IDENTITY_FORMAT
 from artifactstore.formats.identity import decode as decode_identity
 from artifactstore.formats.lease import LeaseRecord
 from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.put import Put
 from artifactstore.formats.workingset import WorkingSet
 from artifactstore.gc.collect import collect
 from artifactstore.gc.journals import fold_journals
@@ -53,7 +54,9 @@ class Planted:
         self.manifests: dict[str, bytes] = {}
         for key, payload in PAYLOADS.items():
             self.store.put(
-                key, payload, fingerprint=FP, module_name="jit_f", compile_secs=1.5, callbacks=0
+                Put(
+                    key, payload, fingerprint=FP, module_name="jit_f", compile_secs=1.5, callbacks=0
+                )
             )
             data = self.store.blobs.get_manifest(key)
             assert data is not None
@@ -74,7 +77,14 @@ class Planted:
 
     def _put(self, key: str) -> None:
         self.store.put(
-            key, PAYLOADS[key], fingerprint=FP, module_name="jit_f", compile_secs=1.5, callbacks=0
+            Put(
+                key,
+                PAYLOADS[key],
+                fingerprint=FP,
+                module_name="jit_f",
+                compile_secs=1.5,
+                callbacks=0,
+            )
         )
 
     def folder(self, kind_dir: str) -> Path:

@@ -27,6 +27,7 @@ from artifactstore.errors import CorruptObject
 from artifactstore.formats import codec
 from artifactstore.formats.identity import FORMAT as IDENTITY_FORMAT
 from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.put import Put
 from artifactstore.formats.workingset import WorkingSet
 from artifactstore.gc.journals import fold_journals
 from artifactstore.store import Store, identity
@@ -64,7 +65,7 @@ def _team(team_env: dict[str, str], open_store: OpenStore) -> tuple[Store, Store
     writer = open_store(team_env, local_tier="off")
     for key, payload in PAYLOADS.items():
         assert writer.put(
-            key, payload, fingerprint=FP, module_name="jit_f", compile_secs=1.5, callbacks=0
+            Put(key, payload, fingerprint=FP, module_name="jit_f", compile_secs=1.5, callbacks=0)
         )
     reader = open_store(dict(team_env, ARTSTORE_READ_ONLY="1"), lazy_index=True, local_tier="off")
     return writer, reader, Bucket(team_env)

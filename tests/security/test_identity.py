@@ -21,6 +21,7 @@ import pytest
 from conftest import FAKE_AWS, REPO, OpenStore, artstore, clean_env
 
 from artifactstore.config import host
+from artifactstore.formats.put import Put
 from artifactstore.index import db
 from artifactstore.index.identity import bound_id
 from artifactstore.store import Store
@@ -35,8 +36,9 @@ SCHEMA_0004_COMMIT = "bfcdfb6395815e3adf64bd674193c3b134fd338d"
 
 def _fill(store: Store, n: int) -> None:
     for i, key in enumerate(KEYS[:n]):
-        assert store.put(key, os.urandom(600 + i), fingerprint=FP, module_name=f"jit_{i}",
-                         compile_secs=1.0)  # fmt: skip
+        assert store.put(
+            Put(key, os.urandom(600 + i), fingerprint=FP, module_name=f"jit_{i}", compile_secs=1.0)
+        )
 
 
 def _entries(store: Store) -> int:
@@ -264,8 +266,15 @@ def test_rm_without_a_terminal_removes_nothing_without_yes(
         assert _entries(store) == 3
     # A prefix that matches several entries removes several: the same question.
     for n in (1, 2):
-        assert store.put("ab" * 31 + f"{n:02x}", os.urandom(500), fingerprint=FP,
-                         module_name="jit_p", compile_secs=1.0)  # fmt: skip
+        assert store.put(
+            Put(
+                "ab" * 31 + f"{n:02x}",
+                os.urandom(500),
+                fingerprint=FP,
+                module_name="jit_p",
+                compile_secs=1.0,
+            )
+        )
     _one_line_refusal(_rm(any_env, "abababab"), "2 entries", "--yes")
     assert _entries(store) == 5
     assert _rm(any_env, "abababab", "--yes").returncode == 0

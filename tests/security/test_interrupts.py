@@ -36,6 +36,7 @@ from artifactstore.blobstores.base import LEASES
 from artifactstore.config.host import compute
 from artifactstore.config.keyfiles import generate
 from artifactstore.formats import codec
+from artifactstore.formats.put import Put
 from artifactstore.store import Store
 
 SIGNALS = {
@@ -130,8 +131,15 @@ def fill(store: Store, n: int = ENTRIES, tag: str = "a") -> list[str]:
     keys = []
     for i in range(n):
         key = f"{i:04x}{tag}".ljust(64, "0")
-        assert store.put(key, os.urandom(PAYLOAD), fingerprint=FP, module_name=f"jit_{tag}{i}",
-                         compile_secs=1.0)  # fmt: skip
+        assert store.put(
+            Put(
+                key,
+                os.urandom(PAYLOAD),
+                fingerprint=FP,
+                module_name=f"jit_{tag}{i}",
+                compile_secs=1.0,
+            )
+        )
         keys.append(key)
     return keys
 

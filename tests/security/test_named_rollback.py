@@ -22,6 +22,7 @@ from hypothesis import example, given
 
 from artifactstore import config
 from artifactstore.formats import named
+from artifactstore.formats.put import Put
 from artifactstore.store import Store, removed
 from security import hostile
 from security.hostile import FP, KEY, PAYLOADS
@@ -173,12 +174,14 @@ def named_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     )
     store = Store.open(config.resolve({}, environ=env))
     store.put(
-        KEY,
-        PAYLOADS[KEY],
-        fingerprint=FP,
-        module_name="named:t/step@1",
-        compile_secs=1.0,
-        callbacks=0,
+        Put(
+            KEY,
+            PAYLOADS[KEY],
+            fingerprint=FP,
+            module_name="named:t/step@1",
+            compile_secs=1.0,
+            callbacks=0,
+        )
     )
     yield store
     store.close()

@@ -21,6 +21,7 @@ from artifactstore.config import host, keyfiles
 from artifactstore.errors import ConfigError
 from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
+from artifactstore.formats.put import Put
 
 SLOW = {"ARTSTORE_MIN_COMPILE_SECS": "0.5", "JOB_SLOW_COMPILE_SECS": "0.6"}
 NO_KEYS_LINE = "requires signatures and no key is trusted"
@@ -181,14 +182,15 @@ def test_a_writer_without_a_key_warns_once_and_a_keyless_reader_fetches_nothing(
     fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                       device_count=1, jax_version="0", jaxlib_version="0")  # fmt: skip
     for n in range(3):
-        writer.put(f"{n:02d}" * 32, b"x" * 100, fingerprint=fp, module_name="m",
-                   compile_secs=1.0)  # fmt: skip
+        writer.put(
+            Put(f"{n:02d}" * 32, b"x" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
+        )
     warned = [r for r in caplog.records if "readers will not load them" in r.getMessage()]
     assert len(warned) == 1 and "ARTSTORE_SIGNING_KEY" in warned[0].getMessage()
     assert writer.get("00" * 32, fp.digest) is None  # its own unsigned entry: refused too
     assert writer.counters.snapshot().get("bytes_downloaded", 0) == 0
     signer = open_store(team_env)
-    signer.put("aa" * 32, b"y" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
+    signer.put(Put("aa" * 32, b"y" * 100, fingerprint=fp, module_name="m", compile_secs=1.0))
     hit = signer.get("aa" * 32, fp.digest)
     assert hit is not None and hit.payload == b"y" * 100
     assert len([r for r in caplog.records if "readers will not load" in r.getMessage()]) == 1

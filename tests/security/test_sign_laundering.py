@@ -28,6 +28,7 @@ from conftest import OpenStore, artstore, clean_env
 from artifactstore import config
 from artifactstore.config import host
 from artifactstore.formats import codec
+from artifactstore.formats.put import Put
 
 FP = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                   device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
@@ -65,7 +66,7 @@ def _write(open_store: OpenStore, env: dict[str, str], key_file: Path | None) ->
     store = open_store(_env(env, **extra))
     key = secrets.token_hex(32)
     payload = b"executable " + key.encode() * 50
-    assert store.put(key, payload, fingerprint=FP, module_name="jit_f", compile_secs=2.0)
+    assert store.put(Put(key, payload, fingerprint=FP, module_name="jit_f", compile_secs=2.0))
     return key
 
 
@@ -180,15 +181,14 @@ def test_object_signed_for_another_namespace_is_not_resigned(
     other = open_store(_env(team_env, ARTSTORE_SIGNING_KEY=str(keys["old"][0]),
                             ARTSTORE_NAMESPACE="other"))  # fmt: skip
     key = secrets.token_hex(32)
-    assert other.put(key, b"x" * 500, fingerprint=FP, module_name="jit_f", compile_secs=2.0)
+    assert other.put(Put(key, b"x" * 500, fingerprint=FP, module_name="jit_f", compile_secs=2.0))
     entry = other.index.lookup(key)
     assert entry is not None
     data = other.blobs.get(entry.digest)
     assert data is not None
     moved = codec.Encoded(data, entry.digest, 500, signer="old", signature=entry.signature)
     default = open_store(_env(team_env))
-    assert default.put_encoded(key, moved, fingerprint=FP, module_name="jit_f",
-                               compile_secs=2.0, producer_host="elsewhere")  # fmt: skip
+    assert default.put(Put(key, moved, FP, "jit_f", 2.0, producer_host="elsewhere"))
 
     out = _sign(team_env, keys["new"][0], str(keys["old"][1]), "--json")
     assert out.returncode == 0, out.stderr

@@ -32,6 +32,7 @@ from artifactstore import config
 from artifactstore.config.host import compute
 from artifactstore.errors import UnsafeDirectory
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.store import Store, tier
 from artifactstore.store.tier import LocalTier, TierEntry
 
@@ -141,7 +142,7 @@ def reader(tmp_path: Path) -> Iterator[Store]:
     their own executable for KEY (a genuine entry of their store: it verifies)."""
     for name, payload in (("store", b"genuine"), ("evil", b"planted")):
         writer = Store.open(config.resolve(environ=clean_env(ARTSTORE_URL=str(tmp_path / name))))
-        writer.put(KEY, payload, fingerprint=_fp(), module_name="m", compile_secs=1)
+        writer.put(Put(KEY, payload, fingerprint=_fp(), module_name="m", compile_secs=1))
         writer.close()
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_READ_ONLY="1",
                     ARTSTORE_LOCAL_TIER=str(tmp_path / "tiers"))  # fmt: skip
@@ -179,9 +180,9 @@ def test_a_local_store_swapped_under_its_writer_loads_nothing_planted(tmp_path: 
     """A writable local store is its own tier: the store's own reads walk the same way."""
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     store = Store.open(config.resolve(environ=env))
-    store.put(KEY, b"genuine", fingerprint=_fp(), module_name="m", compile_secs=1)
+    store.put(Put(KEY, b"genuine", fingerprint=_fp(), module_name="m", compile_secs=1))
     evil = Store.open(config.resolve(environ=clean_env(ARTSTORE_URL=str(tmp_path / "evil"))))
-    evil.put(KEY, b"planted", fingerprint=_fp(), module_name="m", compile_secs=1)
+    evil.put(Put(KEY, b"planted", fingerprint=_fp(), module_name="m", compile_secs=1))
     evil.close()
     assert store.tier is not None
     base = store.tier.base
@@ -196,6 +197,6 @@ def test_a_local_store_swapped_under_its_writer_loads_nothing_planted(tmp_path: 
     # ... because the walk refused the link, not because nothing was there to load.
     assert "is a symbolic link" in refused or store.tier._off, refused
     with pytest.raises(UnsafeDirectory, match="symbolic link"):
-        store.put("b" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)
+        store.put(Put("b" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
     assert not any((tmp_path / "evil").rglob("b" * 64))  # nothing written through it
     store.close()

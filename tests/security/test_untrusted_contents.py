@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, select, text
 from artifactstore import config
 from artifactstore.config.host import compute
 from artifactstore.formats.fingerprint import Fingerprint
+from artifactstore.formats.put import Put
 from artifactstore.index.leases import Lease, compile_lease_name
 from artifactstore.index.models import Entry, LeaseRow
 from artifactstore.runtime.session import Session
@@ -58,7 +59,7 @@ def _plant(env: dict[str, str], folder: str, name: str, body: bytes) -> None:
 
 
 def _put(store: Store, key: str, payload: bytes) -> None:
-    assert store.put(key, payload, fingerprint=_fp(), module_name="m", compile_secs=1.0)
+    assert store.put(Put(key, payload, fingerprint=_fp(), module_name="m", compile_secs=1.0))
 
 
 def _hits(env: dict[str, str], key: str) -> int:

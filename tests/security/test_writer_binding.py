@@ -24,6 +24,7 @@ from conftest import FAKE_AWS, OpenStore, artstore, clean_env, run_program
 from sqlalchemy import create_engine, text
 
 from artifactstore.config import host
+from artifactstore.formats.put import Put
 from artifactstore.runtime.summary import Summary
 
 MISMATCH = "do not belong together"
@@ -76,7 +77,7 @@ def _fill(env: dict[str, str], open_store: OpenStore, n: int = 6) -> list[tuple[
     store = open_store(env)
     for i in range(n):
         key, payload = f"{i + 1:02x}" * 32, os.urandom(600 + i)
-        assert store.put(key, payload, fingerprint=FP, module_name=f"jit_{i}", compile_secs=1)
+        assert store.put(Put(key, payload, fingerprint=FP, module_name=f"jit_{i}", compile_secs=1))
     return _rows(env)
 
 
@@ -201,7 +202,7 @@ def test_writer_on_another_directory_drops_and_stores_nothing(
     with caplog.at_level(logging.WARNING, logger="artifactstore"):
         assert wrong.get(before[0][0], FP.digest) is None  # a miss: its object is not here
         assert not wrong.put(
-            "ee" * 32, b"x" * 700, fingerprint=FP, module_name="jit_new", compile_secs=1
+            Put("ee" * 32, b"x" * 700, fingerprint=FP, module_name="jit_new", compile_secs=1)
         )
     counts = wrong.counters.snapshot()
     assert counts["missing_object"] == 1 and counts["store_mismatch"] == 2, counts
