@@ -3,7 +3,9 @@
 Why: a security test that skips where it cannot run (no second OS user, no server) leaves
 CI green while the defence goes untested (issue 38 measured 4 tier-security tests skipped
 with CI=true, exit 0). Under CI=true any skip of a test under tests/security/ or of
-tests/test_tier_security.py becomes a failure carrying the skip's reason.
+tests/test_tier_security.py becomes a failure carrying the skip's reason. So does a skip
+of a PyTorch test (tests/torch/) in the phase of .ci/run that installs torch and torchax
+for them (ARTSTORE_TORCH_CI=1): elsewhere they skip, since torch is an optional extra.
 
 The `hostile_record(kind)` marker declares that a Hypothesis test drives hostile records of
 `kind` (a name in artifactstore.blobstores.base.UNTRUSTED_KINDS) through a real path;
@@ -22,6 +24,8 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 # Tests that may not skip in CI: paths relative to tests/.
 NO_SKIP_IN_CI = ("security/", "test_tier_security.py")
+# ... and, where ARTSTORE_TORCH_CI=1 (the torch phase), these.
+NO_SKIP_IN_TORCH_CI = ("torch/",)
 
 
 def in_ci() -> bool:
@@ -42,7 +46,9 @@ def must_run(path: Path) -> bool:
         rel = path.resolve().relative_to(TESTS).as_posix()
     except ValueError:
         return False
-    return rel.startswith(NO_SKIP_IN_CI)
+    if rel.startswith(NO_SKIP_IN_CI):
+        return True
+    return rel.startswith(NO_SKIP_IN_TORCH_CI) and os.environ.get("ARTSTORE_TORCH_CI") == "1"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -53,4 +59,4 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
-    report.longrepr = f"skipped in CI, where security tests must run: {reason}"
+    report.longrepr = f"skipped in CI, where this test must run: {reason}"
