@@ -179,6 +179,12 @@ UNTRUSTED_KINDS: tuple[UntrustedKind, ...] = (
         "artifactstore.formats.named:removed_at",
         1024,
     ),
+    UntrustedKind(
+        "torch-xla file",
+        "a verified object's payload, placed in torch-xla's cache directory",
+        "artifactstore.formats.torchxla:unframe",
+        None,
+    ),
     UntrustedKind("tier key file", "tier keys/", "artifactstore.store.tier:LocalTier.record", None),
     UntrustedKind(
         "tier access journal",

@@ -7,7 +7,8 @@ and from the `sitecustomize` beside this file, which `artstore warm`
 and `artstore run` put first on PYTHONPATH; importing the module does nothing (`artstore
 doctor` reads `mode()`). It then waits for `jax` to be imported (a meta path finder, so a
 process that never imports JAX, such as pip, loads nothing of artifactstore or JAX) and
-activates the store once:
+activates the store once; likewise for `torch_xla`, whose persistent cache the store then
+serves (`artifactstore.torch_xla`, the same settings; imported only by such a program):
 
 - ARTSTORE_WARM set (`artstore warm -- CMD`): write mode, recorded for warm's report;
 - otherwise ARTSTORE_URL set or ARTSTORE_ACTIVATE=1: the store as `configure()` with the
@@ -59,11 +60,19 @@ def mode(environ: os._Environ[str] | dict[str, str] = os.environ) -> str | None:
     return None
 
 
-def _activate(how: str) -> None:
+# The modules whose import activates the store: JAX, and torch-xla's adapter.
+WATCHED = ("jax", "torch_xla")
+
+
+def _activate(how: str, module: str = "jax") -> None:
     if mode() is None:  # ARTSTORE_ACTIVATE=0 set by the program itself before importing JAX
         return
     try:
-        if how == "warm":
+        if module == "torch_xla":
+            from artifactstore.torch_xla import adapter
+
+            adapter.enable({}, explicit=False)
+        elif how == "warm":
             from artifactstore.warm import child
 
             child.activate()
@@ -80,12 +89,13 @@ def _activate(how: str) -> None:
 
 
 class _Loader:
-    """Delegates to JAX's own loader and activates the store once `jax` is imported
+    """Delegates to the module's own loader and activates the store once it is imported
     (a loader by protocol: create_module and exec_module)."""
 
-    def __init__(self, inner: object, how: str) -> None:
+    def __init__(self, inner: object, how: str, module: str = "jax") -> None:
         self._inner = inner
         self._how = how
+        self._module = module
 
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         module: ModuleType | None = getattr(self._inner, "create_module")(spec)  # noqa: B009
@@ -93,30 +103,37 @@ class _Loader:
 
     def exec_module(self, module: ModuleType) -> None:
         getattr(self._inner, "exec_module")(module)  # noqa: B009
-        _activate(self._how)
+        _activate(self._how, self._module)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
 
 class _JaxImportHook:
-    """A meta path finder (by protocol) that sees `jax` being imported, then leaves."""
+    """A meta path finder (by protocol) that sees `jax` and `torch_xla` being imported,
+    and leaves once both were."""
 
-    def __init__(self, how: str) -> None:
+    def __init__(self, how: str, waiting: tuple[str, ...] = WATCHED) -> None:
         self.how = how
+        self.waiting = [name for name in waiting if name not in sys.modules]
 
     def find_spec(
         self, fullname: str, path: object = None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname != "jax":
+        if fullname not in self.waiting:
             return None
-        sys.meta_path.remove(self)  # type: ignore[arg-type]
+        self.waiting.remove(fullname)
+        if not self.waiting:
+            sys.meta_path.remove(self)  # type: ignore[arg-type]
         for finder in sys.meta_path:
+            if finder is self:
+                continue
             find = getattr(finder, "find_spec", None)
             spec: ModuleSpec | None = find(fullname, path, target) if find is not None else None
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader, self.how)  # type: ignore[assignment]
+                    loader = _Loader(spec.loader, self.how, fullname)
+                    spec.loader = loader  # type: ignore[assignment]
                 return spec
         return None
 
@@ -143,13 +160,16 @@ def install() -> None:
 
 
 def arm(how: str) -> None:
-    """Activate `how` once `jax` is imported, or now if it already is (an earlier startup
-    hook imported it, or the pytest plugin arms this late)."""
+    """Activate `how` once `jax` (and `torch_xla`) is imported, or now for one that
+    already is (an earlier startup hook imported it, or the pytest plugin arms this late)."""
     if _disabled:
         return
-    if "jax" in sys.modules:
-        _activate(how)
-    elif not any(isinstance(f, _JaxImportHook) for f in sys.meta_path):
+    for module in WATCHED:
+        if module in sys.modules:
+            _activate(how, module)
+    if not all(m in sys.modules for m in WATCHED) and not any(
+        isinstance(f, _JaxImportHook) for f in sys.meta_path
+    ):
         sys.meta_path.insert(0, _JaxImportHook(how))  # type: ignore[arg-type]
 
 

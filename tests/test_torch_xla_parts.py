@@ -1,0 +1,154 @@
+"""The torch-xla adapter's parts that need no torch: keys, the private directory, the
+fingerprint's facts, the compile-time match, and activation on `import torch_xla`.
+
+The adapter end to end, with torch-xla compiling in fresh processes, is
+tests/torch/test_torch_xla.py; hostile stored files are tests/security/test_hostile_torch_xla.py.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, clean_env
+
+from artifactstore import config
+from artifactstore.errors import UnsafeDirectory
+from artifactstore.formats import torchxla
+from artifactstore.torch_xla import platform
+from artifactstore.torch_xla.cachedir import CacheDir
+from artifactstore.torch_xla.newfiles import compile_secs
+
+FP = "ab" * 32
+
+
+def test_keys_list_by_fingerprint_and_bind_the_name() -> None:
+    key = torchxla.entry_key(FP, "123")
+    assert len(key) == 64 and key.startswith(torchxla.key_prefix(FP)) and key.isalnum()
+    assert torchxla.entry_key(FP, "124") != key
+    assert torchxla.entry_key("cd" * 32, "123")[16:] != key[16:]  # the rest binds the platform
+    assert torchxla.parse_module_name(torchxla.module_name("123")) == "123"
+    assert torchxla.parse_module_name("torch-xla:../x") is None
+    assert torchxla.parse_module_name("jit_f") is None
+    for bad in ("", "1a", "../1", "1/2", "1.2", "1" * 41, " 1", "1\n"):
+        with pytest.raises(ValueError):
+            torchxla.check_file_name(bad)
+
+
+def _settings(tmp_path: Path) -> config.Settings:
+    return config.resolve({"url": str(tmp_path / "store"), "local_tier": str(tmp_path / "tier")})
+
+
+def test_the_cache_directory_is_private_and_its_own(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    a = CacheDir.make(settings, FP)
+    b = CacheDir.make(settings, FP)
+    assert a.path != b.path and a.path.parent == b.path.parent  # one per process and platform
+    assert stat.S_IMODE(a.path.stat().st_mode) == 0o700
+    assert a.place("123", b"graph") and not a.place("123", b"other")  # never replaced
+    assert (a.path / "123").read_bytes() == b"graph"
+    with pytest.raises(ValueError):
+        a.place("../123", b"x")
+    # What the scan of torch-xla's files takes: graph names, regular files, no links.
+    (a.path / "notes.txt").write_bytes(b"x")
+    (a.path / "456").symlink_to(a.path / "123")
+    (a.path / "789").mkdir()
+    assert [(f.name, f.size) for f in a.files()] == [("123", 5)]
+    a.remove()
+    assert not a.path.exists() and b.path.exists()
+
+
+def test_directories_of_exited_processes_are_removed(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    first = CacheDir.make(settings, FP)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    host = first.path.name.split("-")[0]
+    stale = first.path.parent / f"{host}-{gone.stdout.strip()}-{'0' * 8}"
+    other_host = first.path.parent / f"elsewhere-{gone.stdout.strip()}-{'0' * 8}"
+    stale.mkdir()
+    other_host.mkdir()
+    CacheDir.make(settings, FP)
+    assert first.path.exists() and other_host.exists()  # running, or not this host's
+    assert not stale.exists()
+
+
+def test_a_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    shared = tmp_path / "tier" / "torch-xla"
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)
+    with pytest.raises(UnsafeDirectory):
+        CacheDir.make(settings, FP)
+
+
+def test_the_fingerprint_facts_of_the_cpu_and_its_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CPU_NUM_DEVICES", raising=False)
+    assert platform.devices("CPU") == ("cpu", 1)
+    monkeypatch.setenv("CPU_NUM_DEVICES", "4")
+    assert platform.devices("CPU") == ("cpu", 4)
+    assert platform.plugin_version("CPU") == "builtin"
+    before = platform._env_digest()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
+    assert platform._env_digest() != before  # compiler flags change what is built
+    flagged = platform._env_digest()
+    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "3")
+    counted = platform._env_digest()
+    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "1")
+    assert platform._env_digest() == counted != flagged  # how many, not which
+
+
+def test_a_file_is_timed_by_the_compile_that_ended_nearest_it() -> None:
+    samples = [(100.0, 0.5), (103.0, 2.0), (110.0, 0.01)]
+    assert compile_secs(103.004, samples) == 2.0
+    assert compile_secs(109.999, samples) == 0.01
+    assert compile_secs(106.5, samples) is None  # none within MATCH_SECS: unknown
+    assert compile_secs(100.0, []) is None
+
+
+FAKE_TORCH_XLA = """
+import types
+_XLAC = types.SimpleNamespace(_xla_computation_cache_is_initialized=lambda: True)
+__version__ = "0.0"
+"""
+
+
+def test_importing_torch_xla_turns_the_adapter_on_and_never_breaks_the_program(
+    tmp_path: Path,
+) -> None:
+    """With ARTSTORE_URL set, `import torch_xla` activates the adapter (here a stand-in
+    torch_xla that has compiled already: one warning, the program goes on); importing
+    artifactstore.torch_xla itself imports neither torch nor torch_xla."""
+    (tmp_path / "torch_xla").mkdir()
+    (tmp_path / "torch_xla" / "__init__.py").write_text(FAKE_TORCH_XLA)
+    (tmp_path / "torch_xla" / "runtime.py").write_text("def initialize_cache(*a, **k): 1 / 0\n")
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    env.pop("ARTSTORE_ACTIVATE")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "artifactstore" / "startup"), str(tmp_path)])
+    code = (
+        "import sys, artifactstore.torch_xla; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla'))); "
+        "import torch_xla; print('went on')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "went on"]
+    assert "torch-xla compiled before the store was turned on" in proc.stderr
+    assert "Traceback" not in proc.stderr
