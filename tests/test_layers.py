@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"store"},
     {"gc"},
     {"runtime"},
-    {"jaxhook"},
+    {"jaxhook", "torch_xla"},  # the frameworks' adapters, side by side
     {"named"},  # its JAX half builds and loads through the adapter
     {"bundles"},  # reads named's key convention
     {"warm", "pytest_plugin", "startup", "cli", "examples", "__main__", "__init__"},
@@ -133,9 +133,10 @@ IO_MODULES = frozenset(
 IO_BUILTINS = frozenset({"open", "print", "input", "breakpoint", "__import__"})
 MAX_LINES = 450
 MAX_TOP_LEVEL_MODULES = 12
-# Packages and modules at the top of artifactstore/ (21 when counted first, issue 39): a
-# new part goes into a folder that exists, or replaces one; never one more beside them.
-MAX_TOP_LEVEL_ENTRIES = 21
+# Packages and modules at the top of artifactstore/ (21 when counted first, issue 39; 22
+# with torch_xla/, the second framework's adapter beside jaxhook/, issue 40): a new part
+# goes into a folder that exists, or replaces one; never one more beside them.
+MAX_TOP_LEVEL_ENTRIES = 22
 
 
 def _io_uses(source: str) -> list[str]:
