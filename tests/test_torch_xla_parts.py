@@ -7,6 +7,8 @@ tests/torch/test_torch_xla.py; hostile stored files are tests/security/test_host
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import stat
 import subprocess
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env
+from conftest import REPO, artstore, clean_env
 
 from artifactstore import config
 from artifactstore.errors import UnsafeDirectory
@@ -152,3 +154,21 @@ def test_importing_torch_xla_turns_the_adapter_on_and_never_breaks_the_program(
     assert proc.stdout.splitlines() == ["[]", "went on"]
     assert "torch-xla compiled before the store was turned on" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_fingerprint_command_for_torch_xla() -> None:
+    """`artstore fingerprint --torch-xla`: the adapter's fingerprint where torch_xla
+    imports (the torch venv), else one line saying so. Slow in the torch venv only: the
+    command imports torch_xla (seconds, tens of them on a loaded machine)."""
+    both = artstore("fingerprint", "--torch-xla", "--backend", "cpu")
+    assert both.returncode == 2 and "not both" in both.stderr
+    proc = artstore("fingerprint", "--torch-xla", "--json", env=clean_env(PJRT_DEVICE="CPU"))
+    assert "Traceback" not in proc.stderr
+    if importlib.util.find_spec("torch_xla") is None:
+        assert proc.returncode == 1
+        assert proc.stderr.startswith("artstore: error: torch_xla does not import")
+        assert "pip install 'artifactstore[torch-xla]'" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert (found["platform"], found["device_kind"]) == (torchxla.PLATFORM, "cpu")

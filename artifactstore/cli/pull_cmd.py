@@ -27,6 +27,12 @@ if TYPE_CHECKING:
 )
 @click.option("--backend", help="JAX backend whose fingerprint to pull (default: JAX's default).")
 @click.option(
+    "--torch-xla",
+    "torch_xla",
+    is_flag=True,
+    help="Pull this host's torch-xla entries (its fingerprint for torch-xla; imports torch_xla).",
+)
+@click.option(
     "--module",
     metavar="PATTERN",
     help="Only entries whose module name matches this shell pattern (jit_train*).",
@@ -47,6 +53,7 @@ def pull_cmd(
     obj: Ctx,
     fingerprint: str | None,
     backend: str | None,
+    torch_xla: bool,
     module: str | None,
     jobs: int,
     dry_run: bool,
@@ -68,9 +75,9 @@ def pull_cmd(
     from artifactstore.bundles import pull as _pull
     from artifactstore.formats.codec import check_digest
 
+    if sum((fingerprint is not None, backend is not None, torch_xla)) > 1:
+        raise click.UsageError("give one of --fingerprint, --backend and --torch-xla")
     if fingerprint is not None:
-        if backend is not None:
-            raise click.UsageError("give --fingerprint or --backend, not both")
         try:
             fingerprint = check_digest(fingerprint.strip().lower())
         except ValueError:
@@ -80,6 +87,10 @@ def pull_cmd(
             ) from None
     settings = obj.settings(need_index=False)  # the object store alone: no ARTSTORE_INDEX
     puller = _pull.open_puller(settings, dry_run=dry_run)  # a bad store fails before JAX loads
+    if torch_xla:
+        from artifactstore.cli.setup_cmd import torch_xla_fingerprint
+
+        fingerprint = torch_xla_fingerprint().digest
     if fingerprint is None:
         from artifactstore.jaxhook import host_fingerprint
 

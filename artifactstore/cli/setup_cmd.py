@@ -23,22 +23,45 @@ from artifactstore.redact import redact
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from artifactstore.formats.fingerprint import Fingerprint
+
 
 @click.command("fingerprint")
 @json_option("Print JSON (input for --expect-fingerprint).")
 @click.option("--backend", help="JAX backend to describe (default: JAX's default).")
-def fingerprint_cmd(as_json: bool, backend: str | None) -> None:
+@click.option(
+    "--torch-xla",
+    "torch_xla",
+    is_flag=True,
+    help="The fingerprint of torch-xla's executables instead (imports torch_xla).",
+)
+def fingerprint_cmd(as_json: bool, backend: str | None, torch_xla: bool) -> None:
     """Print this host's platform fingerprint."""
-    from artifactstore.jaxhook import host_fingerprint
+    if torch_xla:
+        if backend is not None:
+            raise click.UsageError("give --backend or --torch-xla, not both")
+        fp = torch_xla_fingerprint()
+    else:
+        from artifactstore.jaxhook import host_fingerprint
 
-    try:
-        fp = host_fingerprint(backend)
-    except RuntimeError as exc:
-        fail(f"cannot open JAX backend {backend or 'default'!r}: {one_line(exc)}")
+        try:
+            fp = host_fingerprint(backend)
+        except RuntimeError as exc:
+            fail(f"cannot open JAX backend {backend or 'default'!r}: {one_line(exc)}")
     if as_json:
         print_json({**fp.to_dict(), "digest": fp.digest}, sort_keys=True)
         return
     print_fields(fingerprint_fields(fp))
+
+
+def torch_xla_fingerprint() -> Fingerprint:
+    """This host's torch-xla fingerprint, or one line saying why there is none."""
+    from artifactstore.torch_xla import host_fingerprint
+
+    try:
+        return host_fingerprint()
+    except ImportError as exc:
+        fail(f"torch_xla does not import ({one_line(exc)}): pip install 'artifactstore[torch-xla]'")
 
 
 @click.group("db")

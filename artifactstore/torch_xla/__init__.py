@@ -15,11 +15,14 @@ imports neither torch nor torch_xla; `enable()` imports torch_xla.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from artifactstore.config import Settings
 
-__all__ = ["disable", "enable", "stats"]
+if TYPE_CHECKING:
+    from artifactstore.formats.fingerprint import Fingerprint
+
+__all__ = ["disable", "enable", "host_fingerprint", "stats"]
 
 
 def enable(
@@ -58,3 +61,14 @@ def stats() -> dict[str, int]:
 
     current = adapter.current()
     return current.stats() if current is not None else {}
+
+
+def host_fingerprint() -> Fingerprint:
+    """This host's fingerprint for torch-xla's executables, as `enable()` computes it
+    (imports torch_xla, opens no device): `artstore fingerprint --torch-xla` prints it,
+    `artstore pull --torch-xla` fills this host's tier with its entries."""
+    import torch_xla  # noqa: F401  (it chooses PJRT_DEVICE when imported)
+
+    from artifactstore.torch_xla.platform import fingerprint
+
+    return fingerprint()

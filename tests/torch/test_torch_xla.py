@@ -116,6 +116,17 @@ def test_team_store_serves_torch_xla_files(
     assert all(e["key"] == torchxla.entry_key(fingerprint, e["module_name"][10:]) for e in entries)
     assert all(e["signer"] == "team-tests" for e in entries)  # signed, as the team store needs
 
+    # `artstore pull --torch-xla` fills a node's tier with this fingerprint's entries.
+    pulled = artstore(
+        "pull",
+        "--torch-xla",
+        "--json",
+        env={**team_env, "PJRT_DEVICE": "CPU", "XDG_CACHE_HOME": str(tmp_path / "host-c")},
+    )
+    assert pulled.returncode == 0, pulled.stderr
+    report = json.loads(pulled.stdout)
+    assert (report["fingerprint"], report["fetched"]) == (fingerprint, 3)
+
     # A read-only worker on a fresh host: every graph is in its cache before it compiles.
     b = _job(
         team_env,
