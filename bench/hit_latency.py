@@ -94,7 +94,7 @@ def measure(opts: dict[str, Any], sizes_mb: list[int]) -> list[dict[str, Any]]:
         for i, mb in enumerate(sizes_mb):
             data = payload(mb * 1_000_000, seed=i)
             key = hashlib.sha256(data).hexdigest()
-            store.put(Put(key, data, fingerprint=fp, module_name="bench", compile_secs=1.0))
+            store.put(Put(key, data, fp, "bench", 1.0))
             stored = store.index.lookup(key)
             hit = store.get(key, fp.digest)  # untimed warm-up (connections, imports)
             assert hit is not None and hit.payload == data, "warm-up get did not round-trip"

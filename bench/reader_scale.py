@@ -158,7 +158,7 @@ def fill(bench: Bench, fp: Any, sizes: int) -> dict[str, Any]:
         for i, key in enumerate(bench.keys):
             data = payload(sizes, seed=i)
             assert hashlib.sha256(data).hexdigest() == key
-            store.put(Put(key, data, fingerprint=fp, module_name="bench", compile_secs=1.0))
+            store.put(Put(key, data, fp, "bench", 1.0))
         manifests = sum(store.blobs.get_manifest(k) is not None for k in bench.keys)
         store.flush(30)
     finally:

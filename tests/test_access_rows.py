@@ -39,7 +39,7 @@ def test_bad_journal_rows_are_dropped_and_the_rest_counted(
     any_env: dict[str, str], open_store: OpenStore
 ) -> None:
     store = open_store(any_env, local_tier="off")
-    assert store.put(Put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
+    assert store.put(Put(KEY, b"x", _fp(), "m", 1))
     before, _ = _hits(store)
     # What a tier journal file can hold (JSON numbers of any size, NaN, long keys).
     journal = json.loads(
@@ -56,7 +56,7 @@ def test_a_row_the_index_refuses_does_not_fail_later_flushes(
     any_env: dict[str, str], open_store: OpenStore
 ) -> None:
     store = open_store(any_env, local_tier="off")
-    assert store.put(Put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
+    assert store.put(Put(KEY, b"x", _fp(), "m", 1))
     before, _ = _hits(store)
     store.accounts.merge_touches({KEY: (2**70, datetime.now(UTC))})  # past BIGINT: refused
     store.flush_access()  # dropped with one warning, not kept for every later flush

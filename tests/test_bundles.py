@@ -130,15 +130,7 @@ def test_bundle_into_a_team_store_serves_a_fresh_process(
 
     # Named executables on PostgreSQL: selected in SQL by module prefix and pattern.
     key = named_keys.key("foo_1", "1", FP.digest)
-    assert store.put(
-        Put(
-            key,
-            os.urandom(500),
-            fingerprint=FP,
-            compile_secs=1.0,
-            module_name=named_keys.module_name("foo_1", "1"),
-        )
-    )
+    assert store.put(Put(key, os.urandom(500), FP, named_keys.module_name("foo_1", "1"), 1.0))
     rows = _json(artstore("ls", "--named", "--json", env=team_env))
     assert [(r["name"], r["key"]) for r in rows] == [("foo_1", key)]
     assert [e.key for e in store.index.iter_entries(Filters(module_glob="named:foo?1@*"))] == [key]
@@ -227,15 +219,7 @@ def _signed_source(tmp_path: Path, open_store: OpenStore, key: Path | None) -> P
     store = open_store(env, **({"signing_key": str(key)} if key else {}))
     for fp in (FP, named_keys.PORTABLE):
         key = named_keys.key("foo", "1", fp.digest)
-        assert store.put(
-            Put(
-                key,
-                os.urandom(2000),
-                fingerprint=fp,
-                compile_secs=1.0,
-                module_name=named_keys.module_name("foo", "1"),
-            )
-        )
+        assert store.put(Put(key, os.urandom(2000), fp, named_keys.module_name("foo", "1"), 1.0))
     bundle = tmp_path / "signed.tzst"
     _ok(artstore("export", str(bundle), "--name", "foo", env=env))
     return bundle
@@ -293,18 +277,8 @@ def test_ls_named_and_rm_name(tmp_path: Path, open_store: OpenStore) -> None:
     for name, version in (("foo", "1"), ("foo", "2"), ("bar", "1")):
         for fp in (FP, named_keys.PORTABLE):
             key = named_keys.key(name, version, fp.digest)
-            store.put(
-                Put(
-                    key,
-                    os.urandom(1000),
-                    fingerprint=fp,
-                    compile_secs=1.0,
-                    module_name=named_keys.module_name(name, version),
-                )
-            )
-    store.put(
-        Put("c" * 64, os.urandom(1000), fingerprint=FP, module_name="jit_other", compile_secs=1.0)
-    )
+            store.put(Put(key, os.urandom(1000), fp, named_keys.module_name(name, version), 1.0))
+    store.put(Put("c" * 64, os.urandom(1000), FP, "jit_other", 1.0))
 
     rows = _json(artstore("ls", "--named", "--json", env=env))
     assert sorted((r["name"], r["version"], r["platform"]) for r in rows) == sorted(
@@ -351,20 +325,12 @@ def test_export_by_name_module_and_fingerprint(tmp_path: Path, open_store: OpenS
             Put(
                 named_keys.key("foo", "1", fp.digest),
                 os.urandom(500),
-                fingerprint=fp,
-                module_name=named_keys.module_name("foo", "1"),
-                compile_secs=1.0,
+                fp,
+                named_keys.module_name("foo", "1"),
+                1.0,
             )
         )
-    store.put(
-        Put(
-            "d" * 64,
-            os.urandom(500),
-            fingerprint=FP,
-            module_name="jit_train_step",
-            compile_secs=1.0,
-        )
-    )
+    store.put(Put("d" * 64, os.urandom(500), FP, "jit_train_step", 1.0))
 
     def keys(*selector: str) -> list[str]:
         path = tmp_path / "sel.tzst"

@@ -168,7 +168,7 @@ def test_index_fields_cannot_drive_the_terminal(store_env: dict[str, str]) -> No
     fp = compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                  device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     store = Store.open(config.resolve(environ=store_env))
-    store.put(Put("e" * 64, b"x", fingerprint=fp, module_name=evil, compile_secs=1))
+    store.put(Put("e" * 64, b"x", fp, evil, 1))
     store.close()
     for args in (["ls"], ["gc", "--dry-run", "--max-size", "0"]):
         out = _ok(*args, env=store_env)

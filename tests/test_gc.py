@@ -50,15 +50,7 @@ def _populate(
     sizes_by_key = {}
     for i in range(start, start + n):
         key = _key(i)
-        assert store.put(
-            Put(
-                key,
-                os.urandom(size + 37 * i),
-                fingerprint=_fp(jaxlib),
-                module_name=f"jit_f{i}",
-                compile_secs=1.0,
-            )
-        )
+        assert store.put(Put(key, os.urandom(size + 37 * i), _fp(jaxlib), f"jit_f{i}", 1.0))
         store.index.record_access({key: (0, T0 + timedelta(minutes=i))})
         entry = store.index.lookup(key)
         assert entry is not None
@@ -353,7 +345,7 @@ def test_writer_restores_an_object_gc_deleted_under_it(
         return uploaded
 
     store.blobs.put = put_then_gc  # type: ignore[method-assign]
-    assert store.put(Put(_key(1), payload, fingerprint=_fp(), module_name="m", compile_secs=1.0))
+    assert store.put(Put(_key(1), payload, _fp(), "m", 1.0))
     assert deleted == [(encoded.digest, len(encoded.data))]  # gc did delete it
     assert store.blobs.exists(encoded.digest)  # and the writer put it back
     hit = store.get(_key(1), _fp().digest)

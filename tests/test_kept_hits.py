@@ -29,8 +29,8 @@ def test_evicted_and_removed_entries_keep_their_hits(
     any_env: dict[str, str], open_store: OpenStore
 ) -> None:
     store = open_store(any_env)
-    assert store.put(Put(K1, b"a" * 3000, fingerprint=FP, module_name="jit_a", compile_secs=2.0))
-    assert store.put(Put(K2, b"b" * 1000, fingerprint=FP, module_name="jit_b", compile_secs=1.0))
+    assert store.put(Put(K1, b"a" * 3000, FP, "jit_a", 2.0))
+    assert store.put(Put(K2, b"b" * 1000, FP, "jit_b", 1.0))
     for _ in range(3):
         assert store.get(K1, FP.digest) is not None
     assert store.get(K2, FP.digest) is not None
@@ -49,7 +49,7 @@ def test_evicted_and_removed_entries_keep_their_hits(
     assert after["compile_secs_saved"] == pytest.approx(before["compile_secs_saved"])
     assert _stats(any_env, "--by", "day")["total"]["hits"] == after["hits"]  # one span
 
-    assert store.put(Put(K3, b"c" * 500, fingerprint=FP, module_name="jit_c", compile_secs=1.0))
+    assert store.put(Put(K3, b"c" * 500, FP, "jit_c", 1.0))
     assert store.get(K3, FP.digest) is not None
     store.flush_access()
     removed = artstore("rm", "--all", "--yes", env=any_env)
@@ -71,7 +71,7 @@ def test_index_metrics_count_hits_and_misses_as_stats_does(
     could have served (a quick compile's lookup is no miss), evicted hits count."""
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     store = open_store(env)
-    assert store.put(Put(K1, b"a" * 3000, fingerprint=FP, module_name="jit_a", compile_secs=2.0))
+    assert store.put(Put(K1, b"a" * 3000, FP, "jit_a", 2.0))
     assert store.get(K1, FP.digest) is not None
     assert store.get(K2, FP.digest) is None  # an eligible miss
     assert store.get(K3, FP.digest) is None

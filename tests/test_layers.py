@@ -485,3 +485,46 @@ def test_the_fetch_rule_catches_a_fetch() -> None:
     code = "def f(session, key):\n    return session.tier.get(key, 'f') or store.peek(key, 'f')\n"
     assert len(_fetches(code)) == 2
     assert _fetches("def f(tier, d):\n    return tier.quick.get('k') or d.get('k')\n") == []
+
+
+# One put (formats/put.py): what one put carries travels as one `Put`, never as its fields.
+# A compile too quick to store is no put: its key, fingerprint digest and compile time go
+# to the store (and on to a quick-key record) through these functions.
+QUICK_KEY_PATH = frozenset({"compiled_below_threshold", "submit_quick", "publish_quick"})
+MAX_PUT_FIELDS = 2  # `get(key, fingerprint_digest)`, `verify(entry, data, ...)`: fine
+
+
+def _put_field_signatures(source: str, fields: set[str]) -> list[str]:
+    """Functions in `source` that take more than MAX_PUT_FIELDS of `fields` as parameters."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            taken = {arg.arg for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]} & fields
+            if len(taken) > MAX_PUT_FIELDS and node.name not in QUICK_KEY_PATH:
+                found.append(f"{node.name}({', '.join(sorted(taken))}) line {node.lineno}")
+    return found
+
+
+def test_one_put_is_passed_whole() -> None:
+    """No function retypes a put's fields as its parameters: the compile hook, named
+    builds and imports build one `Put`, and the session, Store, uploads, write path and
+    index take it whole, so a new fact about a put is added in one place."""
+    from artifactstore.formats.put import Put
+
+    fields = set(Put.__dataclass_fields__)
+    offenders = [
+        f"{name}: {signature}"
+        for name, path in _sources()
+        for signature in _put_field_signatures(path.read_text(), fields)
+    ]
+    assert not offenders, "\n".join(offenders) + "\ntake a formats.put.Put instead"
+
+
+def test_the_put_rule_catches_a_retyped_put() -> None:
+    fields = {"key", "payload", "fingerprint", "module_name", "compile_secs"}
+    code = "def put(self, key, payload, *, fingerprint, module_name): ...\n"
+    assert _put_field_signatures(code, fields) == [
+        "put(fingerprint, key, module_name, payload) line 1"
+    ]
+    assert _put_field_signatures("def put(self, put, *, then=None): ...\n", fields) == []

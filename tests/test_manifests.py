@@ -115,9 +115,7 @@ def _fp() -> Fingerprint:
 
 def _put(store: Store, i: int) -> str:
     key = f"{i:064x}"
-    assert store.put(
-        Put(key, bytes([i]) * 64, fingerprint=_fp(), module_name=f"m{i}", compile_secs=1)
-    )
+    assert store.put(Put(key, bytes([i]) * 64, _fp(), f"m{i}", 1))
     return key
 
 
@@ -211,9 +209,7 @@ def test_a_forged_or_stale_manifest_is_a_miss_never_a_wrong_load(
     assert reader.counters.snapshot()["bad_manifest"] == 1
     if store.settings.index_is_server:
         assert hit is None
-        assert not store.put(
-            Put(a, bytes([6]) * 64, fingerprint=_fp(), module_name="m6", compile_secs=1)
-        )
+        assert not store.put(Put(a, bytes([6]) * 64, _fp(), "m6", 1))
         assert store.counters.snapshot()["manifest_republished"] == 1
         hit = reader.get(a, _fp().digest)
     assert hit is not None and hit.payload == bytes([6]) * 64

@@ -53,7 +53,7 @@ def _fill(store: Store, n: int) -> int:
     for i in range(n):
         key = f"{i:064x}"
         data = os.urandom(3000)
-        assert store.put(Put(key, data, fingerprint=FP, module_name=f"jit_o{i}", compile_secs=1.0))
+        assert store.put(Put(key, data, FP, f"jit_o{i}", 1.0))
     return store.index.stats().bytes
 
 

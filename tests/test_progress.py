@@ -69,15 +69,7 @@ def case(
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), **TEAM_SIGNING)
     store = open_store(env)
     for i in range(N):
-        assert store.put(
-            Put(
-                f"{i:064x}",
-                os.urandom(2000 + i),
-                fingerprint=FP,
-                module_name=f"jit_p{i}",
-                compile_secs=1.0,
-            )
-        )
+        assert store.put(Put(f"{i:064x}", os.urandom(2000 + i), FP, f"jit_p{i}", 1.0))
     bundle = tmp_path / "entries.tar.zst"
     if name == "sign":  # re-sign what the team key signed with a new key
         new, _ = keyfiles.generate("progress-new", tmp_path)

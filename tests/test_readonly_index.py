@@ -28,7 +28,7 @@ def test_reader_setting_refuses_index_writes_but_records_hits(
     any_env: dict[str, str], open_store: OpenStore
 ) -> None:
     writer = open_store(any_env)
-    assert writer.put(Put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
+    assert writer.put(Put(KEY, b"x", _fp(), "m", 1))
     writer.close()
     assert artstore("quota", "set", "default", "1G", env=any_env).returncode == 0
     reader_env = dict(any_env, ARTSTORE_READ_ONLY="1")

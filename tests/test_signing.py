@@ -522,9 +522,7 @@ def test_rebuild_carries_the_signer(tmp_path: Path, keys: dict[str, tuple[Path, 
     fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                       device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     try:
-        assert store.put(
-            Put("c3" * 32, b"x" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
-        )
+        assert store.put(Put("c3" * 32, b"x" * 100, fp, "m", 1.0))
         before = store.index.lookup("c3" * 32)
         assert before is not None and before.signer == "ci-1" and before.signature
     finally:

@@ -97,7 +97,7 @@ def test_tier_and_store_directories_are_created_private(tmp_path: Path) -> None:
     ):
         shutil.rmtree(tmp_path / "store", ignore_errors=True)
         store = Store.open(config.resolve(environ={**env, **extra}))
-        store.put(Put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
+        store.put(Put(KEY, b"x", _fp(), "m", 1))
         store.close()
         assert _modes(tmp_path / "store") == {("d", dirs), ("f", files)}, extra
 
@@ -106,13 +106,13 @@ def test_an_existing_store_made_with_old_modes_keeps_working(tmp_path: Path) -> 
     """0755 directories and 0644 files from before: the owner's, writable by no one else."""
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     store = Store.open(config.resolve(environ=env))
-    store.put(Put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
+    store.put(Put(KEY, b"x", _fp(), "m", 1))
     store.close()
     for path in [tmp_path / "store", *(tmp_path / "store").rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     store = Store.open(config.resolve(environ=env))
     assert store.get(KEY, _fp().digest) is not None
-    store.put(Put(OTHER_KEY, b"y", fingerprint=_fp(), module_name="m", compile_secs=1))
+    store.put(Put(OTHER_KEY, b"y", _fp(), "m", 1))
     store.close()
     # Group-writable (a umask of 002): refused with the fix, never chmod-ed behind the owner.
     (tmp_path / "store").chmod(0o775)
@@ -252,7 +252,7 @@ def test_another_users_store_is_read_only_with_signatures_required(tmp_path: Pat
     key trusted, the files decide nothing and the store is read."""
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), **TEAM_SIGNING)
     store = Store.open(config.resolve(environ=env))
-    store.put(Put(KEY, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
+    store.put(Put(KEY, b"x", _fp(), "m", 1))
     store.close()
     for path in [tmp_path / "store", *(tmp_path / "store").rglob("*")]:
         os.chown(path, OTHER_UID, OTHER_UID)

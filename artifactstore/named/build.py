@@ -9,6 +9,7 @@ executable could not be given (host callbacks, effects, hidden constants) is ref
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from artifactstore.errors import NamedBuildError, NamedNotFound, one_line
@@ -26,6 +27,21 @@ class Built:
         self.executable = executable
         self.payload = payload  # the container stored for this fingerprint
         self.compile_secs = secs
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a build compiles: NAME@VERSION for these arguments (`static`: the indices of
+    the static ones), from the function (`source` "compiled") or its portable form."""
+
+    name: str
+    version: str
+    args: tuple[Any, ...]
+    static: frozenset[int]
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.version}"
 
 
 def build(
@@ -48,98 +64,73 @@ def build(
         refuse_implicit(lowered, name)
         return lowered
 
-    return compile_fresh(
-        lower, backend, name=name, version=version, args=args, static=static, source="compiled"
-    )
+    return compile_fresh(lower, backend, Target(name, version, args, static, "compiled"))
 
 
 def rebuild(header: container.Header, body: bytes, backend: Any) -> Built:
     """Compile the portable form for this host, with no source (`portable`)."""
     lower, args, static = portable.lowering(header, body, backend)
-    return compile_fresh(
-        lower,
-        backend,
-        name=header.name,
-        version=header.version,
-        args=args,
-        static=static,
-        source="portable",
-    )
+    target = Target(header.name, header.version, args, static, "portable")
+    return compile_fresh(lower, backend, target)
 
 
-def compile_fresh(
-    lower: Callable[[], Any],
-    backend: Any,
-    *,
-    name: str,
-    version: str,
-    args: tuple[Any, ...],
-    static: frozenset[int],
-    source: str,
-) -> Built:
+def compile_fresh(lower: Callable[[], Any], backend: Any, target: Target) -> Built:
     """Compile what `lower` returns with JAX's caches bypassed (`compile.fresh_compiles`):
     the bytes we store must come from this compile, not from an executable JAX kept."""
-    import jax
-
     with _compile.fresh_compiles() as fresh:
         compiled = lower().compile()
     if not fresh:
-        raise NamedBuildError(f"{name}@{version}: JAX reused a compile; cannot store fresh bytes")
-    request, executable, secs = fresh[-1]
-    return _finish(
-        executable, request.executable_devices, backend, secs,
-        name=name, version=version, args=args, static=static,
-        in_shardings=jax.tree.leaves(compiled.input_shardings[0]),
-        out_info=compiled.out_info, source=source,
-    )  # fmt: skip
+        raise NamedBuildError(f"{target}: JAX reused a compile; cannot store fresh bytes")
+    return _finish(target, compiled, fresh[-1], backend)
 
 
-def _finish(
-    executable: Any,
-    devices: Any,
-    backend: Any,
-    secs: float,
-    *,
-    name: str,
-    version: str,
-    args: tuple[Any, ...],
-    static: frozenset[int],
-    in_shardings: list[Any],
-    out_info: Any,
-    source: str,
-) -> Built:
-    """Describe a fresh executable, check that its bytes load, and wrap it."""
+def _finish(target: Target, compiled: Any, fresh: tuple[Any, Any, float], backend: Any) -> Built:
+    """Describe a fresh executable (`fresh`: its compile request, the executable and its
+    compile seconds; `compiled`: JAX's view of it), check that its bytes load, wrap it."""
     import jax
 
-    inputs = Signature.of(args, spec_leaf, path="args", static=static_check(static))
+    request, executable, secs = fresh
+    name = target.name
+    in_shardings = jax.tree.leaves(compiled.input_shardings[0])
+    inputs = Signature.of(target.args, spec_leaf, path="args", static=static_check(target.static))
     if len(in_shardings) != len(inputs.leaves):
-        raise NamedBuildError(f"{name}@{version}: {len(inputs.leaves)} array arguments, "
-                              f"but the executable takes {len(in_shardings)}")  # fmt: skip
-    inputs = Signature(inputs.tree, tuple(
-        Leaf(leaf.shape, leaf.dtype, sharding_to_json(s, name))
-        for leaf, s in zip(inputs.leaves, in_shardings, strict=True)
-    ))  # fmt: skip
+        raise NamedBuildError(
+            f"{target}: {len(inputs.leaves)} array arguments, "
+            f"but the executable takes {len(in_shardings)}"
+        )
+    leaves = zip(inputs.leaves, in_shardings, strict=True)
+    inputs = Signature(
+        inputs.tree,
+        tuple(Leaf(leaf.shape, leaf.dtype, sharding_to_json(s, name)) for leaf, s in leaves),
+    )
+    out_info = compiled.out_info
     out_leaves = jax.tree.leaves(out_info)
     outputs = Signature.of(
-        out_info, lambda o: Leaf(tuple(o.shape), str(o.dtype), sharding_to_json(o.sharding, name)),
+        out_info,
+        lambda o: Leaf(tuple(o.shape), str(o.dtype), sharding_to_json(o.sharding, name)),
         path="result",
-    )  # fmt: skip
+    )
     if len(outputs.leaves) != len(out_leaves):
-        raise NamedBuildError(f"{name}@{version}: could not describe the results")
+        raise NamedBuildError(f"{target}: could not describe the results")
     header = container.Header(
-        kind="native", name=name, version=version, inputs=inputs, outputs=outputs,
-        jax_version=jax.__version__, devices=tuple(d.id for d in devices),
+        kind="native",
+        name=name,
+        version=target.version,
+        inputs=inputs,
+        outputs=outputs,
+        jax_version=jax.__version__,
+        devices=tuple(d.id for d in request.executable_devices),
         platform=str(backend.platform),
-    )  # fmt: skip
+    )
     body = executable.serialize()
     try:  # only ever store bytes that load (the re-serialization trap)
         backend.deserialize_executable(body, device_list(header), None)
     except Exception as exc:
         raise NamedBuildError(
-            f"{name}@{version}: the compiled executable does not load back "
-            f"({one_line(exc)}); not stored"
+            f"{target}: the compiled executable does not load back ({one_line(exc)}); not stored"
         ) from exc
-    return Built(NamedExecutable(header, executable, source), container.encode(header, body), secs)
+    executable = NamedExecutable(header, executable, target.source)
+    return Built(executable, container.encode(header, body), secs)
 
 
 def refuse_implicit(lowered: Any, name: str) -> None:

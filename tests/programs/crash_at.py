@@ -62,15 +62,7 @@ def main() -> None:
     kill_after(step)
     if operation == "put":
         store = Store.open(config.resolve({}, environ=dict(os.environ)))
-        store.put(
-            Put(
-                key,
-                payload(int(rest[0])),
-                fingerprint=fingerprint(),
-                module_name="jit_f",
-                compile_secs=1.0,
-            )
-        )
+        store.put(Put(key, payload(int(rest[0])), fingerprint(), "jit_f", 1.0))
     else:
         from artifactstore.cli import main as artstore
 

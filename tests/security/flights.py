@@ -53,9 +53,7 @@ def loaded(thread: threading.Thread, out: list[Any]) -> Hit:
 
 
 def put(store: Store, k: str, size: int = 3000) -> None:
-    assert store.put(
-        Put(k, os.urandom(size), fingerprint=fp(), module_name="jit_f", compile_secs=2.0)
-    )
+    assert store.put(Put(k, os.urandom(size), fp(), "jit_f", 2.0))
 
 
 def publish(store: Store, k: str, held: Held) -> None:

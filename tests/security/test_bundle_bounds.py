@@ -292,13 +292,7 @@ def _genuine(tmp_path: Path, open_store: OpenStore, entries: int = 3) -> Path:
     for i in range(entries):
         key = named_keys.key(f"foo{i}", "1", FP.digest)
         assert store.put(
-            Put(
-                key,
-                os.urandom(300 * 1024),
-                fingerprint=FP,
-                compile_secs=1.0,
-                module_name=named_keys.module_name(f"foo{i}", "1"),
-            )
+            Put(key, os.urandom(300 * 1024), FP, named_keys.module_name(f"foo{i}", "1"), 1.0)
         )
     bundle = tmp_path / "genuine.tzst"
     done = subprocess.run(

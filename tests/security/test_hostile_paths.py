@@ -53,11 +53,7 @@ class Planted:
         self.objects: dict[str, bytes] = {}
         self.manifests: dict[str, bytes] = {}
         for key, payload in PAYLOADS.items():
-            self.store.put(
-                Put(
-                    key, payload, fingerprint=FP, module_name="jit_f", compile_secs=1.5, callbacks=0
-                )
-            )
+            self.store.put(Put(key, payload, FP, "jit_f", 1.5, 0))
             data = self.store.blobs.get_manifest(key)
             assert data is not None
             self.manifests[key] = data
@@ -76,16 +72,7 @@ class Planted:
             self.store.blobs.put_manifest(key, data)
 
     def _put(self, key: str) -> None:
-        self.store.put(
-            Put(
-                key,
-                PAYLOADS[key],
-                fingerprint=FP,
-                module_name="jit_f",
-                compile_secs=1.5,
-                callbacks=0,
-            )
-        )
+        self.store.put(Put(key, PAYLOADS[key], FP, "jit_f", 1.5, 0))
 
     def folder(self, kind_dir: str) -> Path:
         path = Path(self.store.blobs.base) / kind_dir  # type: ignore[attr-defined]

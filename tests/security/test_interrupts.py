@@ -131,15 +131,7 @@ def fill(store: Store, n: int = ENTRIES, tag: str = "a") -> list[str]:
     keys = []
     for i in range(n):
         key = f"{i:04x}{tag}".ljust(64, "0")
-        assert store.put(
-            Put(
-                key,
-                os.urandom(PAYLOAD),
-                fingerprint=FP,
-                module_name=f"jit_{tag}{i}",
-                compile_secs=1.0,
-            )
-        )
+        assert store.put(Put(key, os.urandom(PAYLOAD), FP, f"jit_{tag}{i}", 1.0))
         keys.append(key)
     return keys
 

@@ -66,7 +66,7 @@ def _write(open_store: OpenStore, env: dict[str, str], key_file: Path | None) ->
     store = open_store(_env(env, **extra))
     key = secrets.token_hex(32)
     payload = b"executable " + key.encode() * 50
-    assert store.put(Put(key, payload, fingerprint=FP, module_name="jit_f", compile_secs=2.0))
+    assert store.put(Put(key, payload, FP, "jit_f", 2.0))
     return key
 
 
@@ -181,7 +181,7 @@ def test_object_signed_for_another_namespace_is_not_resigned(
     other = open_store(_env(team_env, ARTSTORE_SIGNING_KEY=str(keys["old"][0]),
                             ARTSTORE_NAMESPACE="other"))  # fmt: skip
     key = secrets.token_hex(32)
-    assert other.put(Put(key, b"x" * 500, fingerprint=FP, module_name="jit_f", compile_secs=2.0))
+    assert other.put(Put(key, b"x" * 500, FP, "jit_f", 2.0))
     entry = other.index.lookup(key)
     assert entry is not None
     data = other.blobs.get(entry.digest)

@@ -142,7 +142,7 @@ def reader(tmp_path: Path) -> Iterator[Store]:
     their own executable for KEY (a genuine entry of their store: it verifies)."""
     for name, payload in (("store", b"genuine"), ("evil", b"planted")):
         writer = Store.open(config.resolve(environ=clean_env(ARTSTORE_URL=str(tmp_path / name))))
-        writer.put(Put(KEY, payload, fingerprint=_fp(), module_name="m", compile_secs=1))
+        writer.put(Put(KEY, payload, _fp(), "m", 1))
         writer.close()
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_READ_ONLY="1",
                     ARTSTORE_LOCAL_TIER=str(tmp_path / "tiers"))  # fmt: skip
@@ -180,9 +180,9 @@ def test_a_local_store_swapped_under_its_writer_loads_nothing_planted(tmp_path: 
     """A writable local store is its own tier: the store's own reads walk the same way."""
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     store = Store.open(config.resolve(environ=env))
-    store.put(Put(KEY, b"genuine", fingerprint=_fp(), module_name="m", compile_secs=1))
+    store.put(Put(KEY, b"genuine", _fp(), "m", 1))
     evil = Store.open(config.resolve(environ=clean_env(ARTSTORE_URL=str(tmp_path / "evil"))))
-    evil.put(Put(KEY, b"planted", fingerprint=_fp(), module_name="m", compile_secs=1))
+    evil.put(Put(KEY, b"planted", _fp(), "m", 1))
     evil.close()
     assert store.tier is not None
     base = store.tier.base
@@ -197,6 +197,6 @@ def test_a_local_store_swapped_under_its_writer_loads_nothing_planted(tmp_path: 
     # ... because the walk refused the link, not because nothing was there to load.
     assert "is a symbolic link" in refused or store.tier._off, refused
     with pytest.raises(UnsafeDirectory, match="symbolic link"):
-        store.put(Put("b" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
+        store.put(Put("b" * 64, b"x", _fp(), "m", 1))
     assert not any((tmp_path / "evil").rglob("b" * 64))  # nothing written through it
     store.close()
