@@ -15,11 +15,11 @@ A process that does neither never imports prometheus_client (nor this module); o
 asks without it installed logs one line and runs as before. Metrics never break the
 program: a failure to count is logged at debug level.
 
-Every event the store counts (`store.ProcessCounters.add`) reaches `Recorder.counted`;
-the session reports local-tier hits, loads and compiles with their seconds, and breaker
-openings. `IndexGauges` turns what `artstore metrics` read from the index into metric
-families. Names and labels are listed below: `infra/grafana/artifactstore.json` and the
-tests check against them.
+Every event the process counts (`store.counters.Counters.add`) reaches `Recorder.counted`,
+which feeds the metric formats.counters names for it; the session reports the seconds
+of loads and compiles (the histograms). `IndexGauges` turns what `artstore metrics`
+read from the index into metric families. Names and labels are listed below:
+`infra/grafana/artifactstore.json` and the tests check against them.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import one_line
+from artifactstore.formats.counters import NAMES
 
 if TYPE_CHECKING:
     from artifactstore.config import Settings
@@ -62,37 +62,17 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
 LOAD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 COMPILE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
-# The store's counter names (`ProcessCounters`) -> the counter they feed.
-_PLAIN = {
-    "stored": "artstore_stored",
-    "bytes_fetched": "artstore_bytes_fetched",
-    "bytes_uploaded": "artstore_bytes_uploaded",
-    "lease_waits": "artstore_lease_waits",
-    "lease_takeovers": "artstore_lease_takeovers",
+# The process's counter names (formats.counters) -> the metric each feeds, and its
+# second label's value (a hit's tier; an error's kind: the name, unless it says other).
+FEEDS: dict[str, tuple[str, str | None]] = {
+    name: (e.metric, (e.label or name) if len(COUNTERS[e.metric]) > 1 else None)
+    for name, e in NAMES.items()
+    if e.metric is not None
 }
-# The store's counter names -> artstore_errors_total{kind}. A refusal whose key is then
-# compiled is a miss too (artstore_misses_total counts the compile). The local tier's
-# refusals are named `tier_<reason>` (tier_unsigned, tier_wrong_entry, ...) and keep
-# their name as kind; a circuit breaker opening is kind breaker_open_index or
-# breaker_open_object_store.
+# Names -> artstore_errors_total{kind}. A refusal whose key is then compiled is a miss
+# too: artstore_misses_total counts the compile.
 ERROR_KINDS: dict[str, str] = {
-    "corrupt": "corrupt",  # an object failed its digest: quarantined
-    "missing_object": "missing_object",  # an entry whose object is gone
-    "bad_manifest": "bad_manifest",  # a damaged manifest
-    "fingerprint_mismatch": "fingerprint_mismatch",
-    "wrong_entry": "wrong_entry",
-    "callback_mismatch": "callback_mismatch",
-    "over_limit": "over_limit",  # bigger than ARTSTORE_MAX_*_SIZE
-    "unsigned": "unsigned",  # refused for its signature (ARTSTORE_TRUSTED_KEYS)
-    "untrusted_key": "untrusted_key",
-    "bad_signature": "bad_signature",
-    "load_errors": "load",  # a verified executable JAX could not deserialize
-    "put_errors": "put",  # an upload that failed
-    "put_skipped": "put_skipped",  # an upload dropped while the backend was failing
-    "manifest_unpublished": "manifest_unpublished",
-    "quick_unpublished": "quick_unpublished",  # a key too quick to store not published
-    "breaker_open_index": "breaker_open_index",  # a backend failed: bypassed for a cool-down
-    "breaker_open_object_store": "breaker_open_object_store",
+    name: str(label) for name, (metric, label) in FEEDS.items() if metric == "artstore_errors"
 }
 
 # -- what `artstore metrics` prints (from the index only)
@@ -182,43 +162,25 @@ class Recorder:
         self.namespace = namespace
         self._failed = False
 
-    def counted(self, name: str, value: int = 1) -> None:
-        """An event the store counted (`ProcessCounters.add`)."""
+    def counted(self, name: str, value: float = 1, fingerprint: str | None = None) -> None:
+        """An event the process counted (`Counters.add`): onto the metric formats.counters
+        names for it, if any."""
+        feeds = FEEDS.get(name)
+        if feeds is None or value <= 0:
+            return
+        metric, label = feeds
+        labels = (self.namespace,) if label is None else (self.namespace, label)
         try:
-            counters = self._m.counters
-            if name == "hits":
-                counters["artstore_hits"].labels(self.namespace, "store").inc(value)
-            elif name in _PLAIN:
-                counters[_PLAIN[name]].labels(self.namespace).inc(value)
-            elif name in ERROR_KINDS or name.startswith("tier_"):
-                kind = ERROR_KINDS.get(name, name)
-                counters["artstore_errors"].labels(self.namespace, kind).inc(value)
+            self._m.counters[metric].labels(*labels).inc(value)
         except Exception as exc:
             self._fail(exc)
-
-    def tier_hit(self) -> None:
-        self._guard(lambda: self._m.counters["artstore_hits"].labels(self.namespace, "local").inc())
 
     def loaded(self, secs: float) -> None:
         self._guard(lambda: self._m.load.labels(self.namespace).observe(max(secs, 0.0)))
 
-    def compiled(self, secs: float, *, quick: bool = False) -> None:
-        """A compile: a miss, or a quick one (under ARTSTORE_MIN_COMPILE_SECS), not a miss."""
-
-        def record() -> None:
-            self._m.counters["artstore_compiles"].labels(self.namespace).inc()
-            which = "artstore_quick_compiles" if quick else "artstore_misses"
-            self._m.counters[which].labels(self.namespace).inc()
-            self._m.compile.labels(self.namespace).observe(max(secs, 0.0))
-
-        self._guard(record)
-
-    def breaker_opened(self, backend: str) -> None:
-        self.counted("breaker_open_" + backend.replace(" ", "_"))
-
-    def observed(self, counts: Counter[str]) -> Counter[str]:
-        """`counts` (the tier's refusals), from now on also counted here."""
-        return _ObservedCounts(counts, self.counted)
+    def compiled(self, secs: float) -> None:
+        """A compile took `secs` (counted as a miss or a quick one by `counted`)."""
+        self._guard(lambda: self._m.compile.labels(self.namespace).observe(max(secs, 0.0)))
 
     def _guard(self, record: Callable[[], None]) -> None:
         try:
@@ -230,21 +192,6 @@ class Recorder:
         if not self._failed:
             self._failed = True
             log.debug("artifactstore: metrics not recorded: %s", one_line(exc))
-
-
-class _ObservedCounts(Counter[str]):
-    """A Counter that reports each increase (how the tier's refusals reach the metrics)."""
-
-    def __init__(self, counts: Counter[str], observer: Callable[[str, int], None]) -> None:
-        super().__init__(counts)
-        self._observer = observer
-
-    def __setitem__(self, key: str, value: int) -> None:
-        delta = value - self.get(key, 0)
-        super().__setitem__(key, value)
-        observer = getattr(self, "_observer", None)  # None while __init__ copies
-        if observer is not None and delta > 0:
-            observer(key, delta)
 
 
 def enable(settings: Settings) -> Recorder | None:

@@ -41,12 +41,12 @@ def test_a_warm_run_has_no_misses_and_counts_quick_compiles_apart(tmp_path: Path
                     JOB_SMALL_JITS="1")  # fmt: skip
     (hits, misses, stored, quick), cold = _run(dict(env, JOB_SLOW_COMPILE_SECS="1.2"))
     assert (hits, misses, stored) == (0, 2, 2) and quick > 0
-    assert cold["misses"] == 2 and cold["below_threshold"] == quick and cold["stored"] == 2
+    assert cold["misses"] == 2 and cold["quick_compiles"] == quick and cold["stored"] == 2
     assert cold["compiles"] == misses + quick
 
     (hits, misses, stored, quick_again), warm = _run(env)
     assert (hits, misses, stored, quick_again) == (2, 0, 0, quick)
-    assert warm["misses"] == 0 and warm["hits"] == 2 and warm["below_threshold"] == quick
+    assert warm["misses"] == 0 and warm["hits"] == 2 and warm["quick_compiles"] == quick
 
     stats = json.loads(artstore("stats", "--json", env=env).stdout)
     assert stats["misses"] == 2 and stats["hits"] == 2  # the index agrees

@@ -22,6 +22,8 @@ import pytest
 from conftest import IN_CI, PROGRAMS, REPO, clean_env, run_program
 
 from artifactstore import config, metrics
+from artifactstore.formats.counters import NAMES
+from artifactstore.store.counters import Counters
 
 try:  # the test extra installs it: CI must run these tests, never skip them
     from prometheus_client import CollectorRegistry
@@ -281,32 +283,51 @@ def _walk(node: Any, key: str) -> list[Any]:
     return []
 
 
-def test_store_counters_reach_their_metrics() -> None:
-    """Each counter name the store uses lands on its metric; others are left out."""
+def test_counters_reach_their_metrics() -> None:
+    """Each name the process counts lands on the metric formats.counters names for it,
+    through the one counting object as a session wires it; other names are left out."""
     import prometheus_client
 
     registry = CollectorRegistry()
     rec = metrics.Recorder(metrics._Metrics(prometheus_client, registry), "team-a")
-    for name in ("hits", "misses", "misses", "corrupt", "put_errors", "load_errors",
-                 "unsigned", "bad_manifest", "lease_waits", "lease_takeovers",
-                 "already_present", "skipped_read_only"):  # fmt: skip
-        rec.counted(name)
-    rec.counted("bytes_fetched", 1234)
-    rec.breaker_opened("object store")
-    refusals = rec.observed(Counter({"tier_unsigned": 2}))  # counts before: not replayed
-    refusals["tier_unsigned"] += 1
-    refusals["tier_wrong_entry"] += 1
-    rec.tier_hit()
+    counters = Counters()
+    counters.add("tier_unsigned", 2)  # counted before metrics were wired: not replayed
+    counters.observe(rec.counted)
+    for name in (
+        "store_hits",
+        "tier_hits",
+        "compiles",
+        "compiles",
+        "misses",
+        "quick_compiles",
+        "lookups_missed",
+        "lookups_missed",
+        "corrupt",
+        "put_errors",
+        "load_errors",
+        "unsigned",
+        "bad_manifest",
+        "lease_waits",
+        "lease_takeovers",
+        "already_present",
+        "skipped_read_only",
+        "breaker_opened_object_store",
+        "tier_unsigned",
+        "tier_wrong_entry",
+    ):
+        counters.add(name)
+    counters.add("bytes_fetched", 1234)
+    counters.add("lookups_missed", -1)  # a miss taken back (see Accounts.served)
     rec.loaded(0.02)
     rec.compiled(1.5)
-    rec.compiled(0.01, quick=True)  # under the threshold: a quick compile, not a miss
+    rec.compiled(0.01)
 
     def got(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(name, {"namespace": "team-a", **labels})
 
     assert got("artstore_hits_total", tier="store") == 1
     assert got("artstore_hits_total", tier="local") == 1
-    assert got("artstore_misses_total") == 1  # compiles, not lookups ("misses" events)
+    assert got("artstore_misses_total") == 1  # compiles, not lookups (lookups_missed)
     assert got("artstore_quick_compiles_total") == 1
     assert got("artstore_bytes_fetched_total") == 1234
     assert got("artstore_lease_waits_total") == got("artstore_lease_takeovers_total") == 1
@@ -323,7 +344,19 @@ def test_store_counters_reach_their_metrics() -> None:
         "corrupt": 1, "put": 1, "load": 1, "unsigned": 1, "bad_manifest": 1,
         "breaker_open_object_store": 1, "tier_unsigned": 1, "tier_wrong_entry": 1,
     }  # fmt: skip
-    assert refusals["tier_unsigned"] == 3  # still the tier's own counts
+    snapshot = counters.snapshot()  # the counts are the process's, the metrics a view
+    assert (snapshot["tier_unsigned"], snapshot["hits"], snapshot["lookups_missed"]) == (3, 2, 1)
+
+
+def test_every_process_metric_is_fed_by_a_declared_counter() -> None:
+    """The process's metrics derive from the one table of counter names: each name's
+    metric exists with the labels it gives, and each counter metric has a name."""
+    fed = {entry.metric for entry in NAMES.values() if entry.metric is not None}
+    assert fed == set(metrics.COUNTERS) == {metric for metric, _ in metrics.FEEDS.values()}
+    for name, (metric, label) in metrics.FEEDS.items():
+        assert len(metrics.COUNTERS[metric]) == (1 if label is None else 2), name
+    assert metrics.ERROR_KINDS["load_errors"] == "load"
+    assert metrics.ERROR_KINDS["tier_wrong_entry"] == "tier_wrong_entry"
 
 
 def test_metrics_settings() -> None:

@@ -83,7 +83,7 @@ def _expect(open_store: OpenStore, team: Team, key: str, byte: int, outcome: str
     if outcome == "hit":
         assert loaded == payload(byte), counts
     elif outcome == "miss":
-        assert loaded is None and counts.get("misses") == 1, counts
+        assert loaded is None and counts.get("lookups_missed") == 1, counts
 
 
 def _verify(env: dict[str, str], *args: str) -> dict[str, Any]:

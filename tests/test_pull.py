@@ -349,7 +349,7 @@ def test_a_pulled_node_is_offline_warm(team_env: dict[str, str], tmp_path: Path)
     cold = run_program("job.py", dict(env, JOB_SLOW_COMPILE_SECS="1.2"))
     small = [m for m in cold["xla_compiles"] if "mlp" not in m and "loss_and_grad" not in m]
     assert small and cold["store"]["stored"] == 2, cold["store"]
-    assert cold["store"]["quick_published"] == len(small) == cold["store"]["below_threshold"]
+    assert cold["store"]["quick_published"] == len(small) == cold["store"]["quick_compiles"]
     pulled = dict(env, ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))
     report = _pull({k: v for k, v in pulled.items() if k != "ARTSTORE_INDEX"})
     assert (report["fetched"], report["quick_keys"]) == (2, len(small)), report

@@ -125,7 +125,7 @@ def test_writers_publish_quick_keys_and_readers_never(
     assert list(writer.blobs.iter_records(QUICK)) == [quick.quick_name(FP_A.digest, _key(1))]
     assert writer.counters.snapshot().get("quick_published") == 1
     assert "quick_published" not in reader.counters.snapshot()
-    assert reader.counters.snapshot().get("below_threshold") == 1  # counted as before
+    assert reader.counters.snapshot().get("quick_compiles") == 1  # counted as before
 
 
 class _QuickRefused(LocalBlobStore):
@@ -152,7 +152,7 @@ def test_a_refused_publication_is_counted_and_said_once(
     assert len(lines) == 1 and "keys too quick to store not published" in lines[0], lines
     assert "access denied" in lines[0]
     counts = writer.counters.snapshot()
-    assert counts.get("quick_unpublished") == 3 and counts.get("below_threshold") == 3
+    assert counts.get("quick_unpublished") == 3 and counts.get("quick_compiles") == 3
     assert list(writer.blobs.iter_records(QUICK)) == []
 
 

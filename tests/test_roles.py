@@ -267,7 +267,7 @@ def test_writer_cannot_touch_quotas_schema_or_other_namespaces(
     mine = open_store(roles_db.url("writer"), roles_db.ns_a)
     _put(mine, 201)
     # Its counters and usage rows (`artstore stats`) in its namespaces, not in team B's.
-    mine.counters.add("misses", fingerprint=_fp().digest)
+    mine.counters.add("lookups_missed", fingerprint=_fp().digest)  # `misses` in the index
     mine.flush_access()
     assert _count(engines["postgres"], "SELECT sum(misses) FROM usage WHERE namespace = :ns",
                   ns=roles_db.ns_a) == 1  # fmt: skip

@@ -22,6 +22,7 @@ from conftest import REPO, OpenStore, artstore, clean_env, run_program
 
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.config import host
+from artifactstore.formats.counters import DEPRECATED, REMOVED_IN
 from artifactstore.formats.journal import Journal, new_name
 from artifactstore.formats.put import Put
 from artifactstore.formats.usage import today
@@ -78,24 +79,35 @@ def test_known_workload_by_fingerprint_day_and_module(
     store = open_store(env)
     sizes = _workload(store)
     counts = store.counters.snapshot()
-    assert counts["misses"] == 2 and counts["below_threshold"] == 2
-    assert counts["misses_below_threshold"] == 1 and counts["hits"] == 4
+    assert counts["lookups_missed"] == 2 and counts["quick_compiles"] == 2
+    assert counts["misses_below_threshold"] == 1 and counts["hits"] == counts["store_hits"] == 4
     store.flush_access()
 
     totals = _stats(env)
     fetched = 3 * sizes[K1] + sizes[K2]
     assert totals["hits"] == 4 and totals["lookups_missed"] == 2
-    assert totals["misses_below_threshold"] == 1 and totals["eligible_misses"] == 1
+    assert totals["misses_below_threshold"] == 1
     assert totals["misses"] == 1  # one meaning: compiles the store could have served
-    assert totals["below_threshold"] == 2
+    assert totals["quick_compiles"] == 2
     assert totals["hit_rate"] == pytest.approx(4 / 5)
     assert totals["bytes_fetched"] == fetched
     assert totals["compile_secs_saved"] == pytest.approx(3 * 2.0 + 5.0)
     assert (totals["lease_waits"], totals["lease_takeovers"]) == (1, 1)
+    assert (totals["eligible_misses"], totals["below_threshold"]) == (1, 2)  # 0.3's names
 
-    counted = {"hits", "eligible_misses", "hit_rate", "misses", "misses_below_threshold",
-               "below_threshold", "bytes_fetched", "compile_secs_saved", "lease_waits",
-               "lease_takeovers", "lookups_missed", "quick_compiles"}  # fmt: skip
+    counted = {
+        "hits",
+        "hit_rate",
+        "misses",
+        "misses_below_threshold",
+        "bytes_fetched",
+        "compile_secs_saved",
+        "lease_waits",
+        "lease_takeovers",
+        "lookups_missed",
+        "quick_compiles",
+        *DEPRECATED,
+    }
     assert set(totals) == counted | {"store", "namespace", "entries", "bytes", "objects",
                                      "object_bytes", "corrupt", "warm_compiles"}  # fmt: skip
     by_fp = _stats(env, "--by", "fingerprint")
@@ -108,19 +120,19 @@ def test_known_workload_by_fingerprint_day_and_module(
     assert set(rows) == {FP1.digest, FP2.digest, ""}
     one, two, none = rows[FP1.digest], rows[FP2.digest], rows[""]
     assert (one["hits"], one["lookups_missed"], one["misses_below_threshold"]) == (3, 1, 1)
-    assert one["eligible_misses"] == 0 and one["hit_rate"] == 1.0
-    assert one["below_threshold"] == 2 and one["lease_waits"] == 1
+    assert one["misses"] == 0 and one["hit_rate"] == 1.0
+    assert one["quick_compiles"] == 2 and one["lease_waits"] == 1
     assert one["bytes_fetched"] == 3 * sizes[K1]
     assert one["compile_secs_saved"] == pytest.approx(6.0)
     assert (one["device_kind"], one["jaxlib_version"], one["platform"]) == (
         "cpu-a", "0.9.1", "cpu",
     )  # fmt: skip
-    assert (two["hits"], two["eligible_misses"], two["hit_rate"]) == (1, 1, 0.5)
+    assert (two["hits"], two["misses"], two["hit_rate"]) == (1, 1, 0.5)
     assert two["device_kind"] == "H200" and two["bytes_fetched"] == sizes[K2]
     assert none["lease_takeovers"] == 1 and none["hits"] == 0 and none["device_kind"] is None
     assert by_fp["groups"][0]["fingerprint"] == FP1.digest  # most hits first
     total = by_fp["total"]
-    assert (total["hits"], total["eligible_misses"], total["below_threshold"]) == (4, 1, 2)
+    assert (total["hits"], total["misses"], total["quick_compiles"]) == (4, 1, 2)
     assert total["hit_rate"] == pytest.approx(0.8) and total["bytes_fetched"] == fetched
 
     by_day = _stats(env, "--by", "day", "--days", "1")
@@ -135,7 +147,7 @@ def test_known_workload_by_fingerprint_day_and_module(
     assert modules["jit_a"]["bytes_fetched"] == 3 * sizes[K1]
     assert modules["jit_b"]["compile_secs_saved"] == pytest.approx(5.0)
     # Not known per module: null, never a made-up zero.
-    assert modules["jit_a"]["eligible_misses"] is None and modules["jit_a"]["hit_rate"] is None
+    assert modules["jit_a"]["misses"] is None and modules["jit_a"]["hit_rate"] is None
     assert by_module["total"]["hits"] == 4 and by_module["total"]["lease_waits"] is None
 
     # The tables say the same.
@@ -255,7 +267,7 @@ def test_v1_journals_and_usage_journals_fold(
     days = _stats(env, "--by", "day")["groups"]
     assert [g["day"] for g in days] == [today().isoformat()]  # the future day clamped
     assert days[0]["hits"] == 1 + 1_000_000 and days[0]["compile_secs_saved"] == 1e9
-    assert days[0]["below_threshold"] == 5 and days[0]["eligible_misses"] == 0
+    assert days[0]["quick_compiles"] == 5 and days[0]["misses"] == 0
     assert {g["fingerprint"] for g in _stats(env, "--by", "fingerprint")["groups"]} == {FP1.digest}
     assert list(store.blobs.iter_records(JOURNALS)) == []
 
@@ -279,9 +291,9 @@ def test_reader_journal_carries_usage(team_env: dict[str, str], open_store: Open
     rows = {g["fingerprint"]: g for g in after["groups"]}
     assert after["total"]["hits"] == before["hits"] + 1
     assert rows[FP2.digest]["hits"] == 2 and rows[FP1.digest]["misses_below_threshold"] == 2
-    assert after["total"]["eligible_misses"] == before["eligible_misses"]
+    assert after["total"]["misses"] == before["misses"]
     totals = _stats(team_env)
-    assert totals["hits"] == 5 and totals["eligible_misses"] == 1
+    assert totals["hits"] == 5 and totals["misses"] == 1
 
 
 def test_concurrent_counter_flushes_never_deadlock(
@@ -437,8 +449,8 @@ def test_migration_0004_keeps_stats_written_at_0003(
     up = artstore("db", "upgrade", env=env)
     assert up.returncode == 0 and db.SCHEMA_HEAD in up.stdout, up.stderr
     totals = _stats(env)
-    assert (totals["hits"], totals["misses"], totals["eligible_misses"]) == (2, 1, 1)
-    assert totals["below_threshold"] == 0 and totals["hit_rate"] == pytest.approx(2 / 3)
+    assert (totals["hits"], totals["misses"], totals["lookups_missed"]) == (2, 1, 1)
+    assert totals["quick_compiles"] == 0 and totals["hit_rate"] == pytest.approx(2 / 3)
     assert _stats(env, "--by", "day")["groups"] == []  # the old client wrote no usage
     store = open_store(env)
     assert store.get(K1, FP1.digest) is not None
@@ -449,6 +461,21 @@ def test_migration_0004_keeps_stats_written_at_0003(
     assert len(days) == 1 and days[0]["hits"] == 1 and days[0]["bytes_fetched"] > 0
 
 
+def test_the_0_3_names_stay_one_release_no_more() -> None:
+    """`stats --json` and process_stats() carry 0.3's names of renamed fields as
+    deprecated aliases in the release after 0.3, no more: once pyproject's version
+    reaches REMOVED_IN this fails until they are gone (formats.counters.DEPRECATED)."""
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    release = tuple(int(n) for n in version.split(".")[:2])
+    assert DEPRECATED == {"eligible_misses": "misses", "below_threshold": "quick_compiles"}
+    assert release < tuple(int(n) for n in REMOVED_IN.split(".")), (
+        f"version {version}: drop the deprecated names {sorted(DEPRECATED)} "
+        "(formats/counters.py, docs/operations.md)"
+    )
+
+
 # -- a real program: compiles below the threshold leave the hit rate alone -----------
 def test_compiles_below_the_threshold_do_not_lower_the_hit_rate(tmp_path: Path) -> None:
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_LOCAL_TIER="off",
@@ -457,7 +484,7 @@ def test_compiles_below_the_threshold_do_not_lower_the_hit_rate(tmp_path: Path) 
     a = run_program("job.py", env)
     small = [m for m in a["xla_compiles"] if "mlp" not in m and "loss_and_grad" not in m]
     assert small and a["store"]["stored"] == 2
-    assert a["store"]["below_threshold"] == len(small)
+    assert a["store"]["quick_compiles"] == len(small)
     b = run_program("job.py", env)
     assert sorted(b["xla_compiles"]) == sorted(small)  # the tier is off: looked up, missed
     assert b["store"]["hits"] == 2 and b["store"]["misses_below_threshold"] == len(small)
@@ -465,5 +492,5 @@ def test_compiles_below_the_threshold_do_not_lower_the_hit_rate(tmp_path: Path) 
     assert stats["lookups_missed"] == 2 + 2 * len(small)  # every lookup that missed
     assert stats["misses"] == 2  # compiles the store could have served
     assert stats["misses_below_threshold"] == 2 * len(small)
-    assert stats["eligible_misses"] == 2 and stats["below_threshold"] == 2 * len(small)
+    assert stats["quick_compiles"] == 2 * len(small)
     assert stats["hit_rate"] == pytest.approx(0.5)  # 2 hits / (2 hits + 2 first compiles)

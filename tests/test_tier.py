@@ -87,7 +87,7 @@ def test_warm_process_opens_neither_index_nor_object_store(any_env: dict[str, st
     assert small and a["store"]["stored"] == 2
     b = run_program("job.py", env)
     assert b["results"] == a["results"]
-    assert b["store"]["tier_hits"] == 2 and b["store"]["below_threshold"] == len(small)
+    assert b["store"]["tier_hits"] == 2 and b["store"]["quick_compiles"] == len(small)
     assert sorted(b["xla_compiles"]) == sorted(small)  # only the trivial ones compiled
     assert b["imported"] == [], b["imported"]
     assert "artifactstore" not in b["_stderr"]
@@ -106,7 +106,7 @@ def test_a_key_once_quick_then_stored_is_looked_up_again(team_env: dict[str, str
     env = dict(team_env, ARTSTORE_MIN_COMPILE_SECS="1")
     quick = run_program("job.py", env)
     assert quick["store"].get("stored", 0) == 0
-    assert quick["store"]["below_threshold"] == len(quick["xla_compiles"])
+    assert quick["store"]["quick_compiles"] == len(quick["xla_compiles"])
     slow = run_program("job.py", dict(env, JOB_SLOW_COMPILE_SECS="1.2"))
     assert slow["store"]["stored"] == 2, slow["store"]
     for path in _tier_objects(env):  # the tier's copies gone; its memory of keys stays

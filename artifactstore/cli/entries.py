@@ -9,6 +9,7 @@ import click
 
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
 from artifactstore.cli.render import json_option, print_fields, print_json, print_table, safe, when
+from artifactstore.formats.counters import with_aliases
 from artifactstore.formats.sizes import format_seconds, format_size, plural
 
 if TYPE_CHECKING:
@@ -193,31 +194,30 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
         return
     assert stats is not None
     if as_json:
+        # The names of process_stats() (formats.counters), with 0.3's for one release.
         print_json(
-            {
-                "store": where,
-                "namespace": namespace,
-                "entries": stats.entries,
-                "bytes": stats.bytes,
-                "objects": stats.objects,
-                "object_bytes": stats.object_bytes,
-                "hits": stats.hits,
-                # misses: compiles the store could have served (as everywhere else);
-                # lookups_missed: every lookup that found nothing, quick compiles too.
-                "misses": stats.eligible_misses,
-                "eligible_misses": stats.eligible_misses,  # the 0.3 name of misses
-                "lookups_missed": stats.misses,
-                "misses_below_threshold": stats.misses_below_threshold,
-                "below_threshold": stats.below_threshold,
-                "quick_compiles": stats.below_threshold,
-                "corrupt": stats.corrupt,
-                "hit_rate": stats.hit_rate,
-                "bytes_fetched": stats.bytes_fetched,
-                "compile_secs_saved": stats.compile_secs_saved,
-                "lease_waits": stats.lease_waits,
-                "lease_takeovers": stats.lease_takeovers,
-                "warm_compiles": stats.warm_compiles,
-            }
+            with_aliases(
+                {
+                    "store": where,
+                    "namespace": namespace,
+                    "entries": stats.entries,
+                    "bytes": stats.bytes,
+                    "objects": stats.objects,
+                    "object_bytes": stats.object_bytes,
+                    "hits": stats.hits,
+                    "misses": stats.eligible_misses,
+                    "lookups_missed": stats.misses,
+                    "misses_below_threshold": stats.misses_below_threshold,
+                    "quick_compiles": stats.below_threshold,
+                    "corrupt": stats.corrupt,
+                    "hit_rate": stats.hit_rate,
+                    "bytes_fetched": stats.bytes_fetched,
+                    "compile_secs_saved": stats.compile_secs_saved,
+                    "lease_waits": stats.lease_waits,
+                    "lease_takeovers": stats.lease_takeovers,
+                    "warm_compiles": stats.warm_compiles,
+                }
+            )
         )
         return
     print_fields(

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Float, cast, func, select
 
 from artifactstore.formats import usage as _usage
+from artifactstore.formats.counters import with_aliases
 from artifactstore.index.models import Entry, FingerprintRow, UsageRow
 from artifactstore.index.sql import upsert
 
@@ -77,24 +78,23 @@ class UsageGroup:
         return self.hits / lookups if lookups else 0.0
 
     def to_json(self, name: str) -> dict[str, Any]:
-        return {
-            name: self.group,
-            **self.extra,
-            "hits": self.hits,
-            # misses: compiles the store could have served (as in summaries, metrics and
-            # process_stats); lookups_missed: every lookup that found nothing.
-            "misses": self.eligible_misses,
-            "eligible_misses": self.eligible_misses,  # the 0.3 name of misses
-            "hit_rate": self.hit_rate,
-            "lookups_missed": self.misses,
-            "misses_below_threshold": self.misses_below_threshold,
-            "below_threshold": self.below_threshold,
-            "quick_compiles": self.below_threshold,
-            "bytes_fetched": self.bytes_fetched,
-            "compile_secs_saved": self.compile_secs_saved,
-            "lease_waits": self.lease_waits,
-            "lease_takeovers": self.lease_takeovers,
-        }
+        # The names of process_stats() (formats.counters), with 0.3's for one release.
+        return with_aliases(
+            {
+                name: self.group,
+                **self.extra,
+                "hits": self.hits,
+                "misses": self.eligible_misses,
+                "hit_rate": self.hit_rate,
+                "lookups_missed": self.misses,
+                "misses_below_threshold": self.misses_below_threshold,
+                "quick_compiles": self.below_threshold,
+                "bytes_fetched": self.bytes_fetched,
+                "compile_secs_saved": self.compile_secs_saved,
+                "lease_waits": self.lease_waits,
+                "lease_takeovers": self.lease_takeovers,
+            }
+        )
 
 
 def _sums() -> list[Any]:

@@ -281,7 +281,6 @@ def _compile_then_store(
 ) -> tuple[Any, bool]:
     """The executable, and whether its upload now releases `held` once it ends."""
     executable, compile_secs = request.compile()
-    session.compiles += 1
     settings = session.settings
     quick = compile_secs < settings.min_compile_secs  # never stored, so not a miss
     session.observe_compile(compile_secs, quick=quick)

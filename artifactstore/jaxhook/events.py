@@ -16,7 +16,6 @@ MISS = "/jax/compilation_cache/cache_misses"
 
 def record_load(session: Session, compile_secs: float, started: float) -> None:
     """Count a load and report it through JAX's own cache events, as its cache would."""
-    session.loads += 1
     retrieval = time.monotonic() - started
     session.observe_load(retrieval, compile_secs)
     record_event("/jax/compilation_cache/cache_hits")

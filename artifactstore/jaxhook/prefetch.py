@@ -68,8 +68,7 @@ class Prefetcher:
         threading.Thread(target=self._run, name="artifactstore-prefetch", daemon=True).start()
 
     def _count(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            self.session.prefetch[name] += n
+        self.session.counters.add(name, n)
 
     # -- the background thread ----------------------------------------------------
     def _run(self) -> None:
@@ -157,7 +156,7 @@ class Prefetcher:
             return
         with self._lock:
             if not self._ready.is_set():
-                self.session.prefetch["prefetch_early"] += 1  # fetched while JAX initialized
+                self._count("prefetch_early")  # fetched while JAX initialized
                 self._parked.append((item, hit, fingerprint))
                 return
         self._deserialize_later(item, hit, fingerprint)
@@ -168,7 +167,7 @@ class Prefetcher:
             return None
         with self._lock:
             if self._held + len(hit.payload) > self.max_bytes:
-                self.session.prefetch["prefetch_over_bound"] += 1
+                self._count("prefetch_over_bound")
                 return None
             self._held += len(hit.payload)
             item.size = len(hit.payload)
@@ -281,7 +280,7 @@ class Prefetcher:
             unused = [i for i in self._items.values() if i.state != "taken"]
             for item in unused:
                 if item.executable is not None:
-                    self.session.prefetch["prefetch_unused"] += 1
+                    self._count("prefetch_unused")
                 if item.state != "loading":
                     item.state = "taken"
                     self._release(item)

@@ -108,7 +108,6 @@ class Context:
         if self.session is not None:
             since = found.started if started is None else started
             self.session.observe_load(time.monotonic() - since)
-            self.session.loads += 1
 
     def _found(self, key: str, header: container.Header, executable: Any) -> NamedExecutable:
         """A native hit, noted in the working set for the next run to load ahead."""

@@ -14,7 +14,6 @@ import functools
 import logging
 import os
 import threading
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -25,6 +24,7 @@ from artifactstore.runtime.sources import StoreSource, TierSource
 from artifactstore.runtime.workingset import WorkingSets
 from artifactstore.store.background import Breaker, call_with_timeout
 from artifactstore.store.chain import Chain, Found, Request
+from artifactstore.store.counters import Counters
 from artifactstore.store.tier import LocalTier, open_tier, warn_once
 
 __all__ = ["Session", "warn_once"]  # warn_once: the process's one registry (store.tier)
@@ -49,6 +49,10 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._store: Store | None = None
+        # The process's one counting object: the session's parts, its tier and its Store
+        # count here; process_stats() is its snapshot (store.counters).
+        self.counters = Counters()
+        self.counters.state("active", lambda: int(self.active))
         # One breaker per backend, so the log and the stats name the one that failed.
         # A call counts against the backend it was talking to when it failed or hung
         # (the store reports each switch through `_using`), and for the backends it
@@ -62,30 +66,20 @@ class Session:
             )
             for name in BACKENDS
         }
+        for name, breaker in self.breakers.items():
+            slug = name.replace(" ", "_")
+            breaker.on_open = functools.partial(self.counters.add, f"breaker_opened_{slug}")
         self._used: list[str] = []
         self._finished = False
         self._open_lock = threading.Lock()
         self._open_failures = 0
-        self.loads = 0
-        self.compiles = 0
-        self.tier_hits = 0
-        # Compiles below the store threshold that no Store was told of (its own
-        # `below_threshold` counts the others): only in process_stats().
-        self.below_threshold = 0
-        self.kept_in_tier = 0  # compiled while the store was down: kept on this host only
-        # For summaries (`artstore run`, the pytest plugin): XLA time spent on misses, and
-        # the compile time of what was loaded instead (as each entry recorded it).
-        self.compile_secs = 0.0
-        self.compile_secs_saved = 0.0
         self.on_change: Callable[[], None] | None = None  # after each load or compile
-        # What this program loads, for its next run to load ahead (jaxhook.prefetch), and
-        # how that went this time: prefetched, prefetch_used, ... (in process_stats()).
+        # What this program loads, for its next run to load ahead (jaxhook.prefetch).
         self.working_sets = WorkingSets(settings)
-        self.prefetch: Counter[str] = Counter()
         self.on_finish: list[Callable[[], None]] = []  # first thing at exit (the prefetch's end)
         self.tier: LocalTier | None = None
         try:
-            self.tier = open_tier(settings)
+            self.tier = open_tier(settings, self.counters)
         except Exception as exc:
             log.debug("artifactstore: no local tier: %s", one_line(exc))
         self._fold_timer: threading.Timer | None = None
@@ -103,6 +97,7 @@ class Session:
         """The Store, opened on first use within the timeout bound; None while a breaker
         is open (a failed backend costs nothing until its cool-down ends, then one probe)."""
         if not all(b.allow() for b in self.breakers.values()):
+            self.counters.add("breaker_refused")
             return None
         self._used = []
         if self._store is not None:
@@ -126,10 +121,14 @@ class Session:
     def _open(self) -> Store:
         from artifactstore.store import Store
 
-        store = Store.open(self.settings, tier=self.tier, using=self._using, lazy_index=True)
+        store = Store.open(
+            self.settings,
+            tier=self.tier,
+            using=self._using,
+            lazy_index=True,
+            counters=self.counters,
+        )
         store.on_stored.append(self._stored)
-        if self.metrics is not None:
-            store.counters.observer = self.metrics.counted
         if self.settings.enforce_quota and not self.settings.read_only:
             from artifactstore.gc.quota_pass import QuotaPass
 
@@ -194,9 +193,7 @@ class Session:
     # -- accounting ---------------------------------------------------------
     def tier_hit(self) -> None:
         """Count a tier hit; a process that lives on opens the index later to record it."""
-        self.tier_hits += 1
-        if self.metrics is not None:
-            self.metrics.tier_hit()
+        self.counters.add("tier_hits")
         if self._fold_timer is None and self._store is None:
             # Short programs leave their hits in a journal at exit; long ones
             # (training, serving) report them while running, off the hot path.
@@ -212,17 +209,22 @@ class Session:
     def observe_load(self, secs: float, compile_secs: float = 0.0) -> None:
         """A stored executable, which took `compile_secs` to compile where it was built,
         loaded in `secs` (fetch and deserialize)."""
-        self.compile_secs_saved += compile_secs
+        self.counters.add("loads")
+        self.counters.add("compile_ms_saved", compile_secs * 1000)
         if self.metrics is not None:
             self.metrics.loaded(secs)
         if self.on_change is not None:
             self.on_change()
 
     def observe_compile(self, secs: float, *, quick: bool) -> None:
-        """XLA compiled a key in `secs`: a miss, or a quick one (never stored)."""
-        self.compile_secs += secs
+        """XLA compiled a key in `secs`: a miss, or a quick one (never stored; counted as
+        `quick_compiles` where the store is told: `compiled_below_threshold`)."""
+        self.counters.add("compiles")
+        if not quick:
+            self.counters.add("misses")
+        self.counters.add("compile_ms", secs * 1000)
         if self.metrics is not None:
-            self.metrics.compiled(secs, quick=quick)
+            self.metrics.compiled(secs)
         if self.on_change is not None:
             self.on_change()
 
@@ -232,12 +234,12 @@ class Session:
         """A compile took less than ARTSTORE_MIN_COMPILE_SECS (never stored): tell the
         store that looked it up (its miss was not an eligible one; a writer publishes
         the key as quick), or the open store (a key the tier knew to be quick); a process
-        that never opened one keeps the count in process_stats() only."""
+        that never opened one counts it in process_stats() only."""
         target = store if store is not None else self._store
         if target is not None:
             target.compiled_below_threshold(key, fingerprint, compile_secs)
         else:
-            self.below_threshold += 1
+            self.counters.add("quick_compiles")
 
     def can_keep_locally(self) -> bool:
         """Whether a writer's compiles can be kept in this host's tier while the store is down."""
@@ -249,37 +251,11 @@ class Session:
         from artifactstore.store import keep_in_tier
 
         if self.tier is not None and keep_in_tier(self.settings, self.tier, put):
-            self.kept_in_tier += 1
+            self.counters.add("kept_in_tier")
 
     def stats(self) -> dict[str, int]:
-        out = dict(self._store.counters.snapshot()) if self._store is not None else {}
-        if self.tier_hits:
-            out["hits"] = out.get("hits", 0) + self.tier_hits
-            out["tier_hits"] = self.tier_hits
-        if self.below_threshold:
-            out["below_threshold"] = out.get("below_threshold", 0) + self.below_threshold
-        if self.kept_in_tier:
-            out["kept_in_tier"] = out.get("kept_in_tier", 0) + self.kept_in_tier
-        if self.tier is not None:
-            out.update(self.tier.refusals)
-        out.update({k: n for k, n in self.prefetch.items() if n})
-        opened = {name: b.opened for name, b in self.breakers.items() if b.opened}
-        if opened:
-            out["breaker_opened"] = sum(opened.values())
-            out["breaker_refused"] = sum(b.refused for b in self.breakers.values())
-            for name, n in opened.items():
-                out[f"breaker_opened_{name.replace(' ', '_')}"] = n
-        out["loads"] = self.loads
-        out["compiles"] = self.compiles
-        # One meaning everywhere (summaries, metrics, `stats`): a miss is a compile the
-        # store could have served; quick ones (`below_threshold`) are counted apart. What
-        # the store's lookups found nothing for, quick or not, is `lookups_missed`.
-        out["lookups_missed"] = out.pop("misses", 0)
-        out["misses"] = max(0, self.compiles - out.get("below_threshold", 0))
-        out["compile_ms"] = round(self.compile_secs * 1000)
-        out["compile_ms_saved"] = round(self.compile_secs_saved * 1000)
-        out["active"] = int(self.active)
-        return out
+        """process_stats(): the snapshot of the process's counters (formats.counters)."""
+        return self.counters.snapshot()
 
     def flush(self, timeout: float | None = None) -> bool:
         return self._store.flush(timeout) if self._store is not None else True
@@ -326,7 +302,7 @@ class Session:
 
 def _metrics(settings: Settings, session: Session) -> Recorder | None:
     """The process's metrics, when asked for (ARTSTORE_METRICS_PORT, PROMETHEUS_MULTIPROC_DIR),
-    wired to `session`'s breakers and tier; imported only then (artifactstore.metrics)."""
+    fed by `session`'s counters; imported only then (artifactstore.metrics)."""
     if settings.metrics_error is not None:
         log.warning("artifactstore: metrics off: %s", settings.metrics_error)
         return None
@@ -338,10 +314,7 @@ def _metrics(settings: Settings, session: Session) -> Recorder | None:
         recorder = metrics.enable(settings)
         if recorder is None:
             return None
-        for breaker in session.breakers.values():
-            breaker.on_open = functools.partial(recorder.breaker_opened, breaker.name)
-        if session.tier is not None:
-            session.tier.refusals = recorder.observed(session.tier.refusals)
+        session.counters.observe(recorder.counted)
     except Exception as exc:  # metrics never break the program
         log.warning("artifactstore: metrics off: %s", one_line(exc))
         return None

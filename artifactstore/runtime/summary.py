@@ -48,7 +48,7 @@ class Summary:
         self.processes += 1
         self.hits += int(stats.get("loads", 0))
         self.compiles += int(stats.get("misses", 0))  # as process_stats() counts them
-        self.quick += int(stats.get("below_threshold", 0))
+        self.quick += int(stats.get("quick_compiles", 0))
         self.stored += int(stats.get("stored", 0))
         self.compile_secs += int(stats.get("compile_ms", 0)) / 1000
         self.compile_secs_saved += int(stats.get("compile_ms_saved", 0)) / 1000

@@ -1,7 +1,9 @@
-"""What one process counts: counters, hits and their access times, recent misses.
+"""What one store owes its index: counts, hits and their access times; recent misses.
 
-Why batched: a hit must cost no database round trip of its own (a cluster of
-readers would load the index with every compile), so hits and counters wait here
+The counting itself is the process's (store.counters): a store observes it and keeps
+what its index must hear (`Pending`). Why batched: a hit must cost no database round
+trip of its own (a cluster of readers would load the index with every compile), so
+hits and counters wait here
 and go out together: to the index (`record_access`, `add_counters`), or where the
 index is a database server this process has not opened, as one hit journal in
 the object store (artifactstore.formats.journal) that gc folds in. Hits served
@@ -14,18 +16,18 @@ import logging
 import threading
 import time
 from collections import Counter as _Counts
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.errors import PrivilegeRefused, ReadOnlyError, one_line
+from artifactstore.formats import counters as _names
 from artifactstore.formats import usage as _usage
 from artifactstore.formats.journal import MAX_JOURNAL_KEYS, Journal, new_name
 from artifactstore.index.accesses import clean_touches
 from artifactstore.index.errors import ROW_REFUSED
 from artifactstore.index.models import utcnow
 from artifactstore.store.backends import Backends
+from artifactstore.store.counters import Counters
 from artifactstore.store.tier import Accesses
 
 log = logging.getLogger("artifactstore")
@@ -39,78 +41,62 @@ MISSED_KEYS = 4096
 Touches = dict[str, tuple[int, datetime]]
 
 
-@dataclass
-class ProcessCounters:
-    """What this process saw; `artstore stats` shows the persistent totals.
+class Pending:
+    """What a store has yet to write to its index: counters of `usage.TOTALS` for the
+    namespace totals (the `counters` table), and those of `usage.FIELDS` as usage rows,
+    per UTC day and fingerprint ("" where the caller had none), under their stored
+    names (formats.counters). Fed by observing the process's counters (`counted`);
+    the store writes both in its access flush, or in its hit journal: no counter costs
+    a database round trip of its own."""
 
-    `add(name, value)` counts for `process_stats()`. Counters of `usage.TOTALS` are
-    also kept pending for the index's namespace totals (`counters`), and those of
-    `usage.FIELDS` for its usage rows, per UTC day and fingerprint (`fingerprint=`;
-    "" where the caller has none). The store writes both in its access flush, or
-    in its hit journal: no counter costs a database round trip of its own.
-    """
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: _Counts[str] = _Counts()
+        self.usage: _usage.Usage = {}
 
-    counts: _Counts[str] = field(default_factory=_Counts)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    # Told every event too (a session's metrics: artifactstore.metrics.Recorder.counted).
-    observer: Callable[[str, int], None] | None = None
-    pending: _Counts[str] = field(default_factory=_Counts)
-    usage: _usage.Usage = field(default_factory=dict)
-
-    def add(self, name: str, value: int = 1, *, fingerprint: str | None = None) -> None:
+    def counted(self, name: str, n: float, fingerprint: str | None) -> None:
+        """An event of the process's counters (`Counters.observe`)."""
+        stored = _names.stored_name(name)
+        if stored is None:
+            return
         with self.lock:
-            self.counts[name] += value
-            if name in _usage.TOTALS:
-                self.pending[name] += value
-            if name in _usage.FIELDS:
-                _usage.add(self.usage, (_usage.today(), fingerprint or ""), {name: value})
-        if self.observer is not None:
-            self.observer(name, value)
-
-    def hit(self, fingerprint: str, *, size: int, compile_secs: float) -> None:
-        """One load from the store: a hit, its bytes and the compile time it saved."""
-        with self.lock:
-            self.counts["hits"] += 1
-            self.counts["bytes_fetched"] += size
-            values = {"hits": 1, "bytes_fetched": size, "compile_secs_saved": compile_secs}
-            _usage.add(self.usage, (_usage.today(), fingerprint), values)
-        if self.observer is not None:
-            self.observer("hits", 1)
-            self.observer("bytes_fetched", size)
+            if stored in _usage.TOTALS:
+                self.counts[stored] += int(n)
+            if stored in _usage.FIELDS:
+                _usage.add(self.usage, (_usage.today(), fingerprint or ""), {stored: n})
 
     def add_usage(self, key: _usage.Key, values: dict[str, float]) -> None:
-        """Usage rows only (hits served elsewhere: the tier's journals)."""
+        """Usage rows only (what no counter counts: compile time saved, hits served
+        elsewhere: the tier's journals)."""
         with self.lock:
             _usage.add(self.usage, key, values)
 
-    def snapshot(self) -> dict[str, int]:
-        with self.lock:
-            return dict(self.counts)
-
     def has_pending(self) -> bool:
         with self.lock:
-            return any(self.pending.values()) or bool(self.usage)
+            return any(self.counts.values()) or bool(self.usage)
 
     def take(self) -> tuple[_Counts[str], _usage.Usage]:
         """The pending totals and usage rows, for one flush or journal."""
         with self.lock:
-            counts, self.pending = self.pending, _Counts()
+            counts, self.counts = self.counts, _Counts()
             usage, self.usage = self.usage, {}
         return counts, usage
 
     def requeue(self, counts: _Counts[str], usage: _usage.Usage) -> None:
         """Put what a flush could not write back into the next one."""
         with self.lock:
-            self.pending.update(counts)
+            self.counts.update(counts)
             _usage.merge(self.usage, usage)
 
 
 class Accounts:
     """One store's pending hits (key -> count, latest access) and recent misses."""
 
-    def __init__(self, backends: Backends, counters: ProcessCounters) -> None:
+    def __init__(self, backends: Backends, counters: Counters) -> None:
         self.backends = backends
-        self.counters = counters
+        self.counters = counters  # the process's (or the store's own, opened alone)
+        self.pending = Pending()
+        counters.observe(self.pending.counted)
         self.lock = threading.Lock()
         self._touches: Touches = {}
         # Batches a flush is writing now, by id: an exit flush that ran out of time may
@@ -128,9 +114,10 @@ class Accounts:
     # -- misses ---------------------------------------------------------------
     def miss(self, reason: str, *, key: str, fingerprint: str) -> None:
         """Count a miss (and why, if not simply absent): `misses` and the reasons in
-        usage.TOTALS reach the index's counters. A warming process counts `warm_compiles`."""
+        usage.TOTALS reach the index's counters (as `misses`). A warming process counts
+        `warm_compiles`."""
         self.counters.add(self._miss_name, fingerprint=fingerprint)
-        if reason != "misses":
+        if reason != "misses":  # found nothing at all: only the lookup missed
             self.counters.add(reason)
         with self.lock:
             self._missed[key] = (reason, fingerprint)
@@ -156,22 +143,29 @@ class Accounts:
 
     @property
     def _miss_name(self) -> str:
-        return "warm_compiles" if self.warming else "misses"
+        return "warm_compiles" if self.warming else "lookups_missed"
 
     def compiled_below_threshold(self, key: str, fingerprint: str) -> bool:
         """The caller compiled `key` faster than ARTSTORE_MIN_COMPILE_SECS: it will not be
         stored, so a miss this process counted for it was not an eligible miss
-        (`misses_below_threshold`); every such compile counts as `below_threshold`.
+        (`misses_below_threshold`); every such compile counts as `quick_compiles`.
         True if this process's lookup of `key` found no entry at all (the store may
         then be told that the key is quick: Store.compiled_below_threshold)."""
         with self.lock:
             reason = self._missed.pop(key, ("", ""))[0] or None
         if reason is not None:
             self.counters.add("misses_below_threshold", fingerprint=fingerprint)
-        self.counters.add("below_threshold", fingerprint=fingerprint)
+        self.counters.add("quick_compiles", fingerprint=fingerprint)
         return reason == "misses"
 
     # -- hits -----------------------------------------------------------------
+    def hit(self, fingerprint: str, *, size: int, compile_secs: float) -> None:
+        """One load from the store: a hit, its bytes and the compile time it saved."""
+        self.counters.add("store_hits", fingerprint=fingerprint)
+        self.counters.add("bytes_fetched", size, fingerprint=fingerprint)
+        saved = {"compile_secs_saved": compile_secs}
+        self.pending.add_usage((_usage.today(), fingerprint), saved)
+
     def touch(self, key: str) -> None:
         self.merge_touches({key: (1, utcnow())})
 
@@ -203,7 +197,7 @@ class Accounts:
                 values["compile_secs_saved"] = n * found.compile_secs
                 if found.size is not None:
                     values["bytes_fetched"] = n * found.size
-            self.counters.add_usage((when.date(), fingerprint), values)
+            self.pending.add_usage((when.date(), fingerprint), values)
         self.merge_touches(touches)
 
     def fold_tier_journals(self) -> None:
@@ -254,7 +248,7 @@ class Accounts:
         """Whether a flush has anything to write (a reader's counters only to a journal)."""
         with self.lock:
             writes_counts = not self.backends.read_only or self.backends.journals_hits
-            counts = writes_counts and self.counters.has_pending()
+            counts = writes_counts and self.pending.has_pending()
             return bool(self._touches or counts)
 
     def flush(self) -> None:
@@ -267,7 +261,7 @@ class Accounts:
         with self.lock:
             touches, self._touches = self._touches, {}
             self._in_flight[id(touches)] = touches
-        counts, usage = self.counters.take()
+        counts, usage = self.pending.take()
         try:
             if backends.read_only:
                 # Readers may only append to `accesses` (never write entries);
@@ -299,12 +293,12 @@ class Accounts:
         object store refuses it, so the next flush tries again."""
         self._last_journal = time.monotonic()
         with self.lock:
-            if not self._touches and not self.counters.has_pending():
+            if not self._touches and not self.pending.has_pending():
                 return
             keys = list(self._touches)[:MAX_JOURNAL_KEYS]
             touches = {k: self._touches.pop(k) for k in keys}
             self._in_flight[id(touches)] = touches
-        counts, usage = self.counters.take()
+        counts, usage = self.pending.take()
         accesses = {k: (n, when.timestamp()) for k, (n, when) in touches.items()}
         try:
             journal = Journal(accesses, dict(counts), usage)
@@ -323,4 +317,4 @@ class Accounts:
     def _requeue(self, touches: Touches, counts: _Counts[str], usage: _usage.Usage) -> None:
         """Put a batch that could not be written back into the next one."""
         self.merge_touches(touches)
-        self.counters.requeue(counts, usage)
+        self.pending.requeue(counts, usage)

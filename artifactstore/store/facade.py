@@ -26,7 +26,7 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.put import Put
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
 from artifactstore.redact import redact
-from artifactstore.store.account import Accounts, ProcessCounters
+from artifactstore.store.account import Accounts
 from artifactstore.store.backends import (
     Backends,
     ignore,
@@ -36,6 +36,7 @@ from artifactstore.store.backends import (
 )
 from artifactstore.store.background import Worker
 from artifactstore.store.chain import Found, Missed
+from artifactstore.store.counters import Counters
 from artifactstore.store.flight import SingleFlight
 from artifactstore.store.lease import enabled
 from artifactstore.store.read import Hit, ReadPath
@@ -43,7 +44,7 @@ from artifactstore.store.tier import Accesses, LocalTier
 from artifactstore.store.uploads import Uploads
 from artifactstore.store.write import WritePath
 
-__all__ = ["Hit", "ProcessCounters", "Store"]
+__all__ = ["Hit", "Store"]
 
 
 class Store:
@@ -55,13 +56,15 @@ class Store:
         *,
         worker: Worker | None = None,
         tier: LocalTier | None = None,
+        counters: Counters | None = None,
     ) -> None:
-        """`engine`: the index, or None to open it on first use (`open_index`)."""
+        """`engine`: the index, or None to open it on first use (`open_index`);
+        `counters`: the process's (a session's), else the store counts on its own."""
         self.settings = settings
         self.namespace = settings.namespace
         self.read_only = settings.read_only
         self.backends = Backends(settings, blobs, engine, tier=tier)
-        self.counters = ProcessCounters()
+        self.counters = counters if counters is not None else Counters()
         self.accounts = Accounts(self.backends, self.counters)
         refused: dict[str, str] = {}  # keys whose entry this process refused: see `refused`
         self.writes = WritePath(self.backends, self.counters, refused)
@@ -145,6 +148,7 @@ class Store:
         using: Callable[[str], None] | None = None,
         lazy_index: bool = False,
         objects: bool = True,
+        counters: Counters | None = None,
     ) -> Store:
         """Open blob store and index; the embedded default migrates itself.
 
@@ -158,6 +162,7 @@ class Store:
         process that only reads never connects to it).
         `objects=False`: do not open the object store at all (`ls`, `stats`, `quota`:
         nothing imported or sent; any use fails with one line: blobstores.absent).
+        `counters`: where the store counts (a session's: the process's one).
         """
         using = using or ignore
         using("index")
@@ -170,7 +175,8 @@ class Store:
             blobs = AbsentBlobStore(describe_blobstore(settings), read_only=settings.read_only)
         if check_blobs and objects:
             blobs.check()
-        store = cls(settings, blobs, engine, tier=tier or open_tier_quietly(settings))
+        tier = tier or open_tier_quietly(settings)
+        store = cls(settings, blobs, engine, tier=tier, counters=counters)
         store.using = using
         if lazy_index:  # a program's first miss waits for nothing it does not need
             store.worker.submit("fold tier journals", store.fold_tier_journals)

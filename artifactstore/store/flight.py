@@ -47,9 +47,9 @@ from artifactstore.blobstores.base import LEASES, MANIFESTS
 from artifactstore.errors import LeaseHeld, PrivilegeRefused, StoreUnavailable, one_line
 from artifactstore.formats.lease import LeaseRecord
 from artifactstore.index.leases import Lease, compile_hint, compile_lease_name, dead_here
-from artifactstore.store.account import ProcessCounters
 from artifactstore.store.backends import Backends
 from artifactstore.store.background import call_with_timeout
+from artifactstore.store.counters import Counters
 from artifactstore.store.lease import expired, reader_wait, wait_bound
 
 log = logging.getLogger("artifactstore")
@@ -87,7 +87,7 @@ class SingleFlight:
     def __init__(
         self,
         backends: Backends,
-        counters: ProcessCounters,
+        counters: Counters,
         found_nothing: Callable[[str], bool],
         served: Callable[[str], None] = lambda _key: None,
     ) -> None:

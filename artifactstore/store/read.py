@@ -62,9 +62,7 @@ class ReadPath:
         else:
             self.accounts.touch(key)
             entry = outcome.entry
-            self.accounts.counters.hit(
-                entry.fingerprint, size=entry.size, compile_secs=entry.compile_secs
-            )
+            self.accounts.hit(entry.fingerprint, size=entry.size, compile_secs=entry.compile_secs)
 
     def peek(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None

@@ -42,7 +42,6 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from artifactstore.formats import codec
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.records import load_record
+from artifactstore.store.counters import Counters
 from artifactstore.store.quick import QuickKeys
 
 if TYPE_CHECKING:
@@ -99,9 +99,10 @@ class LocalTier:
         modes: safedir.Modes = safedir.PRIVATE,
         trust: safedir.Trust = "mine",
         setting: str = "ARTSTORE_LOCAL_TIER",
+        counters: Counters | None = None,
     ) -> None:
-        """`top`, `modes`, `trust`, `setting`: see `safedir.Tree` (which directories
-        must be whose, and the option to name when one is refused)."""
+        """`top`, `modes`, `trust`, `setting`: see `safedir.Tree` (whose directories, the
+        option a refusal names); `counters`: where refusals count (a session's: the process's)."""
         self.blobs = LocalBlobStore(root, name, modes=modes, top=top, trust=trust,
                                     setting=setting)  # fmt: skip
         self.tree = self.blobs.tree  # every file below is opened through it
@@ -110,7 +111,7 @@ class LocalTier:
         # (ARTSTORE_TRUSTED_KEYS): a tier copy or key file is verified as the store's are.
         self.trusted = trusted
         self.namespace = namespace if namespace is not None else name
-        self.refusals: Counter[str] = Counter()  # "tier_unsigned", ...: for process stats
+        self.counters = counters if counters is not None else Counters()
         # What this reader loads at most (ARTSTORE_MAX_OBJECT_SIZE, _EXECUTABLE_SIZE).
         self.max_object_bytes = max_object_bytes
         self.max_executable_bytes = max_executable_bytes
@@ -256,7 +257,7 @@ class LocalTier:
             # Not loaded; the store's path (asked next) decides what this key loads. A
             # local store's own object is counted and logged there; a private copy here.
             if self.owns_objects:
-                self.refusals["tier_" + exc.reason] += 1
+                self.counters.add("tier_" + exc.reason)
                 warn_once(exc.reason, "tier copy of %s not loaded: %s", key[:12], exc)
             else:
                 log.debug("artifactstore: tier entry of %s not loaded: %s", key[:12], exc)
@@ -264,7 +265,7 @@ class LocalTier:
             return None
         except codec.WrongEntry as exc:
             # A key file naming another key's object (damaged, or planted).
-            self.refusals["tier_wrong_entry"] += 1
+            self.counters.add("tier_wrong_entry")
             warn_once("wrong-entry", "tier key file of %s refused: %s", key[:12], exc)
             self.forget(key)
             return None
@@ -396,7 +397,7 @@ def warn_once(topic: str, message: str, *args: object) -> None:
         log.warning("artifactstore: " + message, *args)
 
 
-def open_tier(settings: Settings) -> LocalTier | None:
+def open_tier(settings: Settings, counters: Counters | None = None) -> LocalTier | None:
     """This host's tier for the store `settings` name, or None when turned off.
 
     A writable local store is its own tier (key map and journal beside its
@@ -410,6 +411,7 @@ def open_tier(settings: Settings) -> LocalTier | None:
         "max_executable_bytes": settings.max_executable_bytes,
         "trusted": settings.trusted_keys,
         "namespace": settings.namespace,
+        "counters": counters,
     }
     if settings.blobs.scheme == "file" and not settings.read_only:
         # Also read when the store is root's (published), as Store.open decides.

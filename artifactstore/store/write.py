@@ -23,8 +23,8 @@ from artifactstore.formats.put import Put
 from artifactstore.index import db
 from artifactstore.index.repo import EntryInfo, NewEntry
 from artifactstore.store import identity
-from artifactstore.store.account import ProcessCounters
 from artifactstore.store.backends import Backends
+from artifactstore.store.counters import Counters
 from artifactstore.store.tier import LocalTier, warn_once
 
 if TYPE_CHECKING:
@@ -41,9 +41,7 @@ UNSIGNED_WRITE = (
 class WritePath:
     """One store's writes: entries stored, published, withdrawn, and bad ones removed."""
 
-    def __init__(
-        self, backends: Backends, counters: ProcessCounters, refused: dict[str, str]
-    ) -> None:
+    def __init__(self, backends: Backends, counters: Counters, refused: dict[str, str]) -> None:
         self.backends = backends
         self.counters = counters
         # Keys whose entry this process refused for its signature (the read path says
