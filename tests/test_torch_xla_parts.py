@@ -118,24 +118,39 @@ def test_a_file_is_timed_by_the_compile_that_ended_nearest_it() -> None:
     assert compile_secs(100.0, []) is None
 
 
+# A stand-in torch_xla (and torch): compiled already, or one whose initialize_cache fails.
 FAKE_TORCH_XLA = """
-import types
-_XLAC = types.SimpleNamespace(_xla_computation_cache_is_initialized=lambda: True)
+import os, types
+_XLAC = types.SimpleNamespace(
+    _xla_computation_cache_is_initialized=lambda: os.environ["FAKE_COMPILED"] == "1"
+)
 __version__ = "0.0"
 """
 
 
+@pytest.mark.parametrize(
+    ("compiled", "said"),
+    [
+        ("1", "torch-xla compiled before the store was turned on"),
+        ("0", "torch-xla not using the store (ZeroDivisionError"),
+    ],
+)
 def test_importing_torch_xla_turns_the_adapter_on_and_never_breaks_the_program(
-    tmp_path: Path,
+    tmp_path: Path, compiled: str, said: str
 ) -> None:
-    """With ARTSTORE_URL set, `import torch_xla` activates the adapter (here a stand-in
-    torch_xla that has compiled already: one warning, the program goes on); importing
-    artifactstore.torch_xla itself imports neither torch nor torch_xla."""
-    (tmp_path / "torch_xla").mkdir()
+    """With ARTSTORE_URL set, `import torch_xla` activates the adapter; a torch_xla that
+    compiled already, or whose cache cannot be set, costs one warning and leaves nothing
+    behind, and the program goes on. Importing artifactstore.torch_xla itself imports
+    neither torch nor torch_xla."""
+    for package in ("torch", "torch_xla"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text('__version__ = "0.0"\n')
     (tmp_path / "torch_xla" / "__init__.py").write_text(FAKE_TORCH_XLA)
+    (tmp_path / "torch_xla" / "version.py").write_text('__xla_gitrev__ = "0"\n')
     (tmp_path / "torch_xla" / "runtime.py").write_text("def initialize_cache(*a, **k): 1 / 0\n")
-    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), FAKE_COMPILED=compiled)
     env.pop("ARTSTORE_ACTIVATE")
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "artifactstore" / "startup"), str(tmp_path)])
     code = (
         "import sys, artifactstore.torch_xla; "
@@ -152,8 +167,10 @@ def test_importing_torch_xla_turns_the_adapter_on_and_never_breaks_the_program(
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[]", "went on"]
-    assert "torch-xla compiled before the store was turned on" in proc.stderr
+    assert said in proc.stderr
     assert "Traceback" not in proc.stderr
+    left = tmp_path / "cache" / "artifactstore" / "torch-xla"
+    assert [p for p in left.glob("*/*")] == []  # no cache directory left behind
 
 
 def test_the_fingerprint_command_for_torch_xla() -> None:

@@ -165,10 +165,15 @@ def _install(settings: _config.Settings) -> _config.Settings | None:
     found = fingerprint()
     session = Session(settings)
     directory = CacheDir.make(settings, found.digest)
-    counts, placed = fill(session, found.digest, directory)
-    adapter = Adapter(session, found, directory, placed)
-    adapter.counts.update(counts)
-    xr.initialize_cache(str(directory.path), readonly=settings.read_only)
+    try:
+        counts, placed = fill(session, found.digest, directory)
+        adapter = Adapter(session, found, directory, placed)
+        adapter.counts.update(counts)
+        xr.initialize_cache(str(directory.path), readonly=settings.read_only)
+    except BaseException:  # nothing left behind: torch-xla goes on with its own settings
+        session.close()
+        directory.remove()
+        raise
     if not settings.read_only:
         adapter.start_storing()
     with _lock:
