@@ -487,6 +487,54 @@ def test_the_fetch_rule_catches_a_fetch() -> None:
     assert _fetches("def f(tier, d):\n    return tier.quick.get('k') or d.get('k')\n") == []
 
 
+# One counting object per process (store.counters): each part counts its own events
+# with `Counters.add`, none adds to another object's attributes (`session.loads += 1`),
+# so process_stats() is one snapshot, not a merge. A report of one operation (gc, pull,
+# bundles, sign, warm), filled by the function that returns it, is its own.
+REPORTS = frozenset({"report", "rep", "result"})
+
+
+def _foreign_increments(source: str) -> list[str]:
+    """`x.name += n` and `x.name[k] += n` in `source` where x is not `self` (or a report)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.AugAssign):
+            continue
+        target = node.target.value if isinstance(node.target, ast.Subscript) else node.target
+        if not isinstance(target, ast.Attribute):
+            continue
+        receiver = target.value
+        name = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+        if ast.unparse(receiver) != "self" and name not in REPORTS:
+            found.append(f"{ast.unparse(node.target)} line {node.lineno}")
+    return found
+
+
+def test_nothing_counts_on_another_object() -> None:
+    """Counts go through the process's Counters (its `add`), never into another part's
+    attributes: a session's, a tier's, a store's."""
+    offenders = [
+        f"{name}: {found}"
+        for name, path in _sources()
+        for found in _foreign_increments(path.read_text())
+    ]
+    assert not offenders, "\n".join(offenders) + "\ncount with counters.add(name)"
+
+
+def test_the_counting_rule_catches_a_foreign_count() -> None:
+    code = (
+        "def f(self, session):\n"
+        "    session.loads += 1\n"
+        "    self.session.prefetch['prefetch_used'] += 1\n"
+        "    self.hits += 1\n"
+        "    report.fetched += 1\n"
+    )
+    assert _foreign_increments(code) == [
+        "session.loads line 2",
+        "self.session.prefetch['prefetch_used'] line 3",
+    ]
+
+
 # One put (formats/put.py): what one put carries travels as one `Put`, never as its fields.
 # A compile too quick to store is no put: its key, fingerprint digest and compile time go
 # to the store (and on to a quick-key record) through these functions.

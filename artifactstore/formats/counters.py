@@ -158,7 +158,7 @@ NAMES: dict[str, Name] = {
     "breaker_opened_object_store": Name(
         "times the object store's breaker opened", _ERRORS, "breaker_open_object_store"
     ),
-    "breaker_refused": Name("calls refused while a breaker was open"),
+    "breaker_refused": Name("lookups refused while a backend's breaker was open"),
     "active": Name("1 unless a backend's breaker is open (a state, read at snapshot time)"),
 }
 

@@ -5,12 +5,14 @@ it means); the other variables are rows of artifactstore.config.variables. The b
 when the source names an `ARTSTORE_*` variable no row declares, or a row declares one that
 nothing names, so the page cannot drift from the code.
 
-The metrics tables come from artifactstore.metrics the same way (names, labels, help), and
+The metrics tables come from artifactstore.metrics the same way (names, labels, help), the
+table of what a process counts from artifactstore.formats.counters (names, meanings, the
+deprecated 0.3 names), and
 `<!-- bench: FILE -->` shows bench/results/FILE as committed, so no number on the
 performance page is typed by hand.
 A page asks for a table with a marker line: `<!-- generated: settings -->`,
-`<!-- generated: variables -->`, `<!-- generated: metrics -->` or
-`<!-- generated: index-metrics -->`.
+`<!-- generated: variables -->`, `<!-- generated: metrics -->`,
+`<!-- generated: index-metrics -->` or `<!-- generated: counters -->`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ _MARKERS = (
     "<!-- generated: variables -->",
     "<!-- generated: metrics -->",
     "<!-- generated: index-metrics -->",
+    "<!-- generated: counters -->",
 )
 _BENCH = re.compile(r"^<!-- bench: ([\w.-]+) -->$", re.MULTILINE)
 _ENV_NAME = re.compile(r"\bARTSTORE_[A-Z0-9_]*[A-Z0-9]\b")
@@ -105,9 +108,28 @@ def metrics_table() -> str:
     for name, labels in metrics.HISTOGRAMS.items():
         rows.append(f"| `{name}` (histogram) | {_labels(labels)} | {_cell(docs.get(name, ''))} |")
     kinds = ", ".join(f"`{kind}`" for kind in dict.fromkeys(metrics.ERROR_KINDS.values()))
-    return "\n".join(rows) + (
-        f"\n\nKinds of `artstore_errors_total`: {kinds}, and the local tier's refusals as "
-        "`tier_<reason>`."
+    return "\n".join(rows) + f"\n\nKinds of `artstore_errors_total`: {kinds}."
+
+
+def counters_table() -> str:
+    """What `process_stats()` and the summaries carry: each name, what it means, the
+    metric it feeds; then 0.3's renamed names, deprecated."""
+    names = importlib.import_module("artifactstore.formats.counters")
+    metrics = importlib.import_module("artifactstore.metrics")
+    rows = ["| name | meaning | metric |", "|---|---|---|"]
+    for name, entry in names.NAMES.items():
+        metric = ""
+        if name in metrics.FEEDS:
+            feeds, value = metrics.FEEDS[name]
+            label = f'{{{metrics.COUNTERS[feeds][1]}="{value}"}}' if value is not None else ""
+            metric = f"`{feeds}_total{label}`"
+        rows.append(f"| `{name}` | {_cell(entry.meaning)} | {metric} |")
+    old = ["| 0.3 name (deprecated) | now |", "|---|---|"]
+    old += [f"| `{alias}` | `{new}` |" for alias, new in names.DEPRECATED.items()]
+    return (
+        "\n".join(rows)
+        + f"\n\nDeprecated: `stats --json` and `process_stats()` also carry these 0.3 names, "
+        f"with the same values, until {names.REMOVED_IN}:\n\n" + "\n".join(old)
     )
 
 
@@ -153,4 +175,6 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = markdown.replace(_MARKERS[2], metrics_table())
     if _MARKERS[3] in markdown:
         markdown = markdown.replace(_MARKERS[3], index_metrics_table())
+    if _MARKERS[4] in markdown:
+        markdown = markdown.replace(_MARKERS[4], counters_table())
     return _BENCH.sub(bench_result, markdown)
