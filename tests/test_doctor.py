@@ -147,7 +147,10 @@ def test_unreachable_part_is_named_quickly(
     assert code == 1 and report["ok"] is False
     assert report["checks"][failing]["status"] == "fail"
     assert report["checks"][working]["status"] == "ok"
-    assert verdict.startswith("verdict: the store is not used: ") and needle in verdict
+    if failing == "index":  # loads never ask a database server: a writer only stores nothing
+        assert report["used"] == "read-only" and "nothing is stored: index" in verdict, verdict
+    else:
+        assert verdict.startswith("verdict: the store is not used: ") and needle in verdict
     if failure == "s3-silent":  # boto3 alone would retry for 3 x 3 s
         assert "did not answer within 3 s" in verdict
 

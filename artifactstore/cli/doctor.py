@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from artifactstore import config as _config
-from artifactstore.cli import doctor_store
+from artifactstore.cli import doctor_chain, doctor_store
 from artifactstore.cli.doctor_report import Check, Report, conclude, scrub
 from artifactstore.errors import ConfigError, one_line
 from artifactstore.jaxhook.compat import Probe, probe
@@ -70,21 +70,31 @@ def gather(overrides: dict[str, Any], device: bool | None = None) -> Report:
             checks[name] = Check(
                 label, "skip", "not checked: configuration invalid", blocking=name != "local_tier"
             )
-    else:
-        _store_checks(settings, checks)
-    checks["accelerator"] = _guard("accelerator", _check_accelerator, blocking=False)
-    checks["fingerprint"] = _guard("fingerprint", lambda: _check_fingerprint(device),
-                                   blocking=False)  # fmt: skip
+    # Before the store's rows, shown after them: which tier entries a program here loads.
+    accelerator = _guard("accelerator", _check_accelerator, blocking=False)
+    fingerprint = _guard("fingerprint", lambda: _check_fingerprint(device), blocking=False)
+    if settings is not None:
+        _store_checks(settings, checks, fingerprint.data.get("digest"))
+    checks["accelerator"] = accelerator
+    checks["fingerprint"] = fingerprint
     checks["activation"] = _guard("activation", _check_activation, blocking=False)
 
     scrub(checks)
     where = ""
     if settings is not None:
         where = f"{checks['object_store'].data.get('url')} + {checks['index'].data.get('url')}"
+        if checks["object_store"].data.get("tier_only"):
+            tier = checks["local_tier"].data.get("path")
+            where = f"this host's tier {tier}, the object store not answering"
     return conclude(checks, settings is not None and settings.read_only, where)
 
 
-def _store_checks(settings: _config.Settings, checks: dict[str, Check]) -> None:
+def _store_checks(
+    settings: _config.Settings, checks: dict[str, Check], fingerprint: str | None
+) -> None:
+    """The store's rows, judged as a program here meets them (`doctor_chain`): the tier
+    answers before the object store, and a database-server index is asked by writes
+    only. `fingerprint`: this host's digest, where known."""
     mode = "read-only" if settings.read_only else "read-write"
     origin = ", embedded default" if settings.embedded else ""
     checks["config"] = Check(
@@ -98,18 +108,31 @@ def _store_checks(settings: _config.Settings, checks: dict[str, Check]) -> None:
             "embedded": settings.embedded,
         },
     )
-    objects = checks["object_store"] = _guard(
-        "object store", lambda: doctor_store.check_objects(settings)
+    objects = _guard("object store", lambda: doctor_store.check_objects(settings))
+    index = _guard("index", lambda: doctor_store.check_index(settings))
+    tier = _guard(
+        "local tier", lambda: doctor_chain.check_tier(settings, fingerprint), blocking=False
     )
-    index = checks["index"] = _guard("index", lambda: doctor_store.check_index(settings))
-    if objects.status != "fail" and index.status == "ok":
+    if objects.blocks and doctor_chain.tier_answers(tier):
+        objects = doctor_chain.served_by_tier(settings, objects, tier)
+    if index.blocks and settings.index_is_server:
+        index = doctor_chain.for_writes_only(index)
+    checks["object_store"], checks["index"] = objects, index
+    if not objects.blocks and not index.blocks:
         checks["access"] = _guard(
-            "access", lambda: doctor_store.check_access(settings, objects, index), blocking=False
+            "access",
+            lambda: doctor_chain.check_access(settings, objects, index, tier),
+            blocking=False,
         )
-        checks["binding"] = _guard(
-            "binding", lambda: doctor_store.check_binding(settings, index.data), blocking=False
-        )
-    checks["local_tier"] = _guard("local tier", lambda: _check_tier(settings), blocking=False)
+        if settings.read_only:
+            checks["binding"] = doctor_chain.binding_not_checked()
+        elif objects.status == "ok" and index.status == "ok":
+            checks["binding"] = _guard(
+                "binding",
+                lambda: doctor_store.check_binding(settings, index.data),
+                blocking=False,
+            )
+    checks["local_tier"] = tier
     checks["signing"] = _guard(
         "signing", lambda: doctor_store.check_signing(settings), blocking=False
     )
@@ -146,33 +169,6 @@ def _check_hook(found: Probe) -> Check:
             "(README, 'Supported JAX')"
         )
     return Check("jax hook", "fail", f"no: {problems}", fix, data={"problems": found.problems})
-
-
-def _check_tier(settings: _config.Settings) -> Check:
-    """This host's copy: where it is and how much it holds (never blocks the store)."""
-    from artifactstore.formats.sizes import format_limit, format_size, plural
-    from artifactstore.store.tier import open_tier
-
-    try:
-        tier = open_tier(settings)
-        if tier is None:
-            return Check("local tier", "ok", "off", blocking=False, data={"path": None})
-        tier.check()  # another user's, or writable by others: not used (creates nothing)
-        keys = tier.key_count()
-        size = sum(blob.size for blob in tier.blobs.iter_blobs())
-    except Exception as exc:
-        return Check("local tier", "warn", f"unusable: {one_line(exc)}", blocking=False)
-    if tier.owns_objects and tier.max_bytes is not None:
-        kind = f"private copies, bound {format_limit(tier.max_bytes)}"
-    else:
-        kind = "the store's own directory"
-    return Check(
-        "local tier",
-        "ok",
-        f"{tier.base}: {plural(keys, 'key', 'keys')}, {format_size(size)} ({kind})",
-        blocking=False,
-        data={"path": str(tier.base), "keys": keys, "bytes": size},
-    )
 
 
 def _check_single_flight(settings: _config.Settings) -> Check:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from artifactstore import config as _config
+from artifactstore.cli import doctor_chain
 from artifactstore.cli.doctor_report import Check, Status
 from artifactstore.errors import ArtstoreError, ConfigError, one_line
 from artifactstore.index import diagnosis, grants, health
@@ -86,6 +87,8 @@ def check_index(settings: _config.Settings) -> Check:
     from artifactstore.store import migrates_on_open
 
     shown = redact(settings.index_url)
+    if not doctor_chain.index_contacted(settings):
+        return doctor_chain.not_contacted(settings, shown)
     data: dict[str, Any] = {"url": shown, "writes": None, "kind": None}
     sqlite_file = diagnosis.sqlite_path(settings.index_url)
 
@@ -116,7 +119,7 @@ def check_index(settings: _config.Settings) -> Check:
     except TimeoutError:
         return unanswered("index", shown, settings, data)
     except ConfigError as exc:
-        return Check("index", "fail", str(exc), verdict=f"index URL invalid: {exc}", data=data)
+        return Check("index", "fail", str(exc), verdict=f"index: {exc}", data=data)
     except Exception as exc:
         found = exc.found if isinstance(exc, _Found) else diagnosis.diagnose(
             exc, settings.index_url, namespace=settings.namespace, write=False)  # fmt: skip
@@ -171,40 +174,6 @@ class _Denied(Exception):
     sqlstate = "42501"
 
 
-def check_access(settings: _config.Settings, objects: Check, index: Check) -> Check:
-    """What a program here does with the store: loads and stores, loads only (as
-    configured, or because writes would be refused: degraded), or nothing."""
-    ns = settings.namespace
-    data: dict[str, Any] = {"loads": True, "stores": False}
-    if settings.read_only:
-        detail = (f"loads entries of namespace {ns}, stores nothing (read-only: "
-                  "ARTSTORE_READ_ONLY=1)")  # fmt: skip
-        if index.data.get("writes"):
-            detail += f"; {index.data['writes']}"
-        return Check("access", "ok", detail, blocking=False, data=data)
-    refusals = []
-    if objects.data.get("writable") is False:
-        path = Path(settings.blobs.path) / ns
-        refusals.append(f"{path} is not writable by this user")
-    if index.data.get("writes"):
-        refusals.append(str(index.data["writes"]))
-    if not refusals:
-        data["stores"] = True
-        return Check("access", "ok", f"loads and stores entries of namespace {ns}",
-                     blocking=False, data=data)  # fmt: skip
-    why = "; ".join(refusals)
-    index_file = diagnosis.sqlite_path(settings.index_url)
-    owner = Path(settings.blobs.path) if objects.data.get("writable") is False else (
-        index_file.parent if index_file is not None else None)  # fmt: skip
-    fix = ("" if any("`" in r for r in refusals) else ": run as the user who owns the store "
-           f"(`ls -ld {owner}` shows who), or set ARTSTORE_READ_ONLY=1 where this host "
-           "only loads")  # fmt: skip
-    detail = f"loads entries of namespace {ns}, but every write is refused: {why}"
-    return Check("access", "warn", detail, blocking=False, degrades=True, data=data,
-                 verdict=why if "every write is refused" in why else
-                 f"every write is refused: {why}{fix}")  # fmt: skip
-
-
 def check_binding(settings: _config.Settings, index: dict[str, Any]) -> Check:
     """Whether object store and index are one store (artifactstore.store.identity); only
     read. A mismatch degrades: programs here load, but every write is refused there."""
@@ -235,6 +204,8 @@ def check_signing(settings: _config.Settings) -> Check:
     trusts = trusted.names if trusted is not None else None
     required = settings.require_signatures
     parts = [f"signs as {signs}" if signs else "writes unsigned entries"]
+    if settings.read_only:  # writes nothing: what it would sign with does not matter
+        parts = []
     status: Status = "ok"
     verdict = ""
     if trusted is None:

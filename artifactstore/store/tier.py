@@ -173,7 +173,7 @@ class LocalTier:
             return self._do(lambda: bool(self.tree.names(self.keys)), False)
         return False
 
-    def key_count(self) -> int:
+    def key_names(self) -> list[str]:
         """Keys this host remembers (a scan of the key map: for reports, not the hot path)."""
 
         def names() -> list[str]:
@@ -181,8 +181,8 @@ class LocalTier:
             return [n for s in shards for n in self.tree.names(self.keys / s) if n[0] != "."]
 
         with contextlib.suppress(OSError):
-            return len(self._do(names, list[str]()))
-        return 0
+            return self._do(names, list[str]())
+        return []
 
     def lookup(self, key: str) -> TierEntry | None:
         record = self.record(key)
