@@ -134,6 +134,27 @@ FAKE_AWS = {
 }
 
 
+def s3_client(env: dict[str, str]) -> Any:
+    """boto3's S3 client on a test environment's moto server (AWS_ENDPOINT_URL_S3) with the
+    tests' credentials: a test's own view of a bucket, around the store (to list, plant or
+    damage what is there, as anyone who may write the bucket could)."""
+    import boto3  # only the tests that reach the bucket directly pay for the import
+
+    return boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
+        aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
+        region_name=FAKE_AWS["AWS_DEFAULT_REGION"],
+    )
+
+
+def bucket_of(env: dict[str, str]) -> tuple[str, str]:
+    """The bucket and the prefix of a team store's ARTSTORE_URL (s3://BUCKET/PREFIX)."""
+    bucket, _, prefix = env["ARTSTORE_URL"].removeprefix("s3://").partition("/")
+    return bucket, prefix
+
+
 def _unavailable(what: str, exc: BaseException) -> None:
     message = f"{what} unavailable: {exc}"
     if IN_CI:

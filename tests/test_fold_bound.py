@@ -10,10 +10,9 @@ import json
 import time
 from typing import Any
 
-import boto3
 import pytest
 from click.testing import CliRunner
-from conftest import FAKE_AWS, OpenStore, artstore
+from conftest import OpenStore, artstore, bucket_of, s3_client
 
 from artifactstore.cli.app import cli as main
 from artifactstore.formats.journal import Journal, new_name
@@ -25,10 +24,8 @@ K1 = "ab" * 32
 
 def _put_journals(env: dict[str, str], count: int, *, pad: int = 0) -> list[str]:
     """`count` one-row hit journals (each a hit on K1 and a miss), PUT into the bucket."""
-    bucket, _, prefix = env["ARTSTORE_URL"].removeprefix("s3://").partition("/")
-    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
-                      aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
-                      aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    bucket, prefix = bucket_of(env)
+    s3 = s3_client(env)
     names = []
     for _ in range(count):
         name = new_name()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import Any
 
-from conftest import artstore, run_program
+from conftest import artstore, bucket_of, run_program, s3_client
 
 
 def _entries(env: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -23,14 +23,8 @@ def _entries(env: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def _journals(env: dict[str, str]) -> list[str]:
-    import boto3
-    from conftest import FAKE_AWS
-
-    bucket, _, prefix = env["ARTSTORE_URL"].removeprefix("s3://").partition("/")
-    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], region_name="us-east-1",
-                      aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
-                      aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/default/journals/")
+    bucket, prefix = bucket_of(env)
+    listed = s3_client(env).list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/default/journals/")
     return [o["Key"] for o in listed.get("Contents", [])]
 
 

@@ -39,9 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import psycopg
-from conftest import FAKE_AWS, PROGRAMS, TEAM_SIGNING, artstore, clean_env
+from conftest import FAKE_AWS, PROGRAMS, TEAM_SIGNING, artstore, clean_env, s3_client
 from faultproxy import FaultProxy
 
 T = 2.0  # ARTSTORE_TIMEOUT
@@ -143,13 +142,7 @@ class Stack:
 
     @property
     def s3(self) -> Any:
-        return boto3.client(
-            "s3",
-            endpoint_url=self.moto_endpoint,
-            aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-            region_name="us-east-1",
-        )
+        return s3_client({"AWS_ENDPOINT_URL_S3": self.moto_endpoint})
 
     def object_key(self, namespace: str, digest: str) -> str:
         return f"cache/{namespace}/objects/{digest[:2]}/{digest}"

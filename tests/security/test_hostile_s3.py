@@ -14,9 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from conftest import OpenStore
+from conftest import OpenStore, bucket_of, s3_client
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -41,15 +40,9 @@ class Bucket:
     """The team store's bucket as an attacker holding a policy's calls sees it."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.bucket, prefix = env["ARTSTORE_URL"].removeprefix("s3://").split("/", 1)
+        self.bucket, prefix = bucket_of(env)
         self.base = f"{prefix}/default"
-        self.client = boto3.client(
-            "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-            region_name=env["AWS_DEFAULT_REGION"],
-        )
+        self.client = s3_client(env)
 
     def put(self, path: str, body: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=f"{self.base}/{path}", Body=body)

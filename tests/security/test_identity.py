@@ -14,11 +14,9 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
-import boto3
 import pytest
-from conftest import FAKE_AWS, REPO, OpenStore, artstore, clean_env
+from conftest import REPO, OpenStore, artstore, clean_env, s3_client
 
 from artifactstore.config import host
 from artifactstore.formats.put import Put
@@ -45,16 +43,6 @@ def _entries(store: Store) -> int:
     return store.index.stats().entries
 
 
-def _s3(env: dict[str, str]) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-        aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-        region_name=FAKE_AWS["AWS_DEFAULT_REGION"],
-    )
-
-
 def _team(env: dict[str, str]) -> bool:
     return env["ARTSTORE_URL"].startswith("s3://")
 
@@ -63,7 +51,7 @@ def _wrong_bucket(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     """`env` with ARTSTORE_URL mistyped: another, empty bucket (or directory)."""
     if _team(env):
         bucket = "artstore-wrong-" + uuid.uuid4().hex[:8]
-        _s3(env).create_bucket(Bucket=bucket)
+        s3_client(env).create_bucket(Bucket=bucket)
         return {**env, "ARTSTORE_URL": f"s3://{bucket}/cache"}
     (tmp_path / "wrong").mkdir()
     return {**env, "ARTSTORE_URL": str(tmp_path / "wrong")}
@@ -83,11 +71,11 @@ def _identity_object(env: dict[str, str], namespace: str = "default") -> bytes |
         bucket, prefix = url.removeprefix("s3://").split("/", 1)
         try:
             body: bytes = (
-                _s3(env)
+                s3_client(env)
                 .get_object(Bucket=bucket, Key=f"{prefix}/{namespace}/identity")["Body"]
                 .read()
             )
-        except _s3(env).exceptions.NoSuchKey:
+        except s3_client(env).exceptions.NoSuchKey:
             return None
         return body
     path = Path(url) / namespace / "identity"
@@ -196,7 +184,7 @@ def _forget_identity(store: Store, env: dict[str, str]) -> None:
     url = env["ARTSTORE_URL"]
     if url.startswith("s3://"):
         bucket, prefix = url.removeprefix("s3://").split("/", 1)
-        _s3(env).delete_object(Bucket=bucket, Key=f"{prefix}/default/identity")
+        s3_client(env).delete_object(Bucket=bucket, Key=f"{prefix}/default/identity")
     else:
         (Path(url) / "default" / "identity").unlink()
     assert _identity_object(env) is None and bound_id(store.engine, "default") is None

@@ -15,9 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from conftest import FAKE_AWS, TEAM_KEY, TEAM_PUB, artstore, clean_env, run_program
+from conftest import TEAM_KEY, TEAM_PUB, artstore, bucket_of, clean_env, run_program, s3_client
 from hypothesis import example, given
 
 from artifactstore import config
@@ -58,14 +57,8 @@ class Bucket:
     """The namespace's objects and manifests, as an attacker with S3 write sees them."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.s3 = boto3.client(
-            "s3",
-            endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-            aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-            region_name=FAKE_AWS["AWS_DEFAULT_REGION"],
-        )
-        self.bucket, prefix = env["ARTSTORE_URL"].removeprefix("s3://").split("/", 1)
+        self.s3 = s3_client(env)
+        self.bucket, prefix = bucket_of(env)
         self.base = f"{prefix}/default"
 
     def snapshot(self) -> dict[str, bytes]:

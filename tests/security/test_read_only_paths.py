@@ -14,8 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import boto3
-from conftest import artstore, clean_env, run_program
+from conftest import artstore, bucket_of, clean_env, run_program, s3_client
 from sqlalchemy import create_engine, inspect, text
 
 SLOW = {"ARTSTORE_MIN_COMPILE_SECS": "0.5", "JOB_SLOW_COMPILE_SECS": "0.6"}
@@ -52,14 +51,8 @@ def test_a_leftover_warm_variable_stores_nothing_in_a_read_only_process(tmp_path
 
 
 def bucket_keys(env: dict[str, str]) -> set[str]:
-    bucket, _, _ = env["ARTSTORE_URL"].removeprefix("s3://").partition("/")
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_DEFAULT_REGION"],
-    )
+    bucket, _ = bucket_of(env)
+    s3 = s3_client(env)
     keys: set[str] = set()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         keys.update(obj["Key"] for obj in page.get("Contents", []))

@@ -12,9 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from conftest import FAKE_AWS, TEAM_KEY, TEAM_PUB, OpenStore, artstore, run_program
+from conftest import TEAM_KEY, TEAM_PUB, OpenStore, artstore, bucket_of, run_program, s3_client
 
 from artifactstore import config
 from artifactstore.config import host, keyfiles
@@ -38,26 +37,14 @@ def _without_keys(env: dict[str, str], **extra: str) -> dict[str, str]:
     return {**out, **extra}
 
 
-def _s3(env: dict[str, str]) -> Any:
-    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], **_aws_args())
-
-
-def _aws_args() -> dict[str, str]:
-    return {
-        "aws_access_key_id": FAKE_AWS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-        "region_name": FAKE_AWS.get("AWS_DEFAULT_REGION", "us-east-1"),
-    }
-
-
 def _bucket_and_base(env: dict[str, str], namespace: str = "default") -> tuple[str, str]:
-    bucket, prefix = env["ARTSTORE_URL"].removeprefix("s3://").split("/", 1)
+    bucket, prefix = bucket_of(env)
     return bucket, f"{prefix}/{namespace}"
 
 
 def _manifests(env: dict[str, str]) -> dict[str, Manifest]:
     """Every published manifest, read as an attacker would: straight from the bucket."""
-    s3 = _s3(env)
+    s3 = s3_client(env)
     bucket, base = _bucket_and_base(env)
     found = {}
     listing = s3.list_objects_v2(Bucket=bucket, Prefix=f"{base}/keys/")
@@ -71,7 +58,7 @@ def _manifests(env: dict[str, str]) -> dict[str, Manifest]:
 def _forge(env: dict[str, str], victim: Manifest, source: Manifest) -> str:
     """With S3 PutObject alone: `source`'s executable relabelled as `victim`'s entry
     (unsigned: the attacker holds no key), and `victim`'s manifest pointed at it."""
-    s3 = _s3(env)
+    s3 = s3_client(env)
     bucket, base = _bucket_and_base(env)
     obj = f"{base}/objects/{source.digest[:2]}/{source.digest}"
     data = s3.get_object(Bucket=bucket, Key=obj)["Body"].read()

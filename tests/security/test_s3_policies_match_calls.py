@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from boto3.s3.transfer import TransferConfig
-from conftest import OpenStore
+from conftest import OpenStore, bucket_of, s3_client
 
 from artifactstore import config, gc
 from artifactstore.blobstores.base import JOURNALS, LEASES, MANIFESTS, QUICK, WORKING_SETS
@@ -281,11 +280,8 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
 ) -> None:
     env = {**team_env, "ARTSTORE_NAMESPACE": NS, "ARTSTORE_LOCAL_TIER": "off",
            "ARTSTORE_TIMEOUT": "30", "ARTSTORE_LEASE_WAIT": "60"}  # fmt: skip
-    bucket, prefix = env["ARTSTORE_URL"].removeprefix("s3://").split("/", 1)
-    raw = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-                       region_name=env["AWS_DEFAULT_REGION"],
-                       aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                       aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    bucket, prefix = bucket_of(env)
+    raw = s3_client(env)
     recorder.current = "writer"
     writer, second = open_store(env), open_store(env)
     recorder.current = "reader"

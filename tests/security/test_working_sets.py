@@ -23,10 +23,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import boto3
 import devstack
 import pytest
-from conftest import FAKE_AWS, IN_CI, PROGRAMS, REPO, TEAM_PUB, _team, artstore, clean_env
+from conftest import (
+    IN_CI,
+    PROGRAMS,
+    REPO,
+    TEAM_PUB,
+    _team,
+    artstore,
+    bucket_of,
+    clean_env,
+    s3_client,
+)
 from conftest import run_program as _run
 
 from artifactstore.config import keyfiles
@@ -48,29 +57,19 @@ class Team:
     found: WorkingSet
 
 
-def _s3(env: dict[str, str]) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-        aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-        region_name=FAKE_AWS["AWS_DEFAULT_REGION"],
-    )
-
-
 def _folder(env: dict[str, str]) -> tuple[str, str]:
-    bucket, prefix = env["ARTSTORE_URL"].removeprefix("s3://").split("/", 1)
+    bucket, prefix = bucket_of(env)
     return bucket, f"{prefix}/default/workingsets/"
 
 
 def _plant(env: dict[str, str], name: str, data: bytes, s3: Any = None) -> None:
     """As an attacker with the writer policy's PutObject on workingsets/*: no key."""
     bucket, folder = _folder(env)
-    (s3 or _s3(env)).put_object(Bucket=bucket, Key=folder + name, Body=data)
+    (s3 or s3_client(env)).put_object(Bucket=bucket, Key=folder + name, Body=data)
 
 
 def _bucket_sets(env: dict[str, str]) -> dict[str, bytes]:
-    s3 = _s3(env)
+    s3 = s3_client(env)
     bucket, folder = _folder(env)
     listing = s3.list_objects_v2(Bucket=bucket, Prefix=folder).get("Contents", [])
     return {
@@ -224,7 +223,7 @@ def test_pull_copies_only_trusted_sets_past_junk_names(team: Team, tmp_path: Pat
     other = _forged_name(team, "victim-pull")
     _plant(team.env, other, _with_options(team.found, other, b"junk").encode())
     junk = [f"{'0' * 38}{i:04d}" for i in range(1000)]  # listed before any program id
-    s3 = _s3(team.env)  # one client (thread-safe), its connections pooled
+    s3 = s3_client(team.env)  # one client (thread-safe), its connections pooled
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda n: _plant(team.env, n, b"{}", s3), junk))
     pulled = artstore("pull", "--json", env=env)

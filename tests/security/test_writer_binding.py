@@ -16,11 +16,9 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any
 
-import boto3
 import pytest
-from conftest import FAKE_AWS, OpenStore, artstore, clean_env, run_program
+from conftest import OpenStore, artstore, clean_env, run_program, s3_client
 from sqlalchemy import create_engine, text
 
 from artifactstore.config import host
@@ -38,26 +36,16 @@ FP = host.compute(
 )
 
 
-def _s3(env: dict[str, str]) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-        aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-        region_name=FAKE_AWS["AWS_DEFAULT_REGION"],
-    )
-
-
 def _wrong_bucket(env: dict[str, str]) -> dict[str, str]:
     """`env` with ARTSTORE_URL mistyped: another bucket that exists, empty."""
     bucket = "artstore-wrong-" + uuid.uuid4().hex[:8]
-    _s3(env).create_bucket(Bucket=bucket)
+    s3_client(env).create_bucket(Bucket=bucket)
     return {**env, "ARTSTORE_URL": f"s3://{bucket}/cache"}
 
 
 def _listing(env: dict[str, str]) -> list[str]:
     bucket = env["ARTSTORE_URL"].split("/")[2]
-    pages = _s3(env).get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    pages = s3_client(env).get_paginator("list_objects_v2").paginate(Bucket=bucket)
     return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
 
