@@ -37,25 +37,17 @@ from warm_start import (
     interleaved,
     run_child,
     s3pg_env,
-    signed_env,
 )
 
 EXAMPLE = [sys.executable, "-m", "artifactstore.examples.torchax_mlp"]
 NAMED = "artifactstore named step (warm)"
 
 
-def team_env(tmp: Path) -> dict[str, str]:
-    """S3+PostgreSQL as a team runs it: a team store requires signatures, so the writer
-    signs with the team's key and readers trust it (without one, nothing loads)."""
-    keys = signed_env(tmp.parent / "team")
-    return {**s3pg_env(tmp), **{k: v for k, v in keys.items() if "KEY" in k}}
-
-
 CONFIGS: list[Config] = [
     Config(NO_CACHE),
     Config(JAX_WARM, args=lambda tmp: ["--jax-cache", str(tmp)], prefill=True),
     Config(TARGET_NAME, env=embedded_env, prefill=True, store=True),
-    Config(S3PG_NAME, env=team_env, prefill=True, store=True),
+    Config(S3PG_NAME, env=s3pg_env, prefill=True, store=True),
     Config(
         NAMED,
         args=lambda _: ["--named", "bench/torchax-step@1"],

@@ -118,7 +118,15 @@ def s3pg_env(tmp: Path) -> dict[str, str]:
     global _s3pg_env
     if _s3pg_env is None:
         _s3pg_env = _start_s3pg()
-    return {**_s3pg_env, "ARTSTORE_MIN_COMPILE_SECS": "0", "ARTSTORE_LOCAL_TIER": str(tmp)}
+    env = {**_s3pg_env, "ARTSTORE_MIN_COMPILE_SECS": "0", "ARTSTORE_LOCAL_TIER": str(tmp)}
+    return {**env, **team_keys(tmp)}
+
+
+def team_keys(tmp: Path) -> dict[str, str]:
+    """A team store requires signatures: the writer signs with the team's key and readers
+    trust it (without one, a warm run loads nothing: untrusted_key, tier_unsigned)."""
+    keys = signed_env(tmp.parent / "team")
+    return {k: v for k, v in keys.items() if "KEY" in k}
 
 
 def s3pg_no_tier_env(tmp: Path) -> dict[str, str]:
@@ -181,8 +189,8 @@ def signed_env(tmp: Path) -> dict[str, str]:
     if tmp.is_absolute() and not (keys / "bench.key").exists():  # not the "<tmp>" in records
         keys.mkdir(exist_ok=True)
         generate("bench", keys)
-    return {**embedded_env(tmp), "ARTSTORE_SIGNING_KEY": str(keys / "bench.key"),
-            "ARTSTORE_TRUSTED_KEYS": str(keys / "bench.pub")}  # fmt: skip
+    signing = {"ARTSTORE_SIGNING_KEY": str(keys / "bench.key")}
+    return {**embedded_env(tmp), **signing, "ARTSTORE_TRUSTED_KEYS": str(keys / "bench.pub")}
 
 
 PULLED_UP, PULLED_DOWN = S3_TARGETS[1][2], S3_TARGETS[1][0]
@@ -193,8 +201,7 @@ def pulled_env(tmp: Path) -> dict[str, str]:
     the default threshold are not stored), in a namespace of its own."""
     env = {**s3pg_env(tmp), "ARTSTORE_NAMESPACE": "bench-pulled", "ARTSTORE_LOCAL_TIER": str(tmp)}
     env.pop("ARTSTORE_MIN_COMPILE_SECS")
-    keys = signed_env(tmp.parent / "pulled")  # one team key pair: the writer signs, nodes trust
-    return {**env, **{k: v for k, v in keys.items() if "KEY" in k}}
+    return env
 
 
 def pulled_down_env(tmp: Path) -> dict[str, str]:
