@@ -248,6 +248,7 @@ def assert_no_secret(message: str) -> None:
     assert "\n" not in message
 
 
+@pytest.mark.serial  # times the bound: alone, not beside xdist workers (suite_rules.py)
 def test_unreachable_endpoint_is_unavailable_quickly(moto: devstack.MotoServer) -> None:
     with socket.socket() as sock:  # a port that nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -268,6 +269,7 @@ def test_unreachable_endpoint_is_unavailable_quickly(moto: devstack.MotoServer) 
         store.put(*blob(b"x"))
 
 
+@pytest.mark.serial  # times the bound
 def test_silent_endpoint_times_out_within_bound(moto: devstack.MotoServer) -> None:
     # Accepts TCP connections (backlog) but never answers: only timeouts end the wait.
     with socket.socket() as sock:

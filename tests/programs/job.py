@@ -23,6 +23,8 @@ Environment knobs (tests only):
   JOB_PAUSE              comma list of points (open, exit) where the program prints a JSON
                          line {"paused": POINT} and waits for a line on stdin (tests/faults:
                          "open" once the store is open, "exit" after the result line)
+  JOB_LOG_INFO=1         the store's info lines on stderr too (every lease wait, not only
+                         the first: tests wait for a line instead of sleeping)
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ if os.environ.get("JOB_FAKE_CPU_FEATURES"):
 
 if os.environ.get("JOB_EXIT_TIMES"):  # registered first, so it runs after the store's
     atexit.register(lambda: print(json.dumps({"atexit_done": time.monotonic()}), flush=True))
+
+if os.environ.get("JOB_LOG_INFO"):
+    import logging
+
+    logging.getLogger("artifactstore").setLevel(logging.INFO)
+    logging.getLogger("artifactstore").addHandler(logging.StreamHandler(sys.stderr))
 
 if not os.environ.get("JOB_NO_STORE"):
     import artifactstore
