@@ -12,7 +12,7 @@ Set-ups: the writer; a reader (index reachable, unreachable, and a base install 
 psycopg: `import psycopg` fails through a stub package on PYTHONPATH, not a second
 virtualenv, which would cost a minute); a node that ran `artstore pull` and is now offline
 (bucket and index on ports nothing listens on), and one that did not (the control: doctor
-must say no there); the embedded default.
+must say no there); the embedded default, and the same with its index file corrupt.
 """
 
 from __future__ import annotations
@@ -35,9 +35,12 @@ from conftest import (
     TEAM_PUB,
     artstore,
     clean_env,
-    run_program,
 )
 from test_doctor import human_verdict
+
+from artifactstore import config
+from artifactstore.cli import doctor_chain
+from artifactstore.runtime.session import Session
 
 POLICIES = Path(__file__).resolve().parents[1] / "infra" / "policies"
 # Ports nothing listens on: an offline node's bucket and index.
@@ -259,10 +262,30 @@ def test_offline_node_never_pulled_is_not_used(team: Team) -> None:
 
 
 # -- the embedded default --------------------------------------------------------------
-def test_embedded_default(tmp_path: Path) -> None:
+def test_embedded_default_and_its_index_corrupt(tmp_path: Path) -> None:
+    """The default (a directory and a SQLite index in it): the first program stores. With
+    the index file then corrupt, programs still load (the directory is their tier, and
+    manifests need no index) and store nothing: degraded, never "not used"."""
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
-    first = side_by_side(env)  # the first program stores; doctor then says read-write
+    first = side_by_side(env)
     assert first.stats["stored"] == len(first.program["xla_compiles"]) > 0, first.stats
     agrees(first)
-    again = run_program("job.py", env)
-    assert again["store"]["hits"] == first.stats["stored"] and again["xla_compiles"] == []
+
+    index = tmp_path / "store" / "index.db"
+    for extra in ("-wal", "-shm"):
+        Path(f"{index}{extra}").unlink(missing_ok=True)
+    index.write_bytes(b"this is not a database " * 400)
+    broken = side_by_side(env, JOB_SMALL_JITS="1")  # compiles that a working store would keep
+    assert broken.stats["hits"] == first.stats["stored"] and broken.program["xla_compiles"]
+    agrees(broken, as_configured=False)
+    assert "corrupt" in broken.verdict and "`artstore db rebuild`" in broken.verdict
+
+
+def test_doctor_judges_the_levels_in_the_order_programs_ask(tmp_path: Path) -> None:
+    """doctor_chain's verdicts (the tier answers before the object store) hold only while
+    a session's chain asks in that order."""
+    session = Session(config.resolve({}, environ=clean_env(ARTSTORE_URL=str(tmp_path / "s"))))
+    try:
+        assert tuple(source.name for source in session.chain.sources) == doctor_chain.ORDER
+    finally:
+        session.close()

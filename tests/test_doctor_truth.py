@@ -73,7 +73,8 @@ def test_corrupt_sqlite_is_corrupt_and_db_rebuild_fixes_it(store_env: dict[str, 
 
     code, report, verdict = _doctor(store_env)
     row = report["checks"]["index"]
-    assert code == 1 and report["used"] == "no"
+    # Programs load (manifests, the store's own directory: test_doctor_setups) and store nothing.
+    assert code == 1 and report["used"] == "read-only"
     assert row["status"] == "fail" and row["kind"] == "corrupt"
     assert "corrupt" in verdict and "`artstore db rebuild`" in verdict
     for wrong in ("unreachable", "database server"):

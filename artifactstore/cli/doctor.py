@@ -93,8 +93,8 @@ def _store_checks(
     settings: _config.Settings, checks: dict[str, Check], fingerprint: str | None
 ) -> None:
     """The store's rows, judged as a program here meets them (`doctor_chain`): the tier
-    answers before the object store, and a database-server index is asked by writes
-    only. `fingerprint`: this host's digest, where known."""
+    answers before the object store, and loads never need the index (`loads_without`).
+    `fingerprint`: this host's digest, where known."""
     mode = "read-only" if settings.read_only else "read-write"
     origin = ", embedded default" if settings.embedded else ""
     checks["config"] = Check(
@@ -110,13 +110,12 @@ def _store_checks(
     )
     objects = _guard("object store", lambda: doctor_store.check_objects(settings))
     index = _guard("index", lambda: doctor_store.check_index(settings))
-    tier = _guard(
-        "local tier", lambda: doctor_chain.check_tier(settings, fingerprint), blocking=False
-    )
+    here = fingerprint if objects.blocks else None  # whether the tier alone serves
+    tier = _guard("local tier", lambda: doctor_chain.check_tier(settings, here), blocking=False)
     if objects.blocks and doctor_chain.tier_answers(tier):
         objects = doctor_chain.served_by_tier(settings, objects, tier)
-    if index.blocks and settings.index_is_server:
-        index = doctor_chain.for_writes_only(index)
+    if index.blocks:
+        index = doctor_chain.loads_without(index)
     checks["object_store"], checks["index"] = objects, index
     if not objects.blocks and not index.blocks:
         checks["access"] = _guard(

@@ -14,13 +14,16 @@ installed; a writer needs the index only to store. Nothing is created or written
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from artifactstore import config as _config
 from artifactstore.cli.doctor_report import Check
 from artifactstore.errors import one_line
 from artifactstore.index import diagnosis
 from artifactstore.runtime.sources import StoreSource, TierSource
+
+if TYPE_CHECKING:
+    from artifactstore.store.tier import LocalTier
 
 
 def index_contacted(settings: _config.Settings) -> bool:
@@ -42,8 +45,9 @@ def not_contacted(settings: _config.Settings, shown: str) -> Check:
 
 
 def check_tier(settings: _config.Settings, fingerprint: str | None) -> Check:
-    """This host's copy: where it is, how much it holds, and how many of its entries a
-    program here would load (built for this host's `fingerprint`, when it is known)."""
+    """This host's copy: where it is, how much it holds and, given this host's
+    `fingerprint`, how many of its entries a program here would load (each key file
+    read; one that does not parse is dropped, as a program's lookup of it would)."""
     from artifactstore.formats.sizes import format_limit, format_size, plural
     from artifactstore.store.tier import open_tier
 
@@ -70,7 +74,7 @@ def check_tier(settings: _config.Settings, fingerprint: str | None) -> Check:
     return Check("local tier", "ok", f"{tier.base}: {held} ({kind})", blocking=False, data=data)
 
 
-def _built_for(tier: Any, key: str, fingerprint: str) -> bool:
+def _built_for(tier: LocalTier, key: str, fingerprint: str) -> bool:
     entry = tier.lookup(key)
     return entry is not None and entry.fingerprint == fingerprint
 
@@ -81,11 +85,15 @@ def tier_answers(tier: Check) -> bool:
     return bool(tier.data.get("entries_here", tier.data.get("keys", 0)))
 
 
+# The levels a session's chain asks, in its order (runtime.session; a test keeps them one).
+ORDER = (TierSource.name, StoreSource.name)
+
+
 def levels(objects: Check, tier: Check) -> list[str]:
     """The levels of a program's chain that answer here, in the order it asks them."""
     store = objects.status != "fail" and not objects.data.get("tier_only")
     answering = {TierSource.name: tier_answers(tier), StoreSource.name: store}
-    return [name for name, ok in answering.items() if ok]
+    return [name for name in ORDER if answering[name]]
 
 
 def served_by_tier(settings: _config.Settings, objects: Check, tier: Check) -> Check:
@@ -101,9 +109,11 @@ def served_by_tier(settings: _config.Settings, objects: Check, tier: Check) -> C
     return Check("object store", "warn", detail, verdict=objects.verdict, blocking=False, data=data)
 
 
-def for_writes_only(index: Check) -> Check:
-    """A failed database-server index blocks no load (lookups never ask it): the row
-    stays, and the access row says what it costs (a writer stores nothing)."""
+def loads_without(index: Check) -> Check:
+    """A failed index blocks no load: lookups read the object store's manifests and this
+    host's tier, a database server never and a SQLite file only for entries stored
+    without a manifest. The row stays; the access row says what it costs (a writer
+    stores nothing; a reader of a SQLite file misses such entries)."""
     index.blocking = False
     return index
 
@@ -118,6 +128,10 @@ def check_access(settings: _config.Settings, objects: Check, index: Check, tier:
     loads = f"loads entries of namespace {ns}"
     if StoreSource.name not in answering:
         loads += " from this host's tier alone (the object store does not answer)"
+    if settings.read_only and index.status == "fail":  # a SQLite file: servers are not asked
+        why = f"entries stored without a manifest are not found: {index.verdict or index.detail}"
+        detail = f"{loads} by their manifests, stores nothing (read-only); {why}"
+        return Check("access", "warn", detail, why, blocking=False, data=data, degrades=True)
     if settings.read_only:
         detail = f"{loads}, stores nothing (read-only: ARTSTORE_READ_ONLY=1)"
         return Check("access", "ok", detail, blocking=False, data=data)
