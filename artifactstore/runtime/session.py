@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from artifactstore.config import Settings
-from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.errors import one_line
 from artifactstore.runtime import hitreport
 from artifactstore.runtime.sources import StoreSource, TierSource
 from artifactstore.runtime.workingset import WorkingSets
-from artifactstore.store.background import Breaker, call_with_timeout
+from artifactstore.store.background import Timer, call_with_timeout, executor
+from artifactstore.store.breaker import BACKENDS, describe, per_backend
 from artifactstore.store.chain import Chain, Found, Request
 from artifactstore.store.counters import Counters
 from artifactstore.store.tier import LocalTier, open_tier, warn_once
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("artifactstore")
 T = TypeVar("T")
 
-BACKENDS = ("index", "object store")  # the order a lookup uses them in
 
 # A process still running this long after its first tier hit opens the index in
 # the background to record its hits (LRU must see them).
@@ -57,15 +57,8 @@ class Session:
         # A call counts against the backend it was talking to when it failed or hung
         # (the store reports each switch through `_using`), and for the backends it
         # used when it succeeded: a miss, which never reaches the object store, closes
-        # only the index's breaker.
-        self.breakers = {
-            name: Breaker(
-                name,
-                failures=settings.breaker_failures,
-                cooldown_secs=settings.breaker_cooldown_secs,
-            )
-            for name in BACKENDS
-        }
+        # only the index's breaker. The store's uploads and leases ask the same ones.
+        self.breakers = per_backend(settings)
         for name, breaker in self.breakers.items():
             slug = name.replace(" ", "_")
             breaker.on_open = functools.partial(self.counters.add, f"breaker_opened_{slug}")
@@ -82,7 +75,7 @@ class Session:
             self.tier = open_tier(settings, self.counters)
         except Exception as exc:
             log.debug("artifactstore: no local tier: %s", one_line(exc))
-        self._fold_timer: threading.Timer | None = None
+        self._fold_timer: Timer | None = None
         self.quota: QuotaPass | None = None
         self.metrics = _metrics(settings, self)
         # Loaded ahead (added by jaxhook.prefetch), this host's tier, the store.
@@ -127,6 +120,7 @@ class Session:
             using=self._using,
             lazy_index=True,
             counters=self.counters,
+            breakers=self.breakers,
         )
         store.on_stored.append(self._stored)
         if self.settings.enforce_quota and not self.settings.read_only:
@@ -154,7 +148,7 @@ class Session:
         backend = self._used[-1] if self._used else BACKENDS[0]
         for name, breaker in self.breakers.items():
             if name == backend:
-                breaker.failure(self._describe(exc))
+                breaker.failure(describe(exc, self.settings.timeout_secs))
             else:
                 breaker.release_probe()
 
@@ -183,13 +177,6 @@ class Session:
         for breaker in self.breakers.values():
             breaker.success()
 
-    def _describe(self, exc: BaseException) -> str:
-        if isinstance(exc, TimeoutError):
-            return f"no answer within the {self.settings.timeout_secs:g} s bound"
-        if isinstance(exc, ArtstoreError):
-            return str(exc)
-        return one_line(exc)
-
     # -- accounting ---------------------------------------------------------
     def tier_hit(self) -> None:
         """Count a tier hit; a process that lives on opens the index later to record it."""
@@ -197,9 +184,7 @@ class Session:
         if self._fold_timer is None and self._store is None:
             # Short programs leave their hits in a journal at exit; long ones
             # (training, serving) report them while running, off the hot path.
-            self._fold_timer = threading.Timer(FOLD_AFTER_SECS, self._fold)
-            self._fold_timer.daemon = True
-            self._fold_timer.start()
+            self._fold_timer = executor().later(FOLD_AFTER_SECS, self._fold)
 
     def _fold(self) -> None:
         store = self.store()

@@ -22,6 +22,7 @@ from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import ArtstoreError, StoreUnavailable, one_line
 from artifactstore.index import db
 from artifactstore.index.repo import EntryIndex
+from artifactstore.store.breaker import Breaker, per_backend
 from artifactstore.store.tier import LocalTier, open_tier
 
 log = logging.getLogger("artifactstore")
@@ -41,7 +42,9 @@ class Backends:
         engine: Engine | None = None,
         *,
         tier: LocalTier | None = None,
+        breakers: dict[str, Breaker] | None = None,
     ) -> None:
+        """`breakers`: the process's, one per backend (a session's), else the store's own."""
         self.settings = settings
         self.namespace = settings.namespace
         self.read_only = settings.read_only
@@ -54,6 +57,8 @@ class Backends:
         # Told which backend a lookup turns to, so that a caller timing the lookup out
         # knows which one hung (the session's per-backend circuit breakers).
         self.using: Callable[[str], None] = ignore
+        # Asked before each call to a backend by every part (store.breaker).
+        self.breakers = breakers if breakers is not None else per_backend(settings)
 
     @property
     def engine(self) -> Engine:

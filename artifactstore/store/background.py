@@ -1,222 +1,262 @@
-"""A daemon worker that keeps uploads and access bookkeeping off the user's thread.
+"""The process's one background executor: every thread the store starts is one of its.
 
-Work items are plain callables. `drain(timeout)` waits for everything queued so
-far, and never longer than `timeout`: at interpreter exit a slow object store
-delays the program by at most the flush bound, and what was not stored is
-reported instead of silently dropped. Where no thread can be started (Python
-3.12+ refuses new threads once the interpreter shuts down), `drain` runs the
-queued work on the calling thread, still checking the bound between items.
+Why one: uploads, lease heartbeats, bounded store calls, loading ahead, named set-ups
+and timers each started threads of their own (a new one per bounded store call). Here
+a few daemon threads, started as work needs them and reused, run every `Task`, at most
+MAX_THREADS at once (more wait their turn), and one timer thread runs what is due later
+(`later`, `every`). Daemon threads: a hung network call never keeps the program from
+exiting. Ordered queues of work on these threads are `store.lanes`.
+
+Python 3.12+ refuses new threads once the interpreter shuts down: `submit` then raises
+RuntimeError (unless an idle thread takes the task), and callers run the work on their
+own thread instead (`lanes.Lane.drain`). Tasks submitted with `joined=True` (those that
+must not outlive the interpreter: deserializing, tracing) are waited for at exit, where
+concurrent.futures joins its pools, at most EXIT_WAIT_SECS.
 """
 
 from __future__ import annotations
 
+import atexit
+import heapq
+import itertools
 import logging
-import queue
+import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger("artifactstore")
 
 T = TypeVar("T")
 
+MAX_THREADS = 128  # `artstore pull --jobs` takes up to 64; a program uses a handful
+IDLE_SECS = 60.0  # a thread with nothing to do this long ends
+EXIT_WAIT_SECS = 30.0  # joined tasks still running at exit are waited for this long
 
-class Worker:
-    def __init__(
-        self, name: str, *, tick_secs: float = 5.0, on_tick: Callable[[], None] | None = None
-    ) -> None:
-        self._queue: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue()
-        self._name = name
-        self._tick_secs = tick_secs
-        self._on_tick = on_tick
-        self._pending = 0
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
 
-    def _ensure_started(self) -> bool:
-        with self._start_lock:
-            if self._thread is None or not self._thread.is_alive():
-                thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                try:
-                    thread.start()
-                except RuntimeError:  # interpreter shutdown: drain() runs the queue itself
-                    return False
-                self._thread = thread
+class Task(Generic[T]):
+    """One callable on the executor: queued, running, then done (or cancelled)."""
+
+    def __init__(self, fn: Callable[[], T], label: str = "", *, joined: bool = False) -> None:
+        self.fn = fn
+        self.label = label  # a failure is a debug line naming it; none: the caller reads it
+        self.joined = joined  # waited for at exit
+        self.state = "queued"  # -> running -> done; or cancelled while queued
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        with self._lock:
+            if self.state != "queued":
+                return
+            self.state = "running"
+        try:
+            self._value = self.fn()
+        except BaseException as exc:  # kept for `result`; never raised on a pool thread
+            self._error = exc
+            if self.label:
+                log.debug("artifactstore: background task %s failed: %s", self.label, exc)
+        finally:
+            self.state = "done"
+            self._done.set()
+
+    def cancel(self) -> bool:
+        """Drop the task if it has not started; whether it was dropped."""
+        with self._lock:
+            if self.state != "queued":
+                return False
+            self.state = "cancelled"
+        self._done.set()
         return True
 
-    def submit(self, label: str, fn: Callable[[], None]) -> None:
-        with self._cond:
-            self._pending += 1
-        self._queue.put((label, fn))
-        self._ensure_started()
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether it ended (ran, failed or was cancelled) within `timeout`."""
+        return self._done.wait(timeout)
 
-    def pending(self) -> int:
-        with self._cond:
-            return self._pending
+    def result(self, timeout: float | None = None) -> T:
+        """What it returned; what it raised is raised; TimeoutError if not done in time."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout:g} s")
+        if self._error is not None:
+            raise self._error
+        if self.state == "cancelled":
+            raise TimeoutError("not started")
+        return self._value  # type: ignore[return-value]
 
-    def _run(self) -> None:
-        while True:
-            try:
-                item = self._queue.get(timeout=self._tick_secs)
-            except queue.Empty:
-                self._tick()
-                continue
-            if item is None:
-                return
-            self._execute(*item)
 
-    def _execute(self, label: str, fn: Callable[[], None]) -> None:
+class Timer:
+    """A call due later (`Executor.later`), or every `period` seconds (`every`)."""
+
+    def __init__(self, fn: Callable[[], object], period: float | None) -> None:
+        self.fn = fn
+        self.period = period
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Executor:
+    def __init__(self, max_threads: int = MAX_THREADS, idle_secs: float = IDLE_SECS) -> None:
+        self.max_threads = max_threads
+        self.idle_secs = idle_secs
+        self.started = 0  # threads started, ever (thread counts: tests, measurements)
+        self._exit_hook = False
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty, with new locks: at start, and in a forked child (which has none of the
+        parent's threads, and maybe a lock one of them held)."""
+        self.generation = getattr(self, "generation", -1) + 1  # lanes compare it (forks)
+        self._lock = threading.Lock()
+        self._timers = threading.Condition(self._lock)  # the timer thread waits on it
+        self._work: deque[Task[Any]] = deque()
+        self._threads = 0  # alive
+        # Threads waiting for work, each on its own condition: the newest is woken first,
+        # so that a trickle of work keeps one thread busy and lets the others end.
+        self._idle: list[threading.Condition] = []
+        self._joined: set[Task[Any]] = set()
+        self._due: list[tuple[float, int, Timer]] = []  # a heap, for the timer thread
+        self._order = itertools.count()
+        self._timer_thread = False
+
+    def submit(self, fn: Callable[[], T], label: str = "", *, joined: bool = False) -> Task[T]:
+        """Run `fn` on a pool thread. RuntimeError where none can take it (shutdown)."""
+        task: Task[T] = Task(fn, label, joined=joined)
+        if joined and not self._exit_hook:
+            self._exit_hook = True
+            _before_exit(self.wait_for_joined)
+        with self._lock:
+            if joined:
+                self._joined.add(task)
+            self._work.append(task)
+            if self._idle:
+                self._idle.pop().notify()
+                return task
+            if self._threads >= self.max_threads:
+                return task  # the next thread that is free takes it
+            self._threads += 1
         try:
-            fn()
-        except Exception as exc:  # reported, never raised into the program
-            log.debug("artifactstore: background task %s failed: %s", label, exc)
-        finally:
-            with self._cond:
-                self._pending -= 1
-                self._cond.notify_all()
+            self._start(self._serve, "artifactstore-background")
+        except RuntimeError:
+            with self._lock:
+                self._threads -= 1
+                if task in self._work:
+                    self._work.remove(task)
+                self._joined.discard(task)
+            raise
+        return task
+
+    def call(self, fn: Callable[[], T], timeout: float) -> T:
+        """`fn()` on a pool thread; TimeoutError if it has not returned within `timeout`
+        (a call still queued then never runs; one running is left to finish on its own)."""
+        task = self.submit(fn)
+        if not task.wait(timeout):
+            task.cancel()
+            raise TimeoutError(f"no answer within {timeout:g} s")
+        return task.result()
+
+    def later(self, secs: float, fn: Callable[[], object]) -> Timer:
+        """Submit `fn` once, `secs` from now, unless the returned timer is cancelled."""
+        return self._schedule(Timer(fn, None), secs)
+
+    def every(self, secs: float, fn: Callable[[], object]) -> Timer:
+        """Submit `fn` every `secs`, the first time `secs` from now, until cancelled (or
+        until `fn` returns False)."""
+        return self._schedule(Timer(fn, secs), secs)
+
+    def wait_for_joined(self, timeout: float = EXIT_WAIT_SECS) -> None:
+        """At exit: let joined tasks (deserializing, tracing) end before the interpreter."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            tasks = list(self._joined)
+        for task in tasks:
+            task.wait(max(0.0, deadline - time.monotonic()))
+
+    # -- the threads --------------------------------------------------------------
+    def _start(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self.started += 1
+
+    def _serve(self) -> None:
+        me = threading.Condition(self._lock)
+        while True:
+            with self._lock:
+                while not self._work:
+                    self._idle.append(me)
+                    me.wait(self.idle_secs)
+                    if me in self._idle:  # not woken for work: idle for IDLE_SECS
+                        self._idle.remove(me)
+                        if not self._work:
+                            self._threads -= 1
+                            return
+                task = self._work.popleft()
+            task.run()
+            if task.joined:
+                with self._lock:
+                    self._joined.discard(task)
+
+    def _schedule(self, timer: Timer, secs: float) -> Timer:
+        with self._lock:
+            heapq.heappush(self._due, (time.monotonic() + secs, next(self._order), timer))
+            start, self._timer_thread = not self._timer_thread, True
+            self._timers.notify()  # the timer thread may now have an earlier one
+        if start:
+            try:
+                self._start(self._tick, "artifactstore-timers")
+            except RuntimeError:  # shutdown: nothing is due any more
+                with self._lock:
+                    self._timer_thread = False
+        return timer
 
     def _tick(self) -> None:
-        if self._on_tick is not None:
-            try:
-                self._on_tick()
-            except Exception as exc:
-                log.debug("artifactstore: periodic flush failed: %s", exc)
+        """The timer thread: submit each timer when it is due."""
+        while True:
+            with self._lock:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    left = self._due[0][0] - time.monotonic() if self._due else None
+                    self._timers.wait(left)
+                _, _, timer = heapq.heappop(self._due)
+            if timer.cancelled:
+                continue
+            if timer.period is not None:
 
-    def drain(self, timeout: float) -> bool:
-        """Wait until everything submitted so far ran; False if the bound ran out."""
-        deadline = time.monotonic() + timeout
-        if not self._ensure_started():
-            while time.monotonic() < deadline:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is not None:
-                    self._execute(*item)
-        with self._cond:
-            while self._pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-        return True
+                def again(timer: Timer = timer) -> None:
+                    if not timer.cancelled and timer.fn() is not False:
+                        self._schedule(timer, timer.period or 0.0)
+
+                job: Callable[[], object] = again
+            else:
+                job = timer.fn
+            try:
+                self.submit(job, "timer")
+            except RuntimeError:
+                return  # the interpreter is exiting
+
+
+def _before_exit(hook: Callable[[], None]) -> None:
+    """Run `hook` at exit where concurrent.futures joins its pools: before atexit's hooks
+    (JAX's among them tear down the backend a deserialization may still be using)."""
+    try:
+        threading._register_atexit(hook)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # older, or exiting already
+        atexit.register(hook)
+
+
+_executor = Executor()
+os.register_at_fork(after_in_child=_executor._reset)
+
+
+def executor() -> Executor:
+    """The process's executor."""
+    return _executor
 
 
 def call_with_timeout(fn: Callable[[], T], timeout: float) -> T:
-    """Run fn in a daemon thread; raise TimeoutError if it has not returned in time.
-
-    A daemon thread, unlike a ThreadPoolExecutor's, cannot keep a hung network
-    call from letting the interpreter exit.
-    """
-    box: dict[str, object] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="artifactstore-call", daemon=True).start()
-    if not done.wait(timeout):
-        raise TimeoutError(f"no answer within {timeout:g} s")
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]  # type: ignore[return-value]
-
-
-class Breaker:
-    """A circuit breaker: after `failures` consecutive failures, refuse calls for
-    `cooldown_secs` (they cost nothing), then let exactly one probe through; its
-    success closes the breaker, its failure opens it for another cool-down.
-
-    Callers ask `allow()` before a call and report `success()` or `failure()`
-    after it (a probe that never reports just waits for the next cool-down).
-    One warning when it first opens and one when it closes again, so a long
-    outage is one line, not one per call or per cool-down.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        failures: int = 1,
-        cooldown_secs: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.name = name
-        self.failures = max(1, failures)
-        self.cooldown_secs = cooldown_secs
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._consecutive = 0
-        self._open_until: float | None = None
-        self._probing = False
-        self._opened_at: float | None = None
-        self.opened = 0  # times it opened
-        self.on_open: Callable[[], None] | None = None  # told each time it opens (metrics)
-        self.refused = 0  # calls refused while open
-
-    @property
-    def closed(self) -> bool:
-        with self._lock:
-            return self._open_until is None
-
-    def allow(self) -> bool:
-        with self._lock:
-            if self._open_until is None:
-                return True
-            now = self._clock()
-            if now < self._open_until:
-                self.refused += 1
-                return False
-            # This caller is the probe; others wait another cool-down (also if the
-            # probe never reports back).
-            self._open_until = now + self.cooldown_secs
-            self._probing = True
-            return True
-
-    def release_probe(self) -> None:
-        """The probe call did not reach this backend (a miss never fetches an object): let
-        the next call probe at once instead of waiting another cool-down for a verdict."""
-        with self._lock:
-            if self._probing:
-                self._probing = False
-                self._open_until = self._clock()
-
-    def success(self) -> None:
-        with self._lock:
-            was_open = self._open_until is not None
-            self._consecutive, self._open_until, self._probing = 0, None, False
-            down = self._clock() - self._opened_at if self._opened_at is not None else 0.0
-            self._opened_at = None
-        if was_open:
-            log.warning("artifactstore: %s answers again after %.0f s; using it", self.name, down)
-
-    def failure(self, cause: str) -> None:
-        with self._lock:
-            self._consecutive += 1
-            probe_failed = self._probing
-            self._probing = False
-            if not probe_failed and self._consecutive < self.failures:
-                return
-            first = self._opened_at is None
-            if first:
-                self._opened_at = self._clock()
-            self._open_until = self._clock() + self.cooldown_secs
-            self.opened += 1
-        if self.on_open is not None:
-            self.on_open()
-        if first:
-            log.warning(
-                "artifactstore: %s unavailable (%s); compiling without it, trying again every %g s",
-                self.name,
-                cause,
-                self.cooldown_secs,
-            )
-        else:
-            log.debug("artifactstore: %s still unavailable (%s)", self.name, cause)
+    """`fn()` on the executor, within `timeout` seconds (`Executor.call`)."""
+    return _executor.call(fn, timeout)

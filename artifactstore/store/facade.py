@@ -34,10 +34,11 @@ from artifactstore.store.backends import (
     open_tier_quietly,
     secure_local_dirs,
 )
-from artifactstore.store.background import Worker
+from artifactstore.store.breaker import Breaker
 from artifactstore.store.chain import Found, Missed
 from artifactstore.store.counters import Counters
 from artifactstore.store.flight import SingleFlight
+from artifactstore.store.lanes import Lane
 from artifactstore.store.lease import enabled
 from artifactstore.store.read import Hit, ReadPath
 from artifactstore.store.tier import Accesses, LocalTier
@@ -54,22 +55,24 @@ class Store:
         blobs: BlobStore,
         engine: Engine | None = None,
         *,
-        worker: Worker | None = None,
+        worker: Lane | None = None,
         tier: LocalTier | None = None,
         counters: Counters | None = None,
+        breakers: dict[str, Breaker] | None = None,
     ) -> None:
         """`engine`: the index, or None to open it on first use (`open_index`);
-        `counters`: the process's (a session's), else the store counts on its own."""
+        `counters`: the process's (a session's), else the store counts on its own;
+        `breakers`: the process's, one per backend (a session's), else its own."""
         self.settings = settings
         self.namespace = settings.namespace
         self.read_only = settings.read_only
-        self.backends = Backends(settings, blobs, engine, tier=tier)
+        self.backends = Backends(settings, blobs, engine, tier=tier, breakers=breakers)
         self.counters = counters if counters is not None else Counters()
         self.accounts = Accounts(self.backends, self.counters)
         refused: dict[str, str] = {}  # keys whose entry this process refused: see `refused`
         self.writes = WritePath(self.backends, self.counters, refused)
         self.reads = ReadPath(self.backends, self.accounts, self.writes, refused)
-        self.worker = worker or Worker("artifactstore-writer", on_tick=self._tick)
+        self.worker = worker or Lane("writer", on_tick=self._tick)
         self.uploads = Uploads(self.backends, self.writes, self.worker)
         # Called (on the writing thread) after each entry this process creates;
         # layers above subscribe here (the opt-in quota pass).
@@ -149,6 +152,7 @@ class Store:
         lazy_index: bool = False,
         objects: bool = True,
         counters: Counters | None = None,
+        breakers: dict[str, Breaker] | None = None,
     ) -> Store:
         """Open blob store and index; the embedded default migrates itself.
 
@@ -163,6 +167,7 @@ class Store:
         `objects=False`: do not open the object store at all (`ls`, `stats`, `quota`:
         nothing imported or sent; any use fails with one line: blobstores.absent).
         `counters`: where the store counts (a session's: the process's one).
+        `breakers`: asked before each call to a backend (a session's: the process's).
         """
         using = using or ignore
         using("index")
@@ -176,7 +181,7 @@ class Store:
         if check_blobs and objects:
             blobs.check()
         tier = tier or open_tier_quietly(settings)
-        store = cls(settings, blobs, engine, tier=tier, counters=counters)
+        store = cls(settings, blobs, engine, tier=tier, counters=counters, breakers=breakers)
         store.using = using
         if lazy_index:  # a program's first miss waits for nothing it does not need
             store.worker.submit("fold tier journals", store.fold_tier_journals)
@@ -304,4 +309,5 @@ class Store:
         return self.uploads.flush(self.accounts, flight, timeout)
 
     def close(self) -> None:
+        self.worker.close()  # its periodic flush: nothing left to flush
         self.backends.close()

@@ -46,10 +46,13 @@ from typing import TypeVar
 from artifactstore.blobstores.base import LEASES, MANIFESTS
 from artifactstore.errors import LeaseHeld, PrivilegeRefused, StoreUnavailable, one_line
 from artifactstore.formats.lease import LeaseRecord
+from artifactstore.index.errors import UNAVAILABLE
 from artifactstore.index.leases import Lease, compile_hint, compile_lease_name, dead_here
 from artifactstore.store.backends import Backends
 from artifactstore.store.background import call_with_timeout
+from artifactstore.store.breaker import describe
 from artifactstore.store.counters import Counters
+from artifactstore.store.lanes import Lane
 from artifactstore.store.lease import expired, reader_wait, wait_bound
 
 log = logging.getLogger("artifactstore")
@@ -102,10 +105,8 @@ class SingleFlight:
         self.ttl = min(self.settings.lease_ttl_secs, self.settings.lease_max_hold_secs)
         self._held: dict[str, Held] = {}
         self._lock = threading.Lock()
-        self._jobs: list[Callable[[], None]] = []  # record writes, in order, off the hot path
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._down_until = 0.0  # monotonic: the index failed a lease, see try_hold
+        # Record writes and releases, in order, off the hot path; a beat every TTL/3.
+        self._lane = Lane("leases", tick_secs=self.ttl / 3, on_tick=self._beat)
         self._abandoned: list[str] = []  # records marked abandoned: deleted at exit
         self._refusal_said = False  # the index refused this login's compile leases
         self._waits_said = False  # a wait was said once as a warning (see _say_wait)
@@ -113,7 +114,8 @@ class SingleFlight:
     # -- holding --------------------------------------------------------------
     def try_hold(self, key: str) -> Held | None:
         """Take `key`'s lease (a writer); None if another process holds it."""
-        if time.monotonic() < self._down_until:
+        index = self.backends.breakers["index"]  # a lease is a write to the index
+        if not index.allow(write=True):
             raise StoreUnavailable("compile leases unavailable (cooling down)")
         name = compile_lease_name(self.backends.namespace, key)
 
@@ -133,9 +135,13 @@ class SingleFlight:
             lease = call_with_timeout(acquire, self.settings.timeout_secs)
         except BaseException as exc:
             left.set()
-            if isinstance(exc, Exception):  # like the breakers: not paid again for a while
-                self._down_until = time.monotonic() + self.settings.breaker_cooldown_secs
+            if isinstance(exc, (TimeoutError, StoreUnavailable, *UNAVAILABLE)):
+                cause = describe(exc, self.settings.timeout_secs)
+                index.failure(cause, write=True)  # not paid again for a while
+            else:
+                index.release_probe()  # refused, or interrupted: no verdict on the index
             raise
+        index.success(write=True)
         if lease is None:
             return None
         held = Held(self, key, lease)
@@ -218,43 +224,14 @@ class SingleFlight:
             self._put_record(one)
 
     def _submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            self._jobs.append(job)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="artifactstore-leases", daemon=True
-                )
-                self._thread.start()
-        self._wake.set()
-
-    def _run(self) -> None:
-        next_beat = time.monotonic() + self.ttl / 3
-        while True:
-            self._wake.wait(max(0.0, next_beat - time.monotonic()))
-            self._wake.clear()
-            with self._lock:
-                jobs = list(self._jobs)
-            for job in jobs:
-                try:
-                    job()
-                except Exception as exc:
-                    log.debug("artifactstore: lease bookkeeping failed: %s", one_line(exc))
-                with self._lock:  # done only now: `drain` waits for it
-                    self._jobs.remove(job)
-            if time.monotonic() >= next_beat:
-                self._beat()
-                next_beat = time.monotonic() + self.ttl / 3
+        self._lane.submit("lease bookkeeping", job)
 
     def drain(self, timeout: float) -> None:
         """Let queued record writes and releases finish (at exit), within `timeout`, then
         delete the records this process marked abandoned: their waiters have long seen them
         (and one that has not asks the index, which the lease no longer holds)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._jobs:
-                    break
-            time.sleep(0.01)
+        self._lane.drain(timeout)
         abandoned, self._abandoned = self._abandoned, []
         if abandoned and time.monotonic() < deadline:
             try:

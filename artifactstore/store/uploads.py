@@ -1,9 +1,10 @@
 """Uploads off the program's thread, and the bounded flush at exit.
 
 Why: a compile the program just paid for must not wait for the object store. Puts
-queue on the background writer (store.background); a backend that keeps failing
-pauses them like the breakers do (ARTSTORE_BREAKER_*), while this host's tier keeps
-what could not be stored. At exit everything pending is finished within
+queue on the background writer (a store.lanes.Lane); each asks the backends' breakers
+(store.breaker) first, and one that fails opens its backend's breaker for writes
+(ARTSTORE_BREAKER_*), so the puts queued behind it are skipped for the cool-down while
+this host's tier keeps what could not be stored. At exit everything pending is finished within
 ARTSTORE_FLUSH_TIMEOUT, and what was not is said in one line.
 """
 
@@ -13,14 +14,17 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from artifactstore.errors import StoreUnavailable, one_line
 from artifactstore.formats.put import Put
 from artifactstore.index.errors import UNAVAILABLE
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
-from artifactstore.store.background import Worker, call_with_timeout
+from artifactstore.store.background import call_with_timeout
+from artifactstore.store.breaker import allow_all
 from artifactstore.store.flight import SingleFlight
+from artifactstore.store.lanes import Lane
 from artifactstore.store.write import WritePath, keep_in_tier
 
 log = logging.getLogger("artifactstore")
@@ -29,13 +33,11 @@ log = logging.getLogger("artifactstore")
 class Uploads:
     """One store's queued puts, on `worker`, written by `writes`."""
 
-    def __init__(self, backends: Backends, writes: WritePath, worker: Worker) -> None:
+    def __init__(self, backends: Backends, writes: WritePath, worker: Lane) -> None:
         self.backends = backends
         self.writes = writes
         self.counters = writes.counters
         self.worker = worker
-        self._paused_until = 0.0  # monotonic: see submit
-        self._failures = 0  # consecutive, for that pause
 
     def submit(self, put: Put, then: Callable[[bool], None] | None = None) -> None:
         """Queue a put on the background writer; the program does not wait for it.
@@ -62,16 +64,15 @@ class Uploads:
                 finished(published)
 
         def upload() -> bool:
-            if time.monotonic() < self._paused_until:
-                # A backend just failed an upload: drop this one (counted) instead of
-                # paying the timeout again for every queued compile and the exit flush.
+            breakers = backends.breakers.values()
+            if not allow_all(breakers, write=True):
+                # A backend just failed: drop this one (counted) instead of paying the
+                # timeout again for every queued compile and the exit flush.
                 self.counters.add("put_skipped")
                 keep()
                 return False
             try:
                 self.writes.put(put)
-                self._failures = 0
-                return True
             except Exception as exc:
                 self.counters.add("put_errors")
                 cause = one_line(exc)
@@ -79,13 +80,14 @@ class Uploads:
                     cause = f"index unavailable ({cause})"
                 paused = ""
                 if isinstance(exc, (StoreUnavailable, *UNAVAILABLE)):
-                    # A backend unavailable: like the breakers (ARTSTORE_BREAKER_*).
+                    # A backend unavailable: its breaker opens for writes (said here).
                     keep()
-                    self._failures += 1
-                    if self._failures >= settings.breaker_failures:
-                        cooldown = settings.breaker_cooldown_secs
-                        self._paused_until = time.monotonic() + cooldown
-                        paused = f"; not uploading for {cooldown:g} s"
+                    breaker = backends.breakers[self._failed(exc)]
+                    if breaker.failure(cause, write=True, said=True):
+                        paused = f"; not uploading for {breaker.cooldown_secs:g} s"
+                else:
+                    for breaker in breakers:
+                        breaker.release_probe()  # no verdict on either backend
                 # Once per kind of cause, not once per process: a later, different
                 # failure (the bucket now denies writes) must not hide behind the first.
                 kind = re.sub(r"[0-9a-f]{12,}", "…", f"{type(exc).__name__}: {cause}")
@@ -93,14 +95,25 @@ class Uploads:
                     f"put {kind}", "could not store %s: %s%s", put.module_name, cause, paused
                 )
                 raise
+            for breaker in breakers:
+                breaker.success(write=True)
+            return True
 
         self.worker.submit(f"put {put.module_name}", job)
+
+    def _failed(self, exc: Exception) -> Literal["index", "object store"]:
+        """The backend a put's failure came from: the index's driver, or the index not
+        opened (a put opens it first), else the object store."""
+        if isinstance(exc, UNAVAILABLE) or not self.backends.index_opened:
+            return "index"
+        return "object store"
 
     def submit_quick(self, key: str, fingerprint: str, compile_secs: float) -> None:
         """Queue the publication of a key too quick to store (WritePath.publish_quick),
         unless uploads are paused for a failing backend: a lost one costs a pulled node
         one lookup, never a result."""
-        if self.backends.read_only or time.monotonic() < self._paused_until:
+        breakers = self.backends.breakers.values()
+        if self.backends.read_only or any(b.refuses(write=True) for b in breakers):
             return
 
         def job() -> None:

@@ -11,17 +11,18 @@ store, and repairs it (quarantines it or drops its entry, compiles, stores it ag
 | S3 down / frozen / 500 / 503 | 12 compiles; breaker opens at a lookup; 12 in tier | 1 | <= T |
 | object corrupted / truncated | 11 hits; quarantined, compiled, stored again | 1 | 0 |
 | object deleted | 11 hits; dangling entry dropped, compiled, stored again | 1 | 0 |
-| database down or frozen | 12 compiles; 1st upload fails (T), rest skipped; 12 in tier | 1 | <= T |
+| database down or frozen | 12 compiles; 1st lease fails (T), no upload; 12 in tier | 1 | <= T |
 | connections killed | 12 stored (the writer connects at its first store) | 0 | 0 |
-| `entries` locked | as stopped: the first upload's lock wait fails after T | 1 | <= T |
+| `entries` locked | 1st upload's lock wait fails (T), rest skipped; 12 in tier | 1 | <= T |
 | writer SIGKILLed mid-upload | nothing committed, no object; next writer stores 12 | - | - |
 | local tier's file system full | 12 stored; the tier not updated | 1 | 0 |
 | exit flush, S3 uploads frozen, T > F | the exit flush waits F once, then exits | 1 | F |
 | exit flush, database frozen, only hits | nothing waits: hits go to a hit journal | 0 | 0 |
 
-After an upload fails because a backend is unavailable (the lookups answered, the upload
-did not), the writer drops the uploads queued behind it for the breaker cool-down, counted
-as `put_skipped`, instead of paying T for each (and then F at exit): tests/test_units.py.
+After a write fails because a backend is unavailable (the lookups answered, the compile
+lease or the upload did not), that backend's breaker opens for writes (store.breaker): the
+writer drops the uploads queued behind it for the cool-down, counted as `put_skipped`, and
+takes no compile lease, instead of paying T for each (and then F at exit): tests/test_units.py.
 
 After every cell (fault cleared): the results equal a run without the store, every entry
 the writer reported stored is listed by `artstore ls`, nothing listed before was lost, and
@@ -62,9 +63,19 @@ STORE_DOWN = Expect(
     {"breaker_opened_object_store": 1, "kept_in_tier": N_JITS},
     T,
 )
-# Lookups need no index; the first upload meets the failing index (after T), the uploads
-# queued behind it are skipped for the cool-down, and this host's tier keeps them all.
+# Lookups need no index; the first compile lease meets the failing index (after T), which
+# opens the index's breaker for writes: every upload is skipped for the cool-down, and this
+# host's tier keeps them all.
 INDEX_DOWN = Expect(
+    0,
+    N_JITS,
+    ("index unavailable",),
+    {"put_skipped": N_JITS, "kept_in_tier": N_JITS, "breaker_opened_index": 1},
+    T,
+)
+# `entries` locked, `leases` not: the lease is taken, the first upload waits out the lock
+# (T) and opens the breaker; the uploads queued behind it are skipped.
+ENTRIES_LOCKED = Expect(
     0,
     N_JITS,
     ("index unavailable",),
@@ -80,7 +91,7 @@ WRITE: dict[str, Expect] = {
     "db-down": INDEX_DOWN,
     "db-frozen": INDEX_DOWN,
     "db-killed": Expect(0, N_JITS, (), {"stored": N_JITS}),
-    "db-locked": INDEX_DOWN,
+    "db-locked": ENTRIES_LOCKED,
     "tier-full": Expect(0, N_JITS, ("local tier not updated",), {"stored": N_JITS}),
 }
 
