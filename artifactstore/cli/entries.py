@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
-from artifactstore.cli.render import json_option, print_fields, print_json, print_table, safe, when
+from artifactstore.cli.render import (
+    json_option,
+    print_fields,
+    print_json,
+    print_table,
+    safe,
+    short_keys,
+    when,
+)
 from artifactstore.formats.counters import with_aliases
 from artifactstore.formats.sizes import format_seconds, format_size, plural
 
@@ -19,7 +27,9 @@ if TYPE_CHECKING:
 
 @click.command("ls")
 @json_option()
-@click.option("--platform", help="Only entries for this backend (cpu, gpu, tpu).")
+@click.option(
+    "--platform", help="Only entries for this backend (cpu, gpu, tpu; torch-xla: its files)."
+)
 @click.option("--device-kind", help="Only entries for this device kind.")
 @click.option("--jaxlib", help="Only entries built by this jaxlib version.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many entries.")
@@ -63,9 +73,10 @@ def ls_cmd(
     if not entries:
         click.echo("no entries")
         return
+    keys = short_keys([e.key for e in entries])
     rows = [
         [
-            e.key[:12],
+            keys[e.key],
             e.module_name[:40],
             e.platform,
             e.device_kind[:24],

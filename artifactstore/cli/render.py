@@ -74,6 +74,26 @@ def when(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%d")
 
 
+def short_keys(keys: list[str], at_least: int = 12) -> dict[str, str]:
+    """Each key's shortest prefix (of `at_least` or more) that no other of `keys` shares:
+    torch-xla's keys begin with their platform's digits (formats.torchxla), so their
+    first 12 are alike, and a row must show what `artstore rm` can be given."""
+    ordered = sorted(set(keys))
+    out = {}
+    for i, key in enumerate(ordered):
+        near = [ordered[j] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+        shared = max((_common(key, other) for other in near), default=0)
+        out[key] = key[: max(at_least, shared + 1)]
+    return out
+
+
+def _common(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
 def safe(value: object) -> str:
     """`value` as text that cannot drive the terminal: index fields are written by anyone
     with write access, and an escape sequence in a module or host name would otherwise
