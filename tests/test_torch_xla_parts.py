@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, artstore, clean_env
+from conftest import PROGRAMS, REPO, artstore, clean_env
 
 from artifactstore import config
 from artifactstore.errors import UnsafeDirectory
@@ -26,6 +26,7 @@ from artifactstore.torch_xla.cachedir import CacheDir
 from artifactstore.torch_xla.newfiles import compile_secs
 
 FP = "ab" * 32
+STAND_IN = PROGRAMS / "stand_in"  # a torch_xla (and torch) that needs no torch
 
 
 def test_keys_list_by_fingerprint_and_bind_the_name() -> None:
@@ -118,16 +119,6 @@ def test_a_file_is_timed_by_the_compile_that_ended_nearest_it() -> None:
     assert compile_secs(100.0, []) is None
 
 
-# A stand-in torch_xla (and torch): compiled already, or one whose initialize_cache fails.
-FAKE_TORCH_XLA = """
-import os, types
-_XLAC = types.SimpleNamespace(
-    _xla_computation_cache_is_initialized=lambda: os.environ["FAKE_COMPILED"] == "1"
-)
-__version__ = "0.0"
-"""
-
-
 @pytest.mark.parametrize(
     ("compiled", "said"),
     [
@@ -140,18 +131,16 @@ def test_importing_torch_xla_turns_the_adapter_on_and_never_breaks_the_program(
 ) -> None:
     """With ARTSTORE_URL set, `import torch_xla` activates the adapter; a torch_xla that
     compiled already, or whose cache cannot be set, costs one warning and leaves nothing
-    behind, and the program goes on. Importing artifactstore.torch_xla itself imports
-    neither torch nor torch_xla."""
-    for package in ("torch", "torch_xla"):
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text('__version__ = "0.0"\n')
-    (tmp_path / "torch_xla" / "__init__.py").write_text(FAKE_TORCH_XLA)
-    (tmp_path / "torch_xla" / "version.py").write_text('__xla_gitrev__ = "0"\n')
-    (tmp_path / "torch_xla" / "runtime.py").write_text("def initialize_cache(*a, **k): 1 / 0\n")
-    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), FAKE_COMPILED=compiled)
+    behind, and the program goes on (the stand-in torch_xla: tests/programs/stand_in).
+    Importing artifactstore.torch_xla itself imports neither torch nor torch_xla."""
+    env = clean_env(
+        ARTSTORE_URL=str(tmp_path / "store"),
+        FAKE_TORCH_XLA_COMPILED=compiled,
+        FAKE_TORCH_XLA_INIT="fail",
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+        PYTHONPATH=os.pathsep.join([str(REPO / "artifactstore" / "startup"), str(STAND_IN)]),
+    )
     env.pop("ARTSTORE_ACTIVATE")
-    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "artifactstore" / "startup"), str(tmp_path)])
     code = (
         "import sys, artifactstore.torch_xla; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_xla'))); "

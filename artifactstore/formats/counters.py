@@ -49,9 +49,11 @@ NAMES: dict[str, Name] = {
     ),
     "store_hits": Name("hits the store served", "artstore_hits", "store", stored_as="hits"),
     "tier_hits": Name("hits this host's tier served", "artstore_hits", "local"),
-    "loads": Name("executables the program loaded (jit and named)", always=True),
+    "loads": Name("executables the program loaded (jit, named, torch-xla's)", always=True),
     "compiles": Name(
-        "XLA compiles of programs routed through the store", "artstore_compiles", always=True
+        "XLA compiles of programs routed through the store (torch-xla's included)",
+        "artstore_compiles",
+        always=True,
     ),
     "misses": Name(
         "compiles the store could have served (quick compiles are not misses)",
@@ -149,6 +151,25 @@ NAMES: dict[str, Name] = {
     "prefetch_refused": Name("loaded ahead, but asked for with other options or callbacks"),
     "prefetch_refused_options": Name("not loaded ahead: options or devices unfit for this backend"),
     "prefetch_refused_set": Name("working sets refused (unsigned, untrusted)"),
+    # -- torch-xla's persistent cache (artifactstore.torch_xla): its files are entries;
+    # torch-xla's own counters also count as the process's loads, misses and compiles --
+    "torch_xla_listed": Name("stored torch-xla files listed for this platform (tier, store)"),
+    "torch_xla_placed": Name("stored torch-xla files placed in its cache (verified; hits)"),
+    "torch_xla_placed_bytes": Name("bytes of the torch-xla files placed"),
+    "torch_xla_refused": _refused("stored torch-xla files not placed: not this key's file"),
+    "torch_xla_over_bound": Name("torch-xla files not placed: over ARTSTORE_LOCAL_TIER_SIZE"),
+    "torch_xla_missing": Name("torch-xla files listed, then gone or refused (counted there)"),
+    "torch_xla_failed": Name("torch-xla files not placed: the disk refused"),
+    "torch_xla_queued": Name("torch-xla files handed to the store (`stored` counts them)"),
+    "torch_xla_over_limit": Name("torch-xla files not stored: over ARTSTORE_MAX_EXECUTABLE_SIZE"),
+    "torch_xla_below_threshold": Name("torch-xla files not stored: quicker to compile"),
+    "torch_xla_cache_hits": Name("torch-xla's PersistentCacheHit: graphs it loaded (loads)"),
+    "torch_xla_cache_misses": Name(
+        "torch-xla's PersistentCacheMiss: graphs it found no file of (misses, compiles)"
+    ),
+    "torch_xla_cache_deserialize_failures": Name(
+        "torch-xla's PersistentCacheDeserializeFailure: a file it could not load (compiles)"
+    ),
     # -- circuit breakers ---------------------------------------------------------------
     "breaker_opened": Name(
         "times a backend's breaker opened",

@@ -97,6 +97,16 @@ class SigningKey:
     path: str
     _private: Ed25519PrivateKey = field(repr=False)
 
+    # Equal when they are the same key (Ed25519PrivateKey objects compare by identity):
+    # settings resolved twice from one environment are equal (runtime.process shares them).
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SigningKey):
+            return NotImplemented
+        return (self.name, self.public_key()) == (other.name, other.public_key())
+
+    def __hash__(self) -> int:
+        return hash(self.public_key())
+
     def sign(self, data: bytes) -> bytes:
         return self._private.sign(data)
 

@@ -25,6 +25,7 @@ from artifactstore.jaxhook import compat, prefetch
 from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
 from artifactstore.jaxhook.events import MISS, USE_CACHE, record_event, record_load
 from artifactstore.jaxhook.platform import backend_fingerprint
+from artifactstore.runtime import process
 from artifactstore.runtime.session import Session, warn_once
 from artifactstore.store.chain import Request
 
@@ -40,16 +41,15 @@ STORE = ("store",)  # a lease waiter asks the store alone (its holder just publi
 # format, so our keys never collide with JAX's own cache's.
 KEY_FORMAT = "artifactstore-v1"
 
-_session: Session | None = None
 _hooks: compat.Hooks | None = None
 _original: Any = None  # JAX's compile_or_get_cached
 _previous_hook: Any = None  # JAX's custom_hook before ours
 _local = threading.local()  # the fingerprint our key hook adds while we compute a key
 
 
-def install(hooks: compat.Hooks, session: Session | None) -> Session | None:
-    """Route compiles through `session`; returns the session it replaces."""
-    global _session, _hooks, _original, _previous_hook
+def install(hooks: compat.Hooks) -> None:
+    """Route compiles through the process's session (runtime.process), whichever it is."""
+    global _hooks, _original, _previous_hook
     _hooks = hooks
     if _original is None:
         _original = hooks.compiler.compile_or_get_cached
@@ -57,14 +57,12 @@ def install(hooks: compat.Hooks, session: Session | None) -> Session | None:
         hooks.compiler.compile_or_get_cached = compile_or_get_cached
         _previous_hook = hooks.cache_key.custom_hook
         hooks.cache_key.custom_hook = key_hook
-    old, _session = _session, session
-    return old
 
 
 def ensure_installed(hooks: compat.Hooks) -> None:
     """Our wrapper in place (for `fresh_compiles`), with whatever session is in use."""
     if _original is None:
-        install(hooks, _session)
+        install(hooks)
 
 
 @contextmanager
@@ -98,19 +96,18 @@ def provided(executable: Any) -> Iterator[None]:
         _local.provided = previous
 
 
-def uninstall() -> Session | None:
-    """Give JAX its own functions back; returns the session that was in use."""
-    global _session, _original, _previous_hook
-    old, _session = _session, None
+def uninstall() -> None:
+    """Give JAX its own functions back."""
+    global _original, _previous_hook
     if _original is not None and _hooks is not None:
         _hooks.compiler.compile_or_get_cached = _original
         _hooks.cache_key.custom_hook = _previous_hook
         _original = _previous_hook = None
-    return old
 
 
 def current() -> Session | None:
-    return _session
+    """The process's session (shared with torch-xla's adapter: runtime.process)."""
+    return process.current()
 
 
 def key_hook() -> str:
@@ -179,7 +176,7 @@ def compile_or_get_cached(
     *args: Any,
     **kwargs: Any,
 ) -> Any:
-    session = _session
+    session = process.current()
     request = _Compile(
         backend, computation, devices, compile_options, host_callbacks, executable_devices
     )

@@ -31,6 +31,7 @@ class Counters:
         self._counts: dict[str, float] = {}
         self._observers: list[Observer] = []
         self._states: dict[str, Callable[[], int]] = {}
+        self._takes: list[Callable[[], None]] = []
 
     def add(self, name: str, n: float = 1, *, fingerprint: str | None = None) -> None:
         """Count `n` events of `name` (seen for `fingerprint`, where the caller knows it)."""
@@ -50,8 +51,18 @@ class Counters:
         """Report `read()` as `name` in each snapshot (a state, such as `active`)."""
         self._states[name] = read
 
+    def take_in(self, take: Callable[[], None]) -> None:
+        """Call `take()` before each snapshot: it adds what another library counted since
+        (torch-xla's own counters, which tell us nothing as they count)."""
+        self._takes.append(take)
+
     def snapshot(self) -> dict[str, int]:
         """Every name counted so far, the sums and states (see formats.counters.snapshot)."""
+        for take in list(self._takes):
+            try:
+                take()
+            except Exception as exc:  # as an observer: never breaks the counting program
+                log.debug("artifactstore: counts not taken in: %s", one_line(exc))
         with self._lock:
             counts = dict(self._counts)
         return names.snapshot(counts, {name: read() for name, read in self._states.items()})

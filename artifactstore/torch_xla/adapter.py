@@ -3,16 +3,20 @@
 Turned on by `enable()` (artifactstore.torch_xla) or, without code, when the program
 imports torch_xla with ARTSTORE_URL set or under `artstore run` (artifactstore_startup).
 Turning it on: the platform fingerprint (torch_xla.platform, read without the devices),
-this process's private cache directory (cachedir), the fingerprint's stored files placed
-in it (fill), then `torch_xla.runtime.initialize_cache(directory, readonly=...)`, read
-only where the store is (ARTSTORE_READ_ONLY). A writer stores what torch-xla compiles
-(newfiles) in the background and at exit. Nothing here stops the program: anything that
-fails is one log line, and torch-xla then compiles as it would without the store.
+the process's one session (runtime.process: the JAX hook's where it has the same
+settings, so one counting object and one `artstore run` record), a private cache
+directory (cachedir), the fingerprint's stored files placed in it (fill), then
+`torch_xla.runtime.initialize_cache(directory, readonly=...)`, read only where the store
+is (ARTSTORE_READ_ONLY). A writer stores what torch-xla compiles (newfiles) in the
+background and at exit. torch-xla's own counters are taken into the process's
+(`take_counts`). Nothing here stops the program: anything that fails is one log line,
+and torch-xla then compiles as it would without the store.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import sys
@@ -24,7 +28,7 @@ from typing import Any
 from artifactstore import config as _config
 from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.formats.fingerprint import Fingerprint
-from artifactstore.runtime import summary
+from artifactstore.runtime import process, summary
 from artifactstore.runtime.session import Session, warn_once
 from artifactstore.torch_xla.cachedir import CacheDir
 from artifactstore.torch_xla.fill import fill
@@ -32,16 +36,33 @@ from artifactstore.torch_xla.newfiles import NewFiles, Samples, warn_not_ours
 
 log = logging.getLogger("artifactstore")
 
-# torch-xla's own counters of its persistent cache, as `stats()` names them.
+USER = "torch-xla"  # this adapter, among the users of the process's session (runtime.process)
+
+# What `fill` reports -> the process's names for it (formats.counters).
+FILLED = {
+    "listed": "torch_xla_listed",
+    "placed": "torch_xla_placed",
+    "placed_bytes": "torch_xla_placed_bytes",
+    "refused": "torch_xla_refused",
+    "over_bound": "torch_xla_over_bound",
+    "missing": "torch_xla_missing",
+    "failed": "torch_xla_failed",
+}
+# torch-xla's own counters (its CompileTime metric's total, in ms) -> the process's names
+# each adds to: a graph it loaded is a load; one it found no file of, a miss (a lookup
+# that found nothing, for the index's hit rate) and a compile; one it could not load
+# (on the CPU, every placed one), a compile.
 TORCH_XLA_COUNTERS = {
-    "PersistentCacheHit": "torch_xla_cache_hits",
-    "PersistentCacheMiss": "torch_xla_cache_misses",
-    "PersistentCacheDeserializeFailure": "torch_xla_cache_deserialize_failures",
+    "PersistentCacheHit": ("torch_xla_cache_hits", "loads"),
+    "PersistentCacheMiss": ("torch_xla_cache_misses", "misses", "lookups_missed", "compiles"),
+    "PersistentCacheDeserializeFailure": ("torch_xla_cache_deserialize_failures", "compiles"),
+    "CompileTime": ("compile_ms",),
 }
 
 
 class Adapter:
-    """One process's use of the store for torch-xla: its session, fingerprint, directory."""
+    """One process's use of the store for torch-xla: the process's session (shared with
+    the JAX hook: runtime.process), the fingerprint, the cache directory."""
 
     def __init__(
         self, session: Session, fingerprint: Fingerprint, directory: CacheDir, placed: set[str]
@@ -50,9 +71,35 @@ class Adapter:
         self.fingerprint = fingerprint
         self.directory = directory
         self.placed = placed
-        self.counts: Counter[str] = Counter()
         self.new_files: NewFiles | None = None
         self._closed = False
+        self._lock = threading.Lock()
+        self._seen = _torch_xla_counts()  # what torch-xla counted before: not ours
+        self._attach(session)
+
+    def _attach(self, session: Session) -> None:
+        """Count into `session` and do this adapter's part of its finish, first thing."""
+        session.counters.take_in(self.take_counts)
+        session.on_finish.insert(0, self._at_finish)
+
+    def count_filled(self, counts: Counter[str]) -> None:
+        for name, n in counts.items():
+            if n:
+                self.session.counters.add(FILLED[name], n, fingerprint=self.fingerprint.digest)
+
+    def take_counts(self) -> None:
+        """Count what torch-xla counted since the last time (it tells nobody as it
+        counts): before each snapshot of the process's counters, and at exit."""
+        now = _torch_xla_counts()
+        with self._lock:
+            grown = {
+                k: v - self._seen.get(k, 0) for k, v in now.items() if v > self._seen.get(k, 0)
+            }
+            self._seen.update(now)
+        counters, digest = self.session.counters, self.fingerprint.digest
+        for name, n in grown.items():
+            for ours in TORCH_XLA_COUNTERS[name]:
+                counters.add(ours, n, fingerprint=digest)
 
     def start_storing(self) -> None:
         """A writer: store what torch-xla writes, in the background and first thing at exit."""
@@ -64,47 +111,63 @@ class Adapter:
             compile_times=_compile_times,
         )
         self.new_files.start()
-        self.session.on_finish.insert(0, self._store_the_rest)
 
-    def _store_the_rest(self) -> None:
+    def _at_finish(self) -> None:
+        """First thing in the session's finish (before its flush): torch-xla's counts
+        taken in (for the index too), what it wrote stored."""
+        self.take_counts()
+        if self.new_files is None:
+            return
         path = os.environ.get("XLA_PERSISTENT_CACHE_PATH", "")
         if path != str(self.directory.path):
             warn_not_ours(path, str(self.directory.path))
+        self.new_files.finish()
+
+    def move_to(self, session: Session) -> None:
+        """A later `configure()` gave the process another session: store and count there."""
+        old, self.session = self.session, session
+        with contextlib.suppress(ValueError):
+            old.on_finish.remove(self._at_finish)
         if self.new_files is not None:
-            self.new_files.finish()
+            self.new_files.session = session
+        self._attach(session)
 
     def stats(self) -> dict[str, int]:
-        """The session's counts, the files placed and stored, and torch-xla's own: in the
-        summaries' terms, a placed file is a load and torch-xla's cache misses are misses
-        (on the CPU a placed file still compiles: deserialize failures)."""
-        out = dict(self.session.stats())
-        out.update({f"torch_xla_{name}": n for name, n in self.counts.items() if n})
-        if self.new_files is not None:
-            out.update({name: n for name, n in self.new_files.counts.items() if n})
-        torch = _torch_xla_counters()
-        out.update(torch)
-        out["loads"] = self.counts["placed"]
-        out["misses"] = torch.get("torch_xla_cache_misses", 0)
-        failed = torch.get("torch_xla_cache_deserialize_failures", 0)
-        out["compiles"] = out["misses"] + failed
-        return out
+        """process_stats(): the process's counts, torch-xla's included (formats.counters)."""
+        return self.session.stats()
 
-    def close(self) -> None:
-        """At exit, or when replaced: what is left stored (bounded), the directory removed,
-        and under `artstore run` this process's record for its summary."""
+    def close(self, *, at_exit: bool = False) -> None:
+        """At exit, or when turned off: what is left stored (bounded), the directory
+        removed, the session closed unless the JAX hook still uses it, and under
+        `artstore run` this process's record for its summary."""
         if self._closed:
             return
         self._closed = True
+        session = self.session
         try:
-            self.session.close()
+            last = process.leave(USER)
+            if last is not None:
+                last.close()
+            elif at_exit:
+                session.finish()  # the whole process's, once: JAX's exit then finds it done
+            else:  # turned off while JAX goes on: this adapter's part only
+                with contextlib.suppress(ValueError):
+                    session.on_finish.remove(self._at_finish)
+                self._at_finish()
+                session.flush(session.settings.flush_secs)
         finally:
             self.directory.remove()
         records = os.environ.get(summary.ENV_VAR)
         if records:
             try:
-                summary.write_record(Path(records), self.stats())
+                summary.write_record(Path(records), session.stats())
             except Exception as exc:
                 log.debug("artifactstore: torch-xla summary record not written: %s", exc)
+
+    def retire(self) -> None:
+        """Replaced by a newer adapter (its session closed by the one who replaced it)."""
+        self._closed = True
+        self.directory.remove()
 
 
 _lock = threading.RLock()
@@ -163,27 +226,38 @@ def _install(settings: _config.Settings) -> _config.Settings | None:
         )
         return None
     found = fingerprint()
-    session = Session(settings)
-    directory = CacheDir.make(settings, found.digest)
+    # The process's one session: the JAX hook's, where it made one with these settings
+    # (both from the environment); else a new one, which the JAX hook follows.
+    joined = process.use(USER, settings, move=_move)
+    with _lock:
+        old, _current = _current, None
+    if joined.replaced is not None:  # its part of the finish: the old adapter's files stored
+        joined.replaced.close()
+    if old is not None:
+        old.retire()
+    session = joined.session
+    directory: CacheDir | None = None
     try:
+        directory = CacheDir.make(settings, found.digest)
         counts, placed = fill(session, found.digest, directory)
         adapter = Adapter(session, found, directory, placed)
-        adapter.counts.update(counts)
+        adapter.count_filled(counts)
         xr.initialize_cache(str(directory.path), readonly=settings.read_only)
     except BaseException:  # nothing left behind: torch-xla goes on with its own settings
-        session.close()
-        directory.remove()
+        left = process.leave(USER)
+        if left is not None:
+            left.close()
+        if directory is not None:
+            directory.remove()
         raise
     if not settings.read_only:
         adapter.start_storing()
     with _lock:
-        old, _current = _current, adapter
+        _current = adapter
         if not _exit_registered:
             _exit_registered = True
             atexit.register(_at_exit)
             _finish_in_multiprocessing_children()
-    if old is not None:
-        old.close()
     log.debug(
         "artifactstore: torch-xla cache %s: %d stored file(s) placed (fingerprint %s)",
         directory.path,
@@ -191,6 +265,12 @@ def _install(settings: _config.Settings) -> _config.Settings | None:
         found.digest[:12],
     )
     return settings
+
+
+def _move(session: Session) -> None:
+    adapter = _current
+    if adapter is not None:
+        adapter.move_to(session)
 
 
 def disable() -> None:
@@ -206,7 +286,7 @@ def disable() -> None:
 def _at_exit() -> None:
     adapter = _current
     if adapter is not None:
-        adapter.close()
+        adapter.close(at_exit=True)
 
 
 def _finish_in_multiprocessing_children() -> None:
@@ -229,12 +309,18 @@ def _compile_times() -> Samples:
         return []
 
 
-def _torch_xla_counters() -> dict[str, int]:
+def _torch_xla_counts() -> dict[str, float]:
+    """torch-xla's counters of its persistent cache, and its compiles' total time (ms)."""
     try:
         import torch_xla.debug.metrics as met
 
-        return {
-            ours: int(met.counter_value(name) or 0) for name, ours in TORCH_XLA_COUNTERS.items()
+        out: dict[str, float] = {
+            name: float(met.counter_value(name) or 0)
+            for name in TORCH_XLA_COUNTERS
+            if name != "CompileTime"
         }
+        data = met.metric_data("CompileTime")
+        out["CompileTime"] = float(data[1]) / 1e6 if data else 0.0
+        return out
     except Exception:
         return {}

@@ -1,0 +1,1 @@
+__xla_gitrev__ = "stand-in"
