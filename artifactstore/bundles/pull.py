@@ -40,10 +40,10 @@ store or of the tier's disk stops the pull (what was kept stays kept).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.quick import SEPARATOR, split_quick_name
 from artifactstore.formats.workingset import WorkingSet, check_program_id
 from artifactstore.store import Store, secure_local_dirs
+from artifactstore.store.lanes import Lane
 from artifactstore.store.quick import BELOW_THRESHOLD_MAX
 from artifactstore.store.tier import LocalTier, open_tier
 
@@ -260,20 +261,22 @@ def pull(
             slots.release()
 
     quick = _quick_keys(store, fingerprint, report)
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="artstore-pull") as pool:
-        try:
-            for key in store.blobs.iter_manifest_keys():
-                quick.discard(key)  # a manifest: stored now, so not quick
-                if not dry_run:
-                    tier.quick.forget(key)  # nor here, if this host once found it quick
-                slots.acquire()  # at most `jobs` entries (and objects) in flight
-                if stop.is_set():
-                    slots.release()
-                    break
-                count("manifests")
-                pool.submit(run, key)
-        except StoreUnavailable as exc:  # the listing failed part way
-            halt(str(exc))
+    fetches = Lane("pull", threads=jobs)
+    try:
+        for key in store.blobs.iter_manifest_keys():
+            quick.discard(key)  # a manifest: stored now, so not quick
+            if not dry_run:
+                tier.quick.forget(key)  # nor here, if this host once found it quick
+            slots.acquire()  # at most `jobs` entries (and objects) in flight
+            if stop.is_set():
+                slots.release()
+                break
+            count("manifests")
+            fetches.submit("pull", functools.partial(run, key))
+    except StoreUnavailable as exc:  # the listing failed part way
+        halt(str(exc))
+    finally:
+        fetches.drain(None)
     if report.stopped is None:  # else some manifests went unseen: their keys may be stored
         report.quick_keys = len(quick)
         if not dry_run:

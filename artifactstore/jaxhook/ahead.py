@@ -9,7 +9,7 @@ reads in one place.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,24 +52,6 @@ def deserialize(
     chosen = checked_devices(entry.devices, devices)
     options = checked_options(entry.options, entry.devices)
     return backend.deserialize_executable(payload, compat.device_list(chosen), options), None
-
-
-def in_daemons(tasks: Sequence[Callable[[], None]], threads: int = THREADS) -> None:
-    """Run `tasks` on a few daemon threads: a program's exit never waits for a fetch
-    (deserializing, which must not outlive the backend, runs in a pool exit joins)."""
-    queue = list(reversed(tasks))
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                task = queue.pop()
-            task()
-
-    for _ in range(min(threads, len(queue))):
-        threading.Thread(target=work, name="artifactstore-fetch", daemon=True).start()
 
 
 def loadable(entries: Sequence[WorkingEntry]) -> list[WorkingEntry]:

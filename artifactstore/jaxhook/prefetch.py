@@ -26,17 +26,18 @@ import functools
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from artifactstore.errors import one_line
 from artifactstore.formats.workingset import Hint, WorkingEntry
 from artifactstore.jaxhook import compat
-from artifactstore.jaxhook.ahead import THREADS, Ahead, deserialize, in_daemons, loadable
+from artifactstore.jaxhook.ahead import THREADS, Ahead, deserialize, loadable
 from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.jaxhook.validate import Refused
 from artifactstore.runtime.session import Session
+from artifactstore.store.background import Timer, executor
 from artifactstore.store.chain import Found, Missed, Request
+from artifactstore.store.lanes import Lane
 
 log = logging.getLogger("artifactstore")
 LEVELS = ("tier", "store")  # what a load ahead peeks at: the chain's levels below its own
@@ -59,13 +60,14 @@ class Prefetcher:
         self._backend: Any = None
         self._fingerprint = ""  # the default backend's, once known
         self._devices: dict[int, Any] = {}
-        self._loads: ThreadPoolExecutor | None = None  # deserializes, once there is a backend
+        self._fetches = Lane("fetch ahead", threads=THREADS)  # never waited for at exit
+        self._loads: Lane | None = None  # deserializes, once there is a backend
         self._parked: list[tuple[Ahead, Any, str]] = []  # fetched before there was one
-        self._timer: threading.Timer | None = None
+        self._timer: Timer | None = None
 
     def start(self) -> None:
         self.session.on_finish.append(self.close)
-        threading.Thread(target=self._run, name="artifactstore-prefetch", daemon=True).start()
+        executor().submit(self._run, "load ahead")
 
     def _count(self, name: str, n: int = 1) -> None:
         self.session.counters.add(name, n)
@@ -89,9 +91,7 @@ class Prefetcher:
                 self.close()
             elif hint is None or hint.fingerprint != fingerprint:
                 self._begin(fingerprint)
-            self._timer = threading.Timer(HOLD_SECS, self.close)
-            self._timer.daemon = True
-            self._timer.start()
+            self._timer = executor().later(HOLD_SECS, self.close)
         except Exception as exc:
             log.debug("artifactstore: no load ahead: %s", one_line(exc))
         finally:
@@ -111,7 +111,8 @@ class Prefetcher:
             return
         with self._lock:
             items = [self._items.setdefault(e.key, Ahead(e)) for e in entries]
-        in_daemons([functools.partial(self._fetch, item, fingerprint) for item in items])
+        for item in items:
+            self._fetches.submit("fetch ahead", functools.partial(self._fetch, item, fingerprint))
 
     def _wait_for_backend(self) -> Any:
         """The program's default backend once it has initialized its backends; None if
@@ -132,7 +133,8 @@ class Prefetcher:
             if backend is not None and not self._closed.is_set():
                 self._backend, self._fingerprint = backend, fingerprint
                 self._devices = {d.id: d for d in backend.devices()}
-                self._loads = ThreadPoolExecutor(THREADS, "artifactstore-load")
+                # Joined at exit: a deserialization must not outlive the backend.
+                self._loads = Lane("deserialize ahead", THREADS, joined=True, keep_refused=False)
             parked, self._parked = self._parked, []
             self._ready.set()
         for args in parked:
@@ -178,9 +180,8 @@ class Prefetcher:
         if loads is None or fingerprint != self._fingerprint:
             self._end(item)  # no backend after all, or the hint was another platform's
             return
-        try:
-            loads.submit(self._deserialize, item, hit, fingerprint)
-        except RuntimeError:  # the interpreter is exiting
+        work = functools.partial(self._deserialize, item, hit, fingerprint)
+        if not loads.submit("deserialize ahead", work):  # the interpreter is exiting
             self._end(item)
 
     def _deserialize(self, item: Ahead, hit: Any, fingerprint: str) -> None:

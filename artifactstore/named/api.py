@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from artifactstore.errors import (
@@ -30,6 +29,7 @@ from artifactstore.named.call import NamedExecutable
 from artifactstore.named.context import Context
 from artifactstore.named.signature import Leaf, NamedCallError, Signature
 from artifactstore.runtime.session import warn_once
+from artifactstore.store.lanes import run_all
 
 LOAD_THREADS = 4  # named executables deserialized at once by `load_many`
 
@@ -129,9 +129,8 @@ def load_many(named: Sequence[tuple[str, str]]) -> list[NamedExecutable]:
 
     if len(named) <= 1:
         return [one(item) for item in named]
-    with ThreadPoolExecutor(min(LOAD_THREADS, len(named)), "artifactstore-named") as pool:
-        futures = [pool.submit(one, item) for item in named]
-    return [f.result() for f in futures]
+    calls = [functools.partial(one, item) for item in named]
+    return run_all("load named", calls, min(LOAD_THREADS, len(named)))
 
 
 def _is_spec(value: Any) -> bool:

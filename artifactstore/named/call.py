@@ -11,16 +11,15 @@ first mismatch (`NamedCallError`) or places the arguments itself.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
-import time
 from typing import Any
 
 from artifactstore.errors import CorruptObject, NamedNotFound, one_line
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.named import container
 from artifactstore.named.signature import Leaf, NamedCallError, UnsupportedTree, check_array
+from artifactstore.store.background import executor
 
 log = logging.getLogger("artifactstore")
 
@@ -53,18 +52,20 @@ class NamedExecutable:
         self._array = jax.Array
         # Set up beside the program (a stub's trace, some ms per hundred leaves), so the
         # first call never waits for it; calls take the checked path until it is ready.
+        # Joined at exit: one still tracing when the interpreter finalizes would abort the
+        # process ("terminate called without an active exception").
         self._fast: _FastCall | None = None
         self._ready = threading.Event()
-        _SETTING_UP.add(self._ready)
-        threading.Thread(target=self._set_up_fast, name="artifactstore-named-call",
-                         daemon=True).start()  # fmt: skip
+        try:
+            executor().submit(self._set_up_fast, "named call set-up", joined=True)
+        except RuntimeError:  # the interpreter is exiting: the checked path serves
+            self._ready.set()
 
     def _set_up_fast(self) -> None:
         try:
             self._fast = _FastCall.build(self)
         finally:
             self._ready.set()
-            _SETTING_UP.discard(self._ready)
 
     @property
     def in_signature(self) -> Any:
@@ -121,19 +122,6 @@ class NamedExecutable:
             )
         ]
         return self.header.outputs.unflatten(outs)
-
-
-# Set-ups still running. One still tracing when the interpreter finalizes would abort the
-# process ("terminate called without an active exception"), so exit waits for them.
-_SETTING_UP: set[threading.Event] = set()
-EXIT_WAIT_SECS = 30.0
-
-
-@atexit.register
-def _wait_for_set_ups() -> None:
-    deadline = time.monotonic() + EXIT_WAIT_SECS
-    for ready in list(_SETTING_UP):
-        ready.wait(max(0.0, deadline - time.monotonic()))
 
 
 class _FastCall:

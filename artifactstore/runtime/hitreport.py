@@ -14,6 +14,9 @@ a flush at exit could not write goes back to the tier (`Accounts.park_in_tier`).
 
 from __future__ import annotations
 
+# Imported now, not by boto3's transfer manager when the store opens at exit: its import
+# registers an exit hook, which Python refuses once the interpreter is exiting.
+import concurrent.futures.thread  # noqa: F401
 import logging
 import time
 from typing import TYPE_CHECKING

@@ -16,11 +16,11 @@ counted, never placed. Nothing here raises into the program: a failure is a file
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,7 @@ from artifactstore.blobstores.base import MANIFESTS
 from artifactstore.errors import CorruptObject, one_line
 from artifactstore.formats.torchxla import key_prefix, unframe
 from artifactstore.store.chain import Chain, Found, Request
+from artifactstore.store.lanes import Lane
 from artifactstore.store.tier import warn_once
 
 if TYPE_CHECKING:
@@ -90,12 +91,18 @@ def fill(
                 placed.add(name)
             _claim(found)
 
+    def guarded(key: str) -> None:
+        try:
+            one(key)
+        except Exception as exc:
+            count("failed")
+            log.debug("artifactstore: torch-xla file not placed: %s", one_line(exc))
+
     if keys:
-        with ThreadPoolExecutor(min(JOBS, len(keys)), "artifactstore-torch-xla") as pool:
-            for done in [pool.submit(one, key) for key in keys]:
-                if done.exception() is not None:
-                    count("failed")
-                    log.debug("artifactstore: torch-xla file not placed: %s", done.exception())
+        fetches = Lane("torch-xla fill", min(JOBS, len(keys)), joined=True)
+        for key in keys:
+            fetches.submit("torch-xla fill", functools.partial(guarded, key))
+        fetches.drain(None)
     return counts, placed
 
 

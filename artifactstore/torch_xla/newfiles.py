@@ -14,14 +14,17 @@ Read-only processes never start this (torch-xla writes nothing for them either).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from artifactstore.errors import one_line
 from artifactstore.formats.put import Put
 from artifactstore.formats.torchxla import entry_key, frame, module_name
+from artifactstore.store.background import Timer, executor
 from artifactstore.store.tier import warn_once
 
 if TYPE_CHECKING:
@@ -55,23 +58,19 @@ class NewFiles:
         self.fingerprint = fingerprint
         self.directory = directory
         self.compile_times = compile_times
+        self.counts: Counter[str] = Counter()
         self._done = set(placed)  # stored already (placed from the store), or taken
         self._seen: dict[str, tuple[int, int]] = {}  # name -> (size, mtime) at the last scan
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._scans: Timer | None = None
 
     def start(self, every: float = SCAN_SECS) -> None:
-        def run() -> None:
-            while not self._stop.wait(every):
-                self.scan(final=False)
-
-        self._thread = threading.Thread(target=run, name="artifactstore-torch-xla", daemon=True)
-        self._thread.start()
+        self._scans = executor().every(every, functools.partial(self.scan, final=False))
 
     def finish(self) -> None:
         """At exit (before the session's flush): stop scanning, store every file left."""
-        self._stop.set()
+        if self._scans is not None:
+            self._scans.cancel()
         self.scan(final=True)
 
     def scan(self, *, final: bool) -> int:
@@ -95,12 +94,12 @@ class NewFiles:
         settings = self.session.settings
         if found.size > settings.max_executable_bytes:
             self._done.add(found.name)
-            self.session.counters.add("torch_xla_over_limit")
+            self.counts["torch_xla_over_limit"] += 1
             return False
         secs = compile_secs(found.mtime_ns / 1e9, self.compile_times())
         if secs is not None and secs < settings.min_compile_secs:
             self._done.add(found.name)
-            self.session.counters.add("torch_xla_below_threshold")
+            self.counts["torch_xla_below_threshold"] += 1
             return False
         store = self.session.store()
         if store is None:  # unavailable (the breaker says why, once): the next scan retries
@@ -121,7 +120,7 @@ class NewFiles:
                 compile_secs=secs or 0.0,
             )
         )
-        self.session.counters.add("torch_xla_queued")
+        self.counts["torch_xla_queued"] += 1
         return True
 
 
