@@ -12,7 +12,8 @@ from artifactstore.formats import fingerprint as _fp
 from artifactstore.jaxhook import compat, prefetch
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.jaxhook.platform import backend_fingerprint
-from artifactstore.runtime.session import Session, warn_once
+from artifactstore.runtime import process
+from artifactstore.runtime.session import warn_once
 from artifactstore.store.background import executor
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 _lock = threading.RLock()
 _exit_hook_registered = False
 _configuring = 0  # explicit configure() calls in progress (they import JAX)
+USER = "jax"  # this adapter, among the users of the process's session (runtime.process)
 
 
 def jax_hooks() -> compat.Hooks | None:
@@ -84,7 +86,7 @@ def configure_from_environment() -> _config.Settings | None:
     connection.
     """
     with _lock:
-        if _configuring or _compile.current() is not None:
+        if _configuring or process.used_by(USER):
             return None
     _warn_typos()
     try:
@@ -109,16 +111,19 @@ def _install(
     hooks = jax_hooks()
     if hooks is None:
         return None
-    session = Session(settings)
     with _lock:
-        if implicit and _compile.current() is not None:
+        if implicit and process.used_by(USER):
             return None  # the program configured itself meanwhile: it wins
-        old = _compile.install(hooks, session)
+        # The process's one session: torch-xla's adapter's, where it made one with these
+        # settings (both from the environment); else a new one, which torch-xla's follows.
+        joined = process.use(USER, settings, move=prefetch.start)
+        _compile.install(hooks)
         if not _exit_hook_registered:
             _exit_hook_registered = True
             atexit.register(_at_exit)
-    if old is not None:
-        old.close()
+    if joined.replaced is not None:
+        joined.replaced.close()
+    session = joined.session
     prefetch.start(session)  # the working set, loaded while the program imports and traces
     # Open the store (imports, connection, schema check) while the program goes
     # on importing and tracing, instead of on its first compile, unless this
@@ -132,8 +137,9 @@ def _install(
 def deactivate() -> None:
     """Stop using the store and restore JAX's own functions."""
     with _lock:
-        old = _compile.uninstall()
-    if old is not None:
+        _compile.uninstall()
+        old = process.leave(USER)
+    if old is not None:  # closed unless torch-xla's adapter still uses it
         old.close()
 
 

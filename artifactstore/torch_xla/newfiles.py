@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -58,7 +57,6 @@ class NewFiles:
         self.fingerprint = fingerprint
         self.directory = directory
         self.compile_times = compile_times
-        self.counts: Counter[str] = Counter()
         self._done = set(placed)  # stored already (placed from the store), or taken
         self._seen: dict[str, tuple[int, int]] = {}  # name -> (size, mtime) at the last scan
         self._lock = threading.Lock()
@@ -94,12 +92,12 @@ class NewFiles:
         settings = self.session.settings
         if found.size > settings.max_executable_bytes:
             self._done.add(found.name)
-            self.counts["torch_xla_over_limit"] += 1
+            self.session.counters.add("torch_xla_over_limit")
             return False
         secs = compile_secs(found.mtime_ns / 1e9, self.compile_times())
         if secs is not None and secs < settings.min_compile_secs:
             self._done.add(found.name)
-            self.counts["torch_xla_below_threshold"] += 1
+            self.session.counters.add("torch_xla_below_threshold")
             return False
         store = self.session.store()
         if store is None:  # unavailable (the breaker says why, once): the next scan retries
@@ -120,7 +118,7 @@ class NewFiles:
                 compile_secs=secs or 0.0,
             )
         )
-        self.counts["torch_xla_queued"] += 1
+        self.session.counters.add("torch_xla_queued")
         return True
 
 
