@@ -576,3 +576,109 @@ def test_the_put_rule_catches_a_retyped_put() -> None:
         "put(fingerprint, key, module_name, payload) line 1"
     ]
     assert _put_field_signatures("def put(self, put, *, then=None): ...\n", fields) == []
+
+
+# One background executor (store/background.py): every thread the package starts is one
+# of its, so work off the program's thread is bounded, reused and drained at exit in one
+# place. Ordered queues of work are its lanes (store/lanes.py), not queues of their own.
+EXECUTOR = "artifactstore.store.background"
+THREADS_OF_THEIR_OWN = {
+    # One thread per --jobs slot (up to 256, beyond the executor's bound) drives one
+    # worker process for the whole run; its queues carry item indices and results between
+    # those drivers and the command: orchestration of processes, no background work.
+    "artifactstore.warm.specs": "drives worker processes",
+}
+THREAD_MAKERS = {
+    "threading": {"Thread", "Timer"},
+    "queue": {"Queue", "SimpleQueue", "LifoQueue", "PriorityQueue"},
+    "concurrent.futures": {"ThreadPoolExecutor"},
+    "_thread": {"start_new_thread"},
+}
+
+
+def _threads_made(source: str) -> list[str]:
+    """Calls in `source` that make a thread, a thread pool or a job queue."""
+    tree = ast.parse(source)
+    names = {}  # a name bound by `from MODULE import NAME` -> MODULE.NAME
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in THREAD_MAKERS:
+            for alias in node.names:
+                if alias.name in THREAD_MAKERS[node.module]:
+                    names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        made = ast.unparse(node.func)
+        module, _, name = made.rpartition(".")
+        if name in THREAD_MAKERS.get(module, ()) or made in names:
+            found.append(f"{names.get(made, made)}() line {node.lineno}")
+    return found
+
+
+def test_background_work_runs_on_the_one_executor() -> None:
+    """No module starts threads, thread pools or job queues of its own: uploads, lease
+    heartbeats, bounded store calls, loading ahead, named set-ups, timers, pulls all run
+    on the process's one executor (store.background), the queues on its lanes."""
+    offenders = [
+        f"{name}: {made}"
+        for name, path in _sources()
+        if name != EXECUTOR and name not in THREADS_OF_THEIR_OWN
+        for made in _threads_made(path.read_text())
+    ]
+    assert not offenders, "\n".join(offenders) + "\nuse store.background / store.lanes"
+    for name in THREADS_OF_THEIR_OWN:  # an exception that is no longer needed goes
+        path = PACKAGE.parent / (name.replace(".", "/") + ".py")
+        assert _threads_made(path.read_text()), f"{name} makes no threads: drop its exception"
+
+
+def test_the_thread_rule_catches_a_thread() -> None:
+    code = (
+        "import threading, queue\nfrom concurrent.futures import ThreadPoolExecutor as P\n"
+        "threading.Thread(target=f).start()\nq = queue.SimpleQueue()\nP(4)\n"
+        "threading.Timer(1, f)\n"
+    )
+    assert len(_threads_made(code)) == 4
+    assert _threads_made("import threading\nthreading.Lock()\nthreading.Event()\n") == []
+
+
+# One breaker per backend (store/breaker.py): every part asks it before calling a backend;
+# nobody keeps a cool-down of their own (a time until which a backend is not asked).
+BREAKER = "artifactstore.store.breaker"
+BREAKER_SETTINGS = {"breaker_cooldown_secs", "breaker_failures"}
+
+
+def _cool_downs(source: str) -> list[str]:
+    """Reads of the breaker settings, and assignments of `X_until = monotonic() + ...`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in BREAKER_SETTINGS:
+            found.append(f"{ast.unparse(node)} line {node.lineno}")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            timed = "monotonic()" in ast.unparse(node.value)
+            for target in targets:
+                if timed and ast.unparse(target).endswith("_until"):
+                    found.append(f"{ast.unparse(target)} line {node.lineno}")
+    return found
+
+
+def test_no_cool_down_but_the_breakers() -> None:
+    """Lookups, compile leases and uploads ask the backends' breakers (store.breaker)
+    for when to try a failed backend again; none keeps a cool-down of its own."""
+    offenders = [
+        f"{name}: {found}"
+        for name, path in _sources()
+        if name != BREAKER and not name.startswith("artifactstore.config.")
+        for found in _cool_downs(path.read_text())
+    ]
+    assert not offenders, "\n".join(offenders) + "\nask store.breaker instead"
+
+
+def test_the_cool_down_rule_catches_a_cool_down() -> None:
+    code = (
+        "def f(self, settings):\n"
+        "    self._paused_until = time.monotonic() + settings.breaker_cooldown_secs\n"
+    )
+    assert len(_cool_downs(code)) == 2
+    assert _cool_downs("deadline = time.monotonic() + timeout\n") == []
