@@ -21,6 +21,7 @@ from conftest import PROGRAMS, REPO, artstore, clean_env
 from artifactstore import config
 from artifactstore.errors import UnsafeDirectory
 from artifactstore.formats import torchxla
+from artifactstore.runtime import process
 from artifactstore.torch_xla import platform
 from artifactstore.torch_xla.cachedir import CacheDir
 from artifactstore.torch_xla.newfiles import compile_secs
@@ -117,6 +118,30 @@ def test_a_file_is_timed_by_the_compile_that_ended_nearest_it() -> None:
     assert compile_secs(109.999, samples) == 0.01
     assert compile_secs(106.5, samples) is None  # none within MATCH_SECS: unknown
     assert compile_secs(100.0, []) is None
+
+
+def test_the_adapters_share_the_process_session_and_follow_a_new_one(tmp_path: Path) -> None:
+    """runtime.process: the second adapter joins the first's session where its settings
+    are equal; other settings make a new one, which the other adapter is moved to; the
+    session is the caller's to close once no adapter uses it."""
+    first, other = _settings(tmp_path), _settings(tmp_path / "other")
+    moved: list[object] = []
+    try:
+        made = process.use("jax", first)
+        joined = process.use("torch-xla", _settings(tmp_path), move=moved.append)
+        assert made.new and not joined.new and joined.session is made.session
+        assert joined.session.settings == first  # resolved twice, equal
+        again = process.use("jax", other)
+        assert again.new and again.replaced is made.session and moved == [again.session]
+        again.replaced.close()
+        assert process.leave("jax") is None  # torch-xla still uses it
+        assert process.leave("torch-xla") is again.session and process.current() is None
+    finally:
+        for user in ("jax", "torch-xla"):
+            left = process.leave(user)
+            if left is not None:
+                left.close()
+    again.session.close()
 
 
 @pytest.mark.parametrize(
