@@ -8,11 +8,14 @@ tests/torch/test_torch_xla.py; hostile stored files are tests/security/test_host
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
+from itertools import chain
 from pathlib import Path
 
 import pytest
@@ -21,8 +24,9 @@ from conftest import PROGRAMS, REPO, artstore, clean_env
 from artifactstore import config
 from artifactstore.errors import UnsafeDirectory
 from artifactstore.formats import torchxla
+from artifactstore.formats.counters import NAMES
 from artifactstore.runtime import process
-from artifactstore.torch_xla import platform
+from artifactstore.torch_xla import adapter, fill, platform
 from artifactstore.torch_xla.cachedir import CacheDir
 from artifactstore.torch_xla.newfiles import compile_secs
 
@@ -118,6 +122,16 @@ def test_a_file_is_timed_by_the_compile_that_ended_nearest_it() -> None:
     assert compile_secs(109.999, samples) == 0.01
     assert compile_secs(106.5, samples) is None  # none within MATCH_SECS: unknown
     assert compile_secs(100.0, []) is None
+
+
+def test_what_the_adapter_counts_is_declared() -> None:
+    """The fill's report and torch-xla's own counters reach the process's counters under
+    names formats/counters.py declares (mapped, so the literal scan of tests/test_counters
+    does not see them); every name the fill reports is mapped."""
+    reported = set(re.findall(r'counts?[(\[]"(\w+)"', inspect.getsource(fill)))
+    assert reported == set(adapter.FILLED) and "placed" in reported
+    mapped = {*adapter.FILLED.values(), *chain(*adapter.TORCH_XLA_COUNTERS.values())}
+    assert not mapped - set(NAMES)
 
 
 def test_the_adapters_share_the_process_session_and_follow_a_new_one(tmp_path: Path) -> None:

@@ -83,8 +83,9 @@ class Adapter:
         session.on_finish.insert(0, self._at_finish)
 
     def count_filled(self, counts: Counter[str]) -> None:
+        """The fill's report, under the process's names (every one mapped: a test)."""
         for name, n in counts.items():
-            if n:
+            if n and name in FILLED:
                 self.session.counters.add(FILLED[name], n, fingerprint=self.fingerprint.digest)
 
     def take_counts(self) -> None:
