@@ -123,13 +123,19 @@ class _Metrics:
             for name, labels in COUNTERS.items()
         }
         self.load = prom.Histogram(
-            "artstore_load_seconds", _DOCS["artstore_load_seconds"], ["namespace"],
-            buckets=LOAD_BUCKETS, **where,
-        )  # fmt: skip
+            "artstore_load_seconds",
+            _DOCS["artstore_load_seconds"],
+            ["namespace"],
+            buckets=LOAD_BUCKETS,
+            **where,
+        )
         self.compile = prom.Histogram(
-            "artstore_compile_seconds", _DOCS["artstore_compile_seconds"], ["namespace"],
-            buckets=COMPILE_BUCKETS, **where,
-        )  # fmt: skip
+            "artstore_compile_seconds",
+            _DOCS["artstore_compile_seconds"],
+            ["namespace"],
+            buckets=COMPILE_BUCKETS,
+            **where,
+        )
 
 
 _DOCS = {

@@ -29,8 +29,15 @@ MIN_ATTEMPT_SECS = 2.0
 MAX_CONNECT_SECS = 2.0  # a TCP + TLS connect takes milliseconds; the rest of a share reads
 # Transient S3 answers, retried within the bound (as botocore's standard mode does).
 _RETRY_STATUS = {500, 502, 503, 504}
-_RETRY_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
-                "RequestTimeoutException", "InternalError", "ServiceUnavailable"}  # fmt: skip
+_RETRY_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "InternalError",
+    "ServiceUnavailable",
+}
 
 
 def make_client(bucket: str, endpoint_url: str | None, timeout_secs: float) -> Any:

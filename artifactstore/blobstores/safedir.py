@@ -199,8 +199,9 @@ class Tree:
             # writers' keys trusted and signatures required (store_trust).
             fix = "use a directory of your own (another user may have made this one to plant "
             fix += "executables)"
-            raise self._refuse(where, f"is owned by uid {st.st_uid}, not by this user (uid {me})",
-                               fix)  # fmt: skip
+            raise self._refuse(
+                where, f"is owned by uid {st.st_uid}, not by this user (uid {me})", fix
+            )
         if st.st_mode & _UNSAFE:
             raise self._refuse(
                 where,

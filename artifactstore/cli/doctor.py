@@ -150,8 +150,13 @@ def _guard(label: str, check: Callable[[], Check], *, blocking: bool = True) -> 
             from artifactstore.index.diagnosis import diagnose
 
             why = str(diagnose(exc, ""))
-        return Check(label, "fail" if blocking else "warn", f"could not be checked: {why}",
-                     verdict=f"{label}: {why}", blocking=blocking)  # fmt: skip
+        return Check(
+            label,
+            "fail" if blocking else "warn",
+            f"could not be checked: {why}",
+            verdict=f"{label}: {why}",
+            blocking=blocking,
+        )
 
 
 def _check_hook(found: Probe) -> Check:

@@ -74,8 +74,11 @@ def expected_backend() -> tuple[str, str, dict[str, Any]]:
     chosen = [p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
     plugins = _plugins()
     nodes = _nodes()
-    data: dict[str, Any] = {"jax_platforms": ",".join(chosen) or None, "plugins": plugins,
-                            "device_nodes": [n for ns in nodes.values() for n in ns]}  # fmt: skip
+    data: dict[str, Any] = {
+        "jax_platforms": ",".join(chosen) or None,
+        "plugins": plugins,
+        "device_nodes": [n for ns in nodes.values() for n in ns],
+    }
     if chosen:
         return chosen[0], f"JAX_PLATFORMS={','.join(chosen)}", data
     for platform in ("tpu", "cuda", "rocm"):  # JAX's priority among what is installed
@@ -83,8 +86,11 @@ def expected_backend() -> tuple[str, str, dict[str, Any]]:
         if names and nodes[platform]:
             return platform, f"{', '.join(names)} installed, {nodes[platform][0]} present", data
     installed = [n for n in plugins if _platform_of(n)]
-    why = f"{', '.join(installed)} installed, but no device seen" if installed else (
-        "no accelerator plugin installed")  # fmt: skip
+    why = (
+        f"{', '.join(installed)} installed, but no device seen"
+        if installed
+        else ("no accelerator plugin installed")
+    )
     return "cpu", why, data
 
 
@@ -135,7 +141,8 @@ def check_fingerprint(device: bool | None) -> Row:
     status: Literal["ok", "warn"] = "ok"
     if expected != "cpu" and fp.platform == "cpu":
         status = "warn"
-        detail += (f"; JAX fell back to the CPU: the {expected} did not open (held by "
-                   "another process?)")  # fmt: skip
+        detail += (
+            f"; JAX fell back to the CPU: the {expected} did not open (held by another process?)"
+        )
     data = {**fp.to_dict(), "digest": fp.digest, "opened": True, "open_secs": round(secs, 3)}
     return status, detail, data

@@ -58,19 +58,24 @@ class Report:
             "used": self.used,
             "verdict": self.verdict,
             "checks": {
-                name: {"label": c.label, "status": c.status, "detail": c.detail,
-                       "blocking": c.blocking, "degrades": c.degraded, **c.data}
+                name: {
+                    "label": c.label,
+                    "status": c.status,
+                    "detail": c.detail,
+                    "blocking": c.blocking,
+                    "degrades": c.degraded,
+                    **c.data,
+                }
                 for name, c in self.checks.items()
             },
-        }  # fmt: skip
+        }
 
 
 def conclude(checks: dict[str, Check], read_only: bool, where: str) -> Report:
     """The verdict and exit code of `checks`; `where`: the store, as the verdict names it."""
     blocked = _unique(c.verdict or f"{c.label}: {c.detail}" for c in checks.values() if c.blocks)
     pending = [c for c in checks.values() if c.blocking and c.status == "skip"]
-    degraded = _unique(c.verdict or f"{c.label}: {c.detail}" for c in checks.values()
-                       if c.degraded)  # fmt: skip
+    degraded = _unique(c.verdict or f"{c.label}: {c.detail}" for c in checks.values() if c.degraded)
     if blocked or pending:
         why = blocked or [f"{c.label} not checked" for c in pending]
         return Report(checks, False, _scrub("the store is not used: " + "; ".join(why)))
@@ -121,8 +126,9 @@ def render(report: Report, width: int = WIDTH) -> str:
         wrapped = _wrap(detail, w2) or [""]
         lines.append(f"{label:<{w0}}  {status:<{w1}}  {wrapped[0]}".rstrip())
         lines.extend(" " * (w0 + w1 + 4) + more for more in wrapped[1:])
-    verdict = textwrap.wrap(f"verdict: {safe(report.verdict)}", width,
-                            subsequent_indent=" " * 9, break_on_hyphens=False)  # fmt: skip
+    verdict = textwrap.wrap(
+        f"verdict: {safe(report.verdict)}", width, subsequent_indent=" " * 9, break_on_hyphens=False
+    )
     return redact("\n".join([*lines, *verdict]))
 
 

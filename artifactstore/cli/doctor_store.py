@@ -46,15 +46,17 @@ def check_objects(settings: _config.Settings) -> Check:
     except Exception as exc:
         why = str(exc) if isinstance(exc, ArtstoreError) else one_line(exc)
         fix = _s3_fix(settings, why) if settings.blobs.scheme == "s3" else ""
-        return Check("object store", "fail", why, data=data,
-                     verdict=f"object store unusable: {why}{fix}")  # fmt: skip
+        return Check(
+            "object store", "fail", why, data=data, verdict=f"object store unusable: {why}{fix}"
+        )
     if settings.blobs.scheme == "s3":
         data["writable"] = not settings.read_only  # a bucket's write grant is not readable
         return Check("object store", "ok", f"{blobs.describe()}: answers", data=data)
     data["writable"] = state != "readable only"
     if state == "readable only" and not settings.read_only:
-        detail = (f"{base}: readable, not writable by this user: programs load from it "
-                  "and store nothing")  # fmt: skip
+        detail = (
+            f"{base}: readable, not writable by this user: programs load from it and store nothing"
+        )
         return Check("object store", "warn", detail, data=data)
     return Check("object store", "ok", f"{blobs.describe()}: {state}", data=data)
 
@@ -62,8 +64,10 @@ def check_objects(settings: _config.Settings) -> Check:
 def _s3_fix(settings: _config.Settings, why: str) -> str:
     bucket = settings.blobs.describe()
     if any(w in why for w in ("AccessDenied", "Forbidden", "403")):
-        return (f": this host's credentials may not read it: grant infra/policies/"
-                f"s3-reader.json or s3-writer.json (`aws s3 ls {bucket}` checks)")  # fmt: skip
+        return (
+            f": this host's credentials may not read it: grant infra/policies/"
+            f"s3-reader.json or s3-writer.json (`aws s3 ls {bucket}` checks)"
+        )
     if any(w in why for w in ("NoSuchBucket", "404", "Not Found")):
         return f": create it (`aws s3 mb s3://{settings.blobs.bucket}`)"
     return f": `aws s3 ls {bucket}` shows whether this host reaches it"
@@ -73,11 +77,14 @@ def _dir_problem(label: str, path: Path, problem: str, data: dict[str, Any]) -> 
     if problem == "permission denied":
         found = diagnosis.diagnose(PermissionError(13, "Permission denied", str(path)), "")
         return Check(label, "fail", found.problem, verdict=f"{label}: {found}", data=data)
-    fix = ("run `artstore db upgrade` as a writer, or fix ARTSTORE_URL"
-           if problem == "does not exist" else "fix ARTSTORE_URL or the directory "
-           f"(`ls -ld {path}` shows its owner and mode)")  # fmt: skip
-    return Check(label, "fail", f"{path}: {problem}", data=data,
-                 verdict=f"{label} {path} {problem}: {fix}")  # fmt: skip
+    fix = (
+        "run `artstore db upgrade` as a writer, or fix ARTSTORE_URL"
+        if problem == "does not exist"
+        else f"fix ARTSTORE_URL or the directory (`ls -ld {path}` shows its owner and mode)"
+    )
+    return Check(
+        label, "fail", f"{path}: {problem}", data=data, verdict=f"{label} {path} {problem}: {fix}"
+    )
 
 
 def check_index(settings: _config.Settings) -> Check:
@@ -121,16 +128,26 @@ def check_index(settings: _config.Settings) -> Check:
     except ConfigError as exc:
         return Check("index", "fail", str(exc), verdict=f"index: {exc}", data=data)
     except Exception as exc:
-        found = exc.found if isinstance(exc, _Found) else diagnosis.diagnose(
-            exc, settings.index_url, namespace=settings.namespace, write=False)  # fmt: skip
+        found = (
+            exc.found
+            if isinstance(exc, _Found)
+            else diagnosis.diagnose(
+                exc, settings.index_url, namespace=settings.namespace, write=False
+            )
+        )
         data["kind"] = found.kind
-        return Check("index", "fail", f"{shown}: {found.problem}", data=data,
-                     verdict=f"index: {found}")  # fmt: skip
+        return Check(
+            "index", "fail", f"{shown}: {found.problem}", data=data, verdict=f"index: {found}"
+        )
     data["writes"] = refused
     revision = status.current or "not created"
     auto = migrates_on_open(settings, dialect, status.state) and refused is None
-    data.update(revision=status.current, head=status.head, schema=status.state.value,
-                needs_upgrade=status.state is not db.SchemaState.CURRENT and not auto)  # fmt: skip
+    data.update(
+        revision=status.current,
+        head=status.head,
+        schema=status.state.value,
+        needs_upgrade=status.state is not db.SchemaState.CURRENT and not auto,
+    )
     if status.state is db.SchemaState.CURRENT:
         return Check("index", "ok", f"{shown}: schema {revision} (current)", data=data)
     if auto:
@@ -138,15 +155,26 @@ def check_index(settings: _config.Settings) -> Check:
             problem, _ = dir_state(sqlite_file.parent, write=True)
             if problem:
                 return _dir_problem("index", sqlite_file.parent, problem, data)
-        return Check("index", "ok", f"{shown}: schema {revision}, brought to {status.head} "
-                     "on first use", data=data)  # fmt: skip
+        return Check(
+            "index",
+            "ok",
+            f"{shown}: schema {revision}, brought to {status.head} on first use",
+            data=data,
+        )
     if settings.read_only and status.state is db.SchemaState.EMPTY and sqlite_file is not None:
-        verdict = (f"no index at {sqlite_file} yet: a reader (ARTSTORE_READ_ONLY) does not "
-                   "create one; run `artstore db upgrade` as a writer")  # fmt: skip
+        verdict = (
+            f"no index at {sqlite_file} yet: a reader (ARTSTORE_READ_ONLY) does not "
+            "create one; run `artstore db upgrade` as a writer"
+        )
     else:
         verdict = status.problem() or ""
-    return Check("index", "fail", f"{shown}: schema {revision} ({status.state.value})",
-                 verdict=verdict, data=data)  # fmt: skip
+    return Check(
+        "index",
+        "fail",
+        f"{shown}: schema {revision} ({status.state.value})",
+        verdict=verdict,
+        data=data,
+    )
 
 
 class _Found(Exception):
@@ -209,28 +237,43 @@ def check_signing(settings: _config.Settings) -> Check:
     status: Status = "ok"
     verdict = ""
     if trusted is None:
-        who = ("write access to the bucket decides what runs" if settings.blobs.scheme == "s3"
-               else "the directory's permissions decide what runs")  # fmt: skip
+        who = (
+            "write access to the bucket decides what runs"
+            if settings.blobs.scheme == "s3"
+            else "the directory's permissions decide what runs"
+        )
         parts.append(f"loads any intact entry (signatures not required: {who})")
     elif not trusted.keys:
         status = "warn"
-        parts.append("signatures required, no key trusted: LOADS NOTHING (set "
-                     "ARTSTORE_TRUSTED_KEYS to the writers' .pub files)")  # fmt: skip
-        verdict = ("signatures required but no key trusted: loads nothing; set "
-                   "ARTSTORE_TRUSTED_KEYS to the writers' public keys (`artstore keygen` "
-                   "makes a pair)")  # fmt: skip
+        parts.append(
+            "signatures required, no key trusted: LOADS NOTHING (set "
+            "ARTSTORE_TRUSTED_KEYS to the writers' .pub files)"
+        )
+        verdict = (
+            "signatures required but no key trusted: loads nothing; set "
+            "ARTSTORE_TRUSTED_KEYS to the writers' public keys (`artstore keygen` "
+            "makes a pair)"
+        )
     else:
         mode = "signatures required" if required else "ARTSTORE_TRUSTED_KEYS set"
         parts.append(f"{mode}: loads only entries signed by " + ", ".join(trusts or []))
     if required and signs is None and not settings.read_only:
         status = "warn"
         parts.append("readers will not load what it stores (set ARTSTORE_SIGNING_KEY)")
-        verdict = verdict or ("signatures required but this writer has no signing key: "
-                              "nothing loads what it stores; `artstore keygen` makes one "
-                              "for ARTSTORE_SIGNING_KEY")  # fmt: skip
-    return Check("signing", status, "; ".join(parts), blocking=False, degrades=bool(verdict),
-                 verdict=verdict, data={"signing_key": signs, "trusted_keys": trusts,
-                                        "require_signatures": required})  # fmt: skip
+        verdict = verdict or (
+            "signatures required but this writer has no signing key: "
+            "nothing loads what it stores; `artstore keygen` makes one "
+            "for ARTSTORE_SIGNING_KEY"
+        )
+    return Check(
+        "signing",
+        status,
+        "; ".join(parts),
+        blocking=False,
+        degrades=bool(verdict),
+        verdict=verdict,
+        data={"signing_key": signs, "trusted_keys": trusts, "require_signatures": required},
+    )
 
 
 def unanswered(label: str, where: str, settings: _config.Settings, data: dict[str, Any]) -> Check:
@@ -240,9 +283,14 @@ def unanswered(label: str, where: str, settings: _config.Settings, data: dict[st
         probe = found.hint.split("; ", 1)[-1]
     else:
         probe = f"`aws s3 ls {where}` shows whether this host reaches it"
-    return Check(label, "fail", f"{where}: no answer within {bound}", data=data,
-                 verdict=f"{label} {where} did not answer within {bound}: check that it is "
-                 f"up and reachable from here, or raise ARTSTORE_TIMEOUT; {probe}")  # fmt: skip
+    return Check(
+        label,
+        "fail",
+        f"{where}: no answer within {bound}",
+        data=data,
+        verdict=f"{label} {where} did not answer within {bound}: check that it is "
+        f"up and reachable from here, or raise ARTSTORE_TIMEOUT; {probe}",
+    )
 
 
 def dir_state(path: Path, *, write: bool) -> tuple[str, str]:

@@ -191,9 +191,16 @@ def compile_or_get_cached(
 
     def as_jax_would() -> Any:  # JAX's own path, its own cache included
         return _original(
-            backend, computation, devices, compile_options, host_callbacks, executable_devices,
-            pgle_profiler, *args, **kwargs,
-        )  # fmt: skip
+            backend,
+            computation,
+            devices,
+            compile_options,
+            host_callbacks,
+            executable_devices,
+            pgle_profiler,
+            *args,
+            **kwargs,
+        )
 
     # A failed store (its breaker open) does not bypass the tier: it is local disk.
     if (

@@ -318,8 +318,9 @@ def start(session: Session) -> None:
     _current.start()
 
 
-def note_named(session: Session | None, key: str, fingerprint: str, devices: tuple[int, ...],
-               platform: str) -> None:  # fmt: skip
+def note_named(
+    session: Session | None, key: str, fingerprint: str, devices: tuple[int, ...], platform: str
+) -> None:
     """The program loaded or built the named executable `key`: part of its working set."""
     if session is not None and enabled(session, platform):
         entry = WorkingEntry(key, b"", devices, 0, "named")

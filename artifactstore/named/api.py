@@ -59,13 +59,23 @@ def compiled(
     if fn is None or not callable(fn) or _is_spec(fn):
         given = specs if fn is None else (fn, *specs)
         return functools.partial(
-            _compiled, specs=given, name=name, version=version,
-            static_argnums=static_argnums, portable=portable, platforms=chosen,
-        )  # fmt: skip
+            _compiled,
+            specs=given,
+            name=name,
+            version=version,
+            static_argnums=static_argnums,
+            portable=portable,
+            platforms=chosen,
+        )
     return _compiled(
-        fn, specs=specs, name=name, version=version, static_argnums=static_argnums,
-        portable=portable, platforms=chosen,
-    )  # fmt: skip
+        fn,
+        specs=specs,
+        name=name,
+        version=version,
+        static_argnums=static_argnums,
+        portable=portable,
+        platforms=chosen,
+    )
 
 
 def _compiled(

@@ -152,8 +152,10 @@ def refuse_implicit(lowered: Any, name: str) -> None:
             "arguments; pass them as arguments instead"
         )
     if args.get("tuple_args") or args.get("mut"):
-        raise NamedBuildError(f"{name}: JAX tuples or mutates this function's arguments; "
-                              "named executables do not support that")  # fmt: skip
+        raise NamedBuildError(
+            f"{name}: JAX tuples or mutates this function's arguments; "
+            "named executables do not support that"
+        )
 
 
 # -- specs and devices ----------------------------------------------------------

@@ -142,10 +142,12 @@ class _FastCall:
         import jax.numpy as jnp
 
         inputs, outputs = named.header.inputs, named.header.outputs
-        specs = inputs.unflatten([
-            jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s)  # type: ignore[no-untyped-call]
-            for leaf, s in zip(inputs.leaves, named._in_shardings, strict=True)
-        ])  # fmt: skip
+        specs = inputs.unflatten(
+            [
+                jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=s)  # type: ignore[no-untyped-call]
+                for leaf, s in zip(inputs.leaves, named._in_shardings, strict=True)
+            ]
+        )
         static = {i for i, _ in inputs.static_values()}
         dynamic = [spec for i, spec in enumerate(specs) if i not in static]
 
@@ -160,8 +162,12 @@ class _FastCall:
                 compiled = jitted.lower(*dynamic).compile()
             return cls(compiled, named)
         except Exception as exc:  # an unforeseen JAX: every call takes the checked path
-            log.debug("artifactstore: %s@%s: no fast call path (%s)", named.name,
-                      named.version, one_line(exc))  # fmt: skip
+            log.debug(
+                "artifactstore: %s@%s: no fast call path (%s)",
+                named.name,
+                named.version,
+                one_line(exc),
+            )
             return None
 
     def __call__(self, args: tuple[Any, ...]) -> Any:

@@ -169,5 +169,6 @@ def secure_local_dirs(settings: Settings) -> None:
         dirs.append(index.parent)
     for path in dict.fromkeys(Path(os.path.realpath(d)) for d in dirs):
         top = cache if cache is not None and cache in (path, *path.parents) else path
-        safedir.secure_dir(path, top=top, modes=modes, create=create, trust=trust,
-                           setting="ARTSTORE_URL")  # fmt: skip
+        safedir.secure_dir(
+            path, top=top, modes=modes, create=create, trust=trust, setting="ARTSTORE_URL"
+        )

@@ -267,8 +267,14 @@ def warm_one(item: Item, recorder: child.Recorder, warnings: Warnings) -> dict[s
 
         spec = item.named
         try:
-            compiled(spec.fn, *spec.specs, name=spec.name, version=spec.version,
-                     static_argnums=spec.static_argnums, platforms=spec.platforms)  # fmt: skip
+            compiled(
+                spec.fn,
+                *spec.specs,
+                name=spec.name,
+                version=spec.version,
+                static_argnums=spec.static_argnums,
+                platforms=spec.platforms,
+            )
         except Exception as exc:
             result["error"] = f"does not build: {one_line(exc)}"
             return result
