@@ -35,7 +35,7 @@ from artifactstore.config.host import compute
 from artifactstore.errors import CorruptObject, UnsafeDirectory
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.put import Put
-from artifactstore.store import Store, tier
+from artifactstore.store import Store, notices
 from artifactstore.store.tier import LocalTier, TierEntry, open_tier
 
 KEY, OTHER_KEY = "a" * 64, "b" * 64
@@ -43,7 +43,7 @@ KEY, OTHER_KEY = "a" * 64, "b" * 64
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tier, "_warned", set())  # each test sees its own "warn once"
+    monkeypatch.setattr(notices, "_warned", set())  # each test sees its own "warn once"
 
 
 @pytest.fixture

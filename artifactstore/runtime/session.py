@@ -26,7 +26,8 @@ from artifactstore.store.background import Timer, call_with_timeout, executor
 from artifactstore.store.breaker import BACKENDS, describe, per_backend
 from artifactstore.store.chain import Chain, Found, Request
 from artifactstore.store.counters import Counters
-from artifactstore.store.tier import LocalTier, open_tier, warn_once
+from artifactstore.store.notices import warn_once
+from artifactstore.store.tier import LocalTier, open_tier
 
 __all__ = ["Session", "warn_once"]  # warn_once: the process's one registry (store.tier)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from artifactstore.errors import one_line
 from artifactstore.store.chain import Found, Missed, Request
-from artifactstore.store.tier import warn_once
+from artifactstore.store.notices import warn_once
 
 if TYPE_CHECKING:
     from artifactstore.runtime.session import Session

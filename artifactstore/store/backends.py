@@ -22,6 +22,7 @@ from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import ArtstoreError, StoreUnavailable, one_line
 from artifactstore.index import db
 from artifactstore.index.repo import EntryIndex
+from artifactstore.store import notices
 from artifactstore.store.breaker import Breaker, per_backend
 from artifactstore.store.tier import LocalTier, open_tier
 
@@ -53,7 +54,6 @@ class Backends:
         self._engine = engine
         self._index = EntryIndex(engine, settings.namespace) if engine is not None else None
         self._engine_lock = threading.Lock()
-        self._warned: set[str] = set()
         # Told which backend a lookup turns to, so that a caller timing the lookup out
         # knows which one hung (the session's per-backend circuit breakers).
         self.using: Callable[[str], None] = ignore
@@ -93,10 +93,11 @@ class Backends:
         return self.settings.index_is_server and self._engine is None
 
     def warn_once(self, topic: str, message: str, *args: object) -> None:
-        """One line per topic for this store (a failing backend is said once, not per key)."""
-        if topic not in self._warned:
-            self._warned.add(topic)
-            log.warning("artifactstore: " + message, *args)
+        """One line per topic for this store (a failing backend is said once, not per key):
+        the process's registry, the topic scoped by this store."""
+        notices.warn_once(
+            f"{self.settings.blobs.describe()}|{self.settings.namespace}|{topic}", message, *args
+        )
 
     def release_idle(self) -> None:
         """Close idle database connections (a process that only trains holds none)."""

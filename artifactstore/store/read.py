@@ -21,7 +21,7 @@ from artifactstore.store import removed
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
 from artifactstore.store.chain import Found, Missed
-from artifactstore.store.tier import warn_once as process_warn_once
+from artifactstore.store.notices import warn_once as process_warn_once
 from artifactstore.store.write import WritePath, remember
 
 NO_TRUSTED_KEYS = (

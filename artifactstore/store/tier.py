@@ -56,6 +56,7 @@ from artifactstore.formats.codec import check_digest
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.records import load_record
 from artifactstore.store.counters import Counters
+from artifactstore.store.notices import warn_once
 from artifactstore.store.quick import QuickKeys
 
 if TYPE_CHECKING:
@@ -103,8 +104,7 @@ class LocalTier:
     ) -> None:
         """`top`, `modes`, `trust`, `setting`: see `safedir.Tree` (whose directories, the
         option a refusal names); `counters`: where refusals count (a session's: the process's)."""
-        self.blobs = LocalBlobStore(root, name, modes=modes, top=top, trust=trust,
-                                    setting=setting)  # fmt: skip
+        self.blobs = LocalBlobStore(root, name, modes=modes, top=top, trust=trust, setting=setting)
         self.tree = self.blobs.tree  # every file below is opened through it
         self._off = False  # a directory was refused: not used again by this process
         # Only objects signed by one of these keys for `namespace` are loaded
@@ -232,8 +232,9 @@ class LocalTier:
         if entry is None or entry.fingerprint != fingerprint_digest:
             return None
         try:
-            data = self._do(lambda: self.blobs.get(entry.digest, max_bytes=self.max_object_bytes),
-                            None)  # fmt: skip
+            data = self._do(
+                lambda: self.blobs.get(entry.digest, max_bytes=self.max_object_bytes), None
+            )
         except OverLimit as exc:
             log.debug("artifactstore: tier copy of %s not loaded: %s", key[:12], exc)
             return None
@@ -383,18 +384,6 @@ class LocalTier:
                     log.debug("artifactstore: dropping unreadable access journal %s", name)
         except UnsafeDirectory as exc:
             self._refused(exc)
-
-
-_warned: set[str] = set()
-
-
-def warn_once(topic: str, message: str, *args: object) -> None:
-    """One line per topic per process: the process's one registry (the session's, the
-    tier's and the store's refusals of signatures: a refused tier copy and the store's
-    refused object are one refusal to the user), so a problem never floods the log."""
-    if topic not in _warned:
-        _warned.add(topic)
-        log.warning("artifactstore: " + message, *args)
 
 
 def open_tier(settings: Settings, counters: Counters | None = None) -> LocalTier | None:

@@ -25,7 +25,8 @@ from artifactstore.index.repo import EntryInfo, NewEntry
 from artifactstore.store import identity
 from artifactstore.store.backends import Backends
 from artifactstore.store.counters import Counters
-from artifactstore.store.tier import LocalTier, warn_once
+from artifactstore.store.notices import warn_once
+from artifactstore.store.tier import LocalTier
 
 if TYPE_CHECKING:
     from artifactstore.config import Settings

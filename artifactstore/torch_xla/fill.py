@@ -29,7 +29,7 @@ from artifactstore.errors import CorruptObject, one_line
 from artifactstore.formats.torchxla import key_prefix, unframe
 from artifactstore.store.chain import Chain, Found, Request
 from artifactstore.store.lanes import Lane
-from artifactstore.store.tier import warn_once
+from artifactstore.store.notices import warn_once
 
 if TYPE_CHECKING:
     from artifactstore.runtime.session import Session
