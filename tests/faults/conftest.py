@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,11 +62,14 @@ def warm(stack: Stack) -> str:
 
 @pytest.fixture(scope="session")
 def warm_keys(stack: Stack, warm: str) -> set[str]:
-    """The keys of the warm namespace: every cell ends with all of them still there."""
+    """The keys of the warm namespace: every cell ends with all of them still there.
+    (And the cells' shortcuts around the CLI, `ls` and `verify`, say what it says.)"""
     listed = stack.cli_ls(warm)
     assert {k: e["digest"] for k, e in listed.items()} == {
         k: e["digest"] for k, e in stack.ls(warm).items()
     }
+    cli = artstore("verify", "--json", env=stack._direct_env(warm))
+    assert cli.stdout and json.loads(cli.stdout) == stack.verify(warm), cli.stderr
     return set(listed)
 
 
