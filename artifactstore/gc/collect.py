@@ -44,7 +44,7 @@ def collect(
         if not policy.dry_run:
             raise
         # A dry run deletes nothing: it may look at the index with the object store down.
-    run = GcRun(store, policy, on_remove, progress)
+    run = GcRun(store, store.withdraw, policy, on_remove, progress)
     try:
         report = _run(run, wait=wait)
     finally:  # also when interrupted part way
@@ -55,8 +55,8 @@ def collect(
 
 
 def _run(run: GcRun, *, wait: bool) -> GcReport:
-    max_hold = run.store.settings.lease_max_hold_secs
-    run.lease = Lease(run.store.engine, f"gc:{run.store.namespace}", max_hold_secs=max_hold)
+    max_hold = run.parts.settings.lease_max_hold_secs
+    run.lease = Lease(run.parts.engine, f"gc:{run.parts.namespace}", max_hold_secs=max_hold)
     try:
         run.lease.acquire(wait=wait)
     except (KeyboardInterrupt, interrupts.Terminated):
@@ -72,12 +72,12 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
             store_down, run.report.reconcile_skipped = True, one_line(exc)
         # Also in dry runs: folding loses nothing, and without it the dry
         # run would choose by other access times than the real run.
-        fold, why = fold_or_say_why(run.store)
+        fold, why = fold_or_say_why(run.parts)
         if why is not None and not run.policy.dry_run:
             raise StoreUnavailable(f"hit journals not folded: {why}")
         run.report.journals_folded, run.report.journals_refused = fold.journals, fold.refused
         run.report.journals_set_aside, run.report.journals_left = fold.set_aside, fold.left
-        run.report.accesses_folded = fold_accesses(run.store.engine, run.store.namespace)
+        run.report.accesses_folded = fold_accesses(run.parts.engine, run.parts.namespace)
         if not store_down:
             try:
                 drop_stored_quick_keys(run)
@@ -86,7 +86,7 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
                 if not run.policy.dry_run:
                     raise
                 store_down, run.report.reconcile_skipped = True, one_line(exc)
-        limit = effective_limit(run.store, run.policy.max_bytes)
+        limit = effective_limit(run.parts, run.policy.max_bytes)
         run.report.limit_bytes = limit
         run.report.bytes_before = run.ix.referenced_bytes()
         drop_old_jaxlib(run)
@@ -185,7 +185,7 @@ def _delete_entries(run: GcRun, victims: Victims, phase: str, total: int, reason
                 high,
                 _noting(keys, lambda row: _entry_removed(run, row, reason)),
             )
-            run.store.withdraw(keys)
+            run.withdraw(keys)
         low = high
         run.progress(phase, deleted, total)
         run.keep_lease()
@@ -194,7 +194,7 @@ def _delete_entries(run: GcRun, victims: Victims, phase: str, total: int, reason
 # -- objects ----------------------------------------------------------------
 def delete_unreferenced_objects(run: GcRun) -> None:
     """Sweep the object rows in digest ranges of `object_batch` rows each."""
-    delete_blobs = None if run.policy.dry_run else run.store.blobs.delete_many
+    delete_blobs = None if run.policy.dry_run else run.parts.blobs.delete_many
     total = run.ix.count_objects()
     swept = 0
     after: str | None = ""

@@ -28,7 +28,7 @@ from artifactstore.errors import CorruptObject, one_line
 from artifactstore.formats import usage as _usage
 from artifactstore.formats.journal import Journal, check_journal_name
 from artifactstore.index.accesses import ROW_HITS_MAX, append_accesses, clean_touches
-from artifactstore.store import Store
+from artifactstore.store import StoreParts
 
 log = logging.getLogger("artifactstore")
 
@@ -57,7 +57,7 @@ _Rows = tuple[dict[str, tuple[int, datetime]], dict[str, int], _usage.Usage]
 
 
 def fold_journals(
-    store: Store,
+    parts: StoreParts,
     *,
     progress: Callable[[int], None] | None = None,
     max_journals: int | None = None,
@@ -78,7 +78,7 @@ def fold_journals(
     max_journals = FOLD_MAX_JOURNALS if max_journals is None else max_journals
     max_bytes = FOLD_MAX_BYTES if max_bytes is None else max_bytes
     read, gets = 0, 0  # bytes of the journals taken, journals asked for
-    names = store.blobs.iter_records(JOURNALS)
+    names = parts.blobs.iter_records(JOURNALS)
     for name in names:
         if gets >= max_journals and _is_journal(name):
             result.left = _count_left(name, names)
@@ -91,9 +91,9 @@ def fold_journals(
             continue
         gets += 1
         try:
-            data = store.blobs.get_record(JOURNALS, name)
+            data = parts.blobs.get_record(JOURNALS, name)
         except Exception as exc:
-            store.blobs.check()  # the object store itself is down: that stops the fold
+            parts.blobs.check()  # the object store itself is down: that stops the fold
             result.set_aside += 1
             _warn(f"leaving hit journal {name} alone: it could not be read ({one_line(exc)})")
             continue
@@ -117,8 +117,8 @@ def fold_journals(
         counts.update(rows[1])
         _usage.merge(usage, rows[2])
         if len(batch) >= BATCH:
-            _commit(store, batch, touches, counts, usage, result, progress)
-    _commit(store, batch, touches, counts, usage, result, progress)
+            _commit(parts, batch, touches, counts, usage, result, progress)
+    _commit(parts, batch, touches, counts, usage, result, progress)
     return result
 
 
@@ -156,7 +156,7 @@ def _warn(message: str) -> None:
 
 
 def _commit(
-    store: Store,
+    parts: StoreParts,
     batch: list[str],
     touches: dict[str, tuple[int, datetime]],
     counts: Counter[str],
@@ -168,10 +168,10 @@ def _commit(
     (hit statistics), never loses them."""
     if not batch:
         return
-    append_accesses(store.engine, store.namespace, touches)
+    append_accesses(parts.engine, parts.namespace, touches)
     if counts or usage:
-        store.index.add_counters(dict(counts), usage)
-    store.blobs.delete_records(JOURNALS, batch)
+        parts.index.add_counters(dict(counts), usage)
+    parts.blobs.delete_records(JOURNALS, batch)
     result.hits += sum(n for n, _ in touches.values())
     if progress is not None:
         progress(len(batch))
@@ -181,10 +181,10 @@ def _commit(
     usage.clear()
 
 
-def fold_or_say_why(store: Store) -> tuple[JournalFold, str | None]:
+def fold_or_say_why(parts: StoreParts) -> tuple[JournalFold, str | None]:
     """`fold_journals`, or why it could not run (the object store is down: a dry-run
     gc and `artstore stats` still work from the index)."""
     try:
-        return fold_journals(store), None
+        return fold_journals(parts), None
     except Exception as exc:
         return JournalFold(), one_line(exc)

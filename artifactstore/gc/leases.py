@@ -27,12 +27,12 @@ MAX_RECORDS = 10_000  # records looked at per run: the rest is the next run's
 
 def drop_stale_leases(run: GcRun) -> None:
     """Delete (dry run: count) stale compile lease rows and records of the namespace."""
-    settings = run.store.settings
+    settings = run.parts.settings
     grace = settings.lease_ttl_secs
-    ns = run.store.namespace
+    ns = run.parts.namespace
     prefix, _, suffix = compile_lease_name(ns, "\0").partition("\0")
     rows = stale_leases(
-        run.store.engine,
+        run.parts.engine,
         prefix,
         suffix,
         grace_secs=grace,
@@ -50,7 +50,7 @@ def drop_stale_leases(run: GcRun) -> None:
 
 
 def _names(run: GcRun) -> Iterator[str]:
-    for n, key in enumerate(run.store.blobs.iter_records(LEASES)):
+    for n, key in enumerate(run.parts.blobs.iter_records(LEASES)):
         if n >= MAX_RECORDS:
             return
         yield key
@@ -59,12 +59,12 @@ def _names(run: GcRun) -> Iterator[str]:
 def _drop(run: GcRun, keys: list[str]) -> None:
     if not keys:
         return
-    settings, ns = run.store.settings, run.store.namespace
+    settings, ns = run.parts.settings, run.parts.namespace
     now = time.time()
     stale: list[str] = []
     unexpired: list[str] = []
     for key in keys:
-        data = run.store.blobs.get_record(LEASES, key)
+        data = run.parts.blobs.get_record(LEASES, key)
         if data is None:
             continue  # released meanwhile
         try:
@@ -75,8 +75,8 @@ def _drop(run: GcRun, keys: list[str]) -> None:
         gone = expired(record, settings, now) or dead_here(record.holder)
         (stale if gone else unexpired).append(key)
     names = {compile_lease_name(ns, key): key for key in unexpired}
-    live = live_leases(run.store.engine, list(names), grace_secs=settings.lease_ttl_secs)
+    live = live_leases(run.parts.engine, list(names), grace_secs=settings.lease_ttl_secs)
     stale += [key for name, key in names.items() if name not in live]
     if stale and not run.policy.dry_run:
-        run.store.blobs.delete_records(LEASES, stale)
+        run.parts.blobs.delete_records(LEASES, stale)
     run.report.lease_records_removed += len(stale)

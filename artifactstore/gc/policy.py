@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from artifactstore.errors import ConfigError
 from artifactstore.index.quotas import get_quota
-from artifactstore.store import Store
+from artifactstore.store import StoreParts
 
 # An unreferenced object younger than this may be a put in flight (its entry not
 # committed yet): gc never deletes it, and verify does not call it an orphan.
@@ -27,9 +27,9 @@ class Policy:
     allow_missing: bool = False
 
 
-def effective_limit(store: Store, max_bytes: int | None) -> int | None:
+def effective_limit(parts: StoreParts, max_bytes: int | None) -> int | None:
     """The smaller of `max_bytes` and the namespace's quota (None: no size limit)."""
-    quota = get_quota(store.engine, store.namespace)
+    quota = get_quota(parts.engine, parts.namespace)
     limits = [v for v in (max_bytes, quota) if v is not None]
     return min(limits) if limits else None
 

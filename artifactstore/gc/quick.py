@@ -18,7 +18,7 @@ BATCH = 1000  # records per index query and per delete request
 def drop_stored_quick_keys(run: GcRun) -> None:
     """Delete (dry run: count) the quick-key records whose key has an entry."""
     batch: list[tuple[str, str]] = []
-    for name in run.store.blobs.iter_records(QUICK):
+    for name in run.parts.blobs.iter_records(QUICK):
         try:
             batch.append((name, split_quick_name(name)[1]))
         except ValueError:  # not one of ours: never deleted
@@ -33,5 +33,5 @@ def _drop(run: GcRun, batch: list[tuple[str, str]]) -> None:
     stored = run.ix.stored_keys([key for _, key in batch])
     names = [name for name, key in batch if key in stored]
     if names and not run.policy.dry_run:
-        run.store.blobs.delete_records(QUICK, names)
+        run.parts.blobs.delete_records(QUICK, names)
     run.report.quick_records_removed += len(names)

@@ -24,7 +24,7 @@ from artifactstore.gc.policy import Policy
 from artifactstore.gc.report import GcReport
 from artifactstore.index.eviction import EvictionIndex
 from artifactstore.index.quotas import get_quota
-from artifactstore.store import Store
+from artifactstore.store import Store, StoreParts
 
 log = logging.getLogger("artifactstore")
 
@@ -76,11 +76,8 @@ class QuotaPass:
 
     def _run(self) -> GcReport | None:
         store = self.store
-        limit = get_quota(store.engine, store.namespace)
-        if (
-            limit is None
-            or EvictionIndex(store.engine, store.namespace).referenced_bytes() <= limit
-        ):
+        limit = _over_quota(store)
+        if limit is None:
             return None
         report = collect(store, Policy(reconcile=False))
         self.runs += 1
@@ -94,3 +91,11 @@ class QuotaPass:
             format_size(limit),
         )
         return report
+
+
+def _over_quota(parts: StoreParts) -> int | None:
+    """The namespace's quota where its referenced bytes are over it, else None."""
+    limit = get_quota(parts.engine, parts.namespace)
+    if limit is None or EvictionIndex(parts.engine, parts.namespace).referenced_bytes() <= limit:
+        return None
+    return limit

@@ -27,7 +27,7 @@ from artifactstore.gc.report import PhaseProgress
 from artifactstore.index import health
 from artifactstore.index.diagnosis import sqlite_path
 from artifactstore.index.repo import NewEntry
-from artifactstore.store import Store, identity
+from artifactstore.store import Store, StoreParts, identity
 
 
 @dataclass(frozen=True)
@@ -129,21 +129,21 @@ def rebuild(store: Store, *, progress: PhaseProgress | None = None) -> RebuildRe
     return report
 
 
-def _from_objects(store: Store, report: RebuildReport, progress: PhaseProgress | None) -> None:
+def _from_objects(parts: StoreParts, report: RebuildReport, progress: PhaseProgress | None) -> None:
     """Restore the rows of entries that only an object still carries."""
-    for info in store.blobs.iter_blobs():
+    for info in parts.blobs.iter_blobs():
         report.objects += 1
-        if store.index.keys_for_digest(info.digest):
+        if parts.index.keys_for_digest(info.digest):
             report.present += 1
         else:
             try:
-                found = recover(store.blobs, info.digest)
+                found = recover(parts.blobs, info.digest)
             except CorruptObject:
                 report.corrupt.append(info.digest)
                 found = None
             if found is None:
                 report.without_metadata += info.digest not in report.corrupt
-            elif store.index.add_entry(found.entry, found.fingerprint_json):
+            elif parts.index.add_entry(found.entry, found.fingerprint_json):
                 report.restored.append(found.entry.key)
             else:
                 report.superseded += 1
@@ -151,28 +151,30 @@ def _from_objects(store: Store, report: RebuildReport, progress: PhaseProgress |
             progress("objects", 1, None)
 
 
-def _from_manifests(store: Store, report: RebuildReport, progress: PhaseProgress | None) -> None:
+def _from_manifests(
+    parts: StoreParts, report: RebuildReport, progress: PhaseProgress | None
+) -> None:
     """Restore the rows of entries whose manifest is published and whose object verifies."""
-    for key in store.blobs.iter_manifest_keys():
+    for key in parts.blobs.iter_manifest_keys():
         report.manifests += 1
         if progress is not None:
             progress("manifests", 1, None)
-        if store.index.lookup(key) is not None:
+        if parts.index.lookup(key) is not None:
             continue
-        found = _follow(store, key)
+        found = _follow(parts, key)
         if found is None:
             report.manifests_unused += 1
-        elif store.index.add_entry(found.entry, found.fingerprint_json):
+        elif parts.index.add_entry(found.entry, found.fingerprint_json):
             report.restored.append(key)
             report.from_manifests += 1
 
 
-def _follow(store: Store, key: str) -> Recovered | None:
+def _follow(parts: StoreParts, key: str) -> Recovered | None:
     """The entry `key`'s manifest names, if its object exists, is intact and is `key`'s."""
-    data = store.blobs.get_manifest(key)
+    data = parts.blobs.get_manifest(key)
     try:
         manifest = None if data is None else Manifest.decode(data, key)
-        found = None if manifest is None else recover(store.blobs, manifest.digest)
+        found = None if manifest is None else recover(parts.blobs, manifest.digest)
     except CorruptObject:  # the object pass counts a corrupt object once, as corrupt
         return None
     if found is None or manifest is None:
@@ -182,18 +184,18 @@ def _follow(store: Store, key: str) -> Recovered | None:
     return found
 
 
-def index_problem(store: Store) -> str | None:
+def index_problem(parts: StoreParts) -> str | None:
     """Why gc must not trust this index, naming the fix; None when it may.
 
     Checks the database's own integrity and that an index with no entries is not
     sitting over an object store that has some (a lost or replaced index).
     """
-    problem = health.integrity_problem(store.engine)
+    problem = health.integrity_problem(parts.engine)
     if problem is not None:
         return str(problem)  # its own fix: `db rebuild` only for a corrupt file
-    stats = store.index.stats()
+    stats = parts.index.stats()
     # Entries evicted by gc leave object rows until their objects go; a lost index has neither.
-    if stats.entries == 0 and stats.objects == 0 and _holds_lost_entries(store):
+    if stats.entries == 0 and stats.objects == 0 and _holds_lost_entries(parts):
         return (
             "the index is empty but the object store holds objects that are entries: "
             "the index was lost or replaced; run `artstore db rebuild`"
@@ -201,23 +203,23 @@ def index_problem(store: Store) -> str | None:
     return None
 
 
-def _holds_lost_entries(store: Store, sample: int = 20) -> bool:
+def _holds_lost_entries(parts: StoreParts, sample: int = 20) -> bool:
     """Whether any of the first `sample` objects carries an entry the index lacks
     (objects that predate metadata, or a writer's orphan of an existing key, do not)."""
-    for n, info in enumerate(store.blobs.iter_blobs()):
+    for n, info in enumerate(parts.blobs.iter_blobs()):
         if n >= sample:
             break
         try:
-            found = recover(store.blobs, info.digest)
+            found = recover(parts.blobs, info.digest)
         except CorruptObject:
             continue
-        if found is not None and store.index.lookup(found.entry.key) is None:
+        if found is not None and parts.index.lookup(found.entry.key) is None:
             return True
     return False
 
 
-def require_sound_index(store: Store) -> None:
-    problem = index_problem(store)
+def require_sound_index(parts: StoreParts) -> None:
+    problem = index_problem(parts)
     if problem is not None:
         raise IndexDamaged(f"refusing to gc: {problem}")
 
@@ -270,15 +272,20 @@ def check(settings: Settings) -> CheckReport:
         engine.dispose()
     store = Store.open(settings)
     try:
-        report.entries = store.index.stats().entries
-        problem = index_problem(store)
-        if problem is not None:
-            report.problems.append(problem)
-        # A sound index of another store (a mistyped bucket) is no index for this one.
-        binding = identity.check(store.blobs, store.engine, store.namespace, settings.index_url)
-        report.binding = binding.state
-        if binding.state == identity.MISMATCH:
-            report.problems.append(binding.refusal())
+        _check_opened(store, report, settings.index_url)
     finally:
         store.close()
     return report
+
+
+def _check_opened(parts: StoreParts, report: CheckReport, index_url: str) -> None:
+    """`check`'s part that needs the store open: the index's soundness and binding."""
+    report.entries = parts.index.stats().entries
+    problem = index_problem(parts)
+    if problem is not None:
+        report.problems.append(problem)
+    # A sound index of another store (a mistyped bucket) is no index for this one.
+    binding = identity.check(parts.blobs, parts.engine, parts.namespace, index_url)
+    report.binding = binding.state
+    if binding.state == identity.MISMATCH:
+        report.problems.append(binding.refusal())

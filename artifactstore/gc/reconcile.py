@@ -36,8 +36,8 @@ def missing_limit(entries: int) -> int:
 
 def _too_many(run: GcRun, what: str) -> ArtstoreError:
     return ArtstoreError(
-        f"gc refused: {what} of namespace {run.store.namespace} have no object in "
-        f"{run.store.blobs.describe()} (more than {MISSING_SHARE:.0%}), so nothing was "
+        f"gc refused: {what} of namespace {run.parts.namespace} have no object in "
+        f"{run.parts.blobs.describe()} (more than {MISSING_SHARE:.0%}), so nothing was "
         "dropped: check ARTSTORE_URL and the namespace (`artstore doctor`), or pass "
         "--allow-missing to drop the entries whose objects are gone"
     )
@@ -48,8 +48,8 @@ def check_missing(run: GcRun) -> None:
     share that reconciling would refuse anyway (the walk counts exactly, later)."""
     if run.policy.allow_missing or not run.policy.reconcile:
         return
-    digests = newest_digests(run.store.engine, run.store.namespace, SAMPLE)
-    missing = sum(1 for d in digests if not run.store.blobs.exists(d))
+    digests = newest_digests(run.parts.engine, run.parts.namespace, SAMPLE)
+    missing = sum(1 for d in digests if not run.parts.blobs.exists(d))
     if missing > missing_limit(len(digests)):
         raise _too_many(run, f"{missing} of the {len(digests)} newest entries")
 
@@ -92,13 +92,13 @@ def _restored(run: GcRun, blob: BlobInfo) -> bool:
     """An orphan that carries an entry the index lacks (a lost row, an index restored
     from an older backup) becomes that entry again instead of being deleted."""
     try:
-        found = rebuild.recover(run.store.blobs, blob.digest)
+        found = rebuild.recover(run.parts.blobs, blob.digest)
     except CorruptObject:
         return False  # deleted as an orphan like any other unreadable blob
-    if found is None or run.store.index.lookup(found.entry.key) is not None:
+    if found is None or run.parts.index.lookup(found.entry.key) is not None:
         return False
     if not run.policy.dry_run:
-        run.store.index.add_entry(found.entry, found.fingerprint_json)
+        run.parts.index.add_entry(found.entry, found.fingerprint_json)
     run.report.entries_restored += 1
     return True
 
@@ -106,13 +106,13 @@ def _restored(run: GcRun, blob: BlobInfo) -> bool:
 def remove_orphans(run: GcRun) -> None:
     """gc's last phase: delete blobs that neither an entry nor an object row knows,
     once older than the grace period, and drop entries whose object is gone."""
-    ix, blobs, dry_run = run.ix, run.store.blobs, run.policy.dry_run
+    ix, blobs, dry_run = run.ix, run.parts.blobs, run.policy.dry_run
     cutoff = run.grace_cutoff.timestamp()
     # Entries whose object is gone are held back until the walk has counted them, so
     # that too many of them refuse with none dropped (see MISSING_SHARE).
     limit, total = None, 0
     if not run.policy.allow_missing:
-        total = entry_count(run.store.engine, run.store.namespace)
+        total = entry_count(run.parts.engine, run.parts.namespace)
         limit = missing_limit(total)
     held: list[str] = []
     for chunk in chunks(blobs, ix):
@@ -160,4 +160,4 @@ def _drop_missing(run: GcRun, missing: list[str]) -> None:
     for key, size in dropped:
         run.removed(Removal("entry", key, size, "missing-object"))
     if not run.policy.dry_run:
-        run.store.withdraw([key for key, _ in dropped])
+        run.withdraw([key for key, _ in dropped])

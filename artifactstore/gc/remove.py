@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from artifactstore.formats.named import split_module
-from artifactstore.store import Store, removed
+from artifactstore.store import Store, StoreParts, removed
 
 
 @dataclass
@@ -21,12 +21,12 @@ class RemoveReport:
     versions: list[str] = field(default_factory=list)  # NAME@VERSION removed for good
 
 
-def resolve_keys(store: Store, prefixes: Iterable[str]) -> tuple[list[str], list[str]]:
+def resolve_keys(parts: StoreParts, prefixes: Iterable[str]) -> tuple[list[str], list[str]]:
     """Expand key prefixes (as `ls` prints them) to full keys; also the unmatched ones."""
     keys: list[str] = []
     unknown: list[str] = []
     for prefix in prefixes:
-        found = store.index.keys_with_prefix(prefix.lower())
+        found = parts.index.keys_with_prefix(prefix.lower())
         if found:
             keys.extend(found)
         else:

@@ -13,7 +13,7 @@ from artifactstore.gc.policy import Policy
 from artifactstore.gc.report import GcReport, OnRemove, PhaseProgress, Removal
 from artifactstore.index.eviction import EvictionIndex, Victims
 from artifactstore.index.leases import Lease
-from artifactstore.store import Store
+from artifactstore.store import StoreParts
 
 # Entries are deleted by id range, one transaction per range, sized so that a
 # transaction takes about ENTRY_TX_SECS: long enough that each table page is
@@ -54,14 +54,16 @@ class AdaptiveBatch:
 class GcRun:
     def __init__(
         self,
-        store: Store,
+        parts: StoreParts,
+        withdraw: Callable[[list[str]], None],
         policy: Policy,
         on_remove: OnRemove | None,
         progress: PhaseProgress | None,
     ) -> None:
-        self.store = store
+        self.parts = parts
+        self.withdraw = withdraw  # the manifests of entries being removed (Store.withdraw)
         self.policy = policy
-        self.ix = EvictionIndex(store.engine, store.namespace)
+        self.ix = EvictionIndex(parts.engine, parts.namespace)
         self.on_remove = on_remove or (lambda _r: None)
         self.progress = progress or (lambda _p, _n, _t: None)
         self.lease: Lease | None = None
@@ -72,7 +74,7 @@ class GcRun:
             if policy.older_than_secs is not None
             else None
         )
-        self.report = GcReport(store.namespace, policy.dry_run, None)
+        self.report = GcReport(parts.namespace, policy.dry_run, None)
         # What this run has removed so far, as a predicate: a dry run deletes
         # nothing, so later phases must see the index as if these were gone.
         self.gone = Victims()

@@ -45,7 +45,7 @@ from artifactstore.gc.policy import DEFAULT_GRACE_SECS
 from artifactstore.index.eviction import EvictionIndex
 from artifactstore.index.identity import entry_count
 from artifactstore.index.repo import EntryInfo
-from artifactstore.store import Store
+from artifactstore.store import Store, StoreParts
 
 CountProgress = Callable[[int], None]  # objects checked since the last call
 
@@ -132,11 +132,21 @@ def verify(
     """
     report = VerifyReport(signatures_checked=store.settings.trusted_keys is not None)
     grace = DEFAULT_GRACE_SECS if grace_secs is None else grace_secs
-    cutoff = time.time() - grace
+    missing, stale = _check(store, report, time.time() - grace, progress)
+    if repair and not store.read_only:
+        _repair(store, report, missing, stale, allow_missing=allow_missing)
+    return report
+
+
+def _check(
+    parts: StoreParts, report: VerifyReport, cutoff: float, progress: CountProgress | None
+) -> tuple[list[str], list[EntryInfo]]:
+    """The check, which only reads: fills `report`; returns the digests of the objects
+    gone and the entries whose manifest is missing or stale."""
     missing: list[str] = []
-    for chunk in reconcile.chunks(store.blobs, EvictionIndex(store.engine, store.namespace)):
+    for chunk in reconcile.chunks(parts.blobs, EvictionIndex(parts.engine, parts.namespace)):
         for info in chunk.blobs:
-            data = store.blobs.get(info.digest)
+            data = parts.blobs.get(info.digest)
             if data is None:  # deleted while we scanned
                 continue
             report.objects_checked += 1
@@ -146,76 +156,85 @@ def verify(
             elif info.digest not in chunk.referenced and info.mtime < cutoff:
                 report.objects_without_entry.append(info.digest)
             elif info.digest in chunk.referenced:
-                _check_signature(store, data, info.digest, report)
+                _check_signature(parts, data, info.digest, report)
             if progress is not None:
                 progress(1)
-        missing += [d for d in chunk.unlisted() if not store.blobs.exists(d)]
+        missing += [d for d in chunk.unlisted() if not parts.blobs.exists(d)]
     report.entries_without_object = sorted(
-        key for digest in missing for key in store.index.keys_for_digest(digest)
+        key for digest in missing for key in parts.index.keys_for_digest(digest)
     )
     for names in (report.unsigned, report.bad_signature, report.untrusted_key):
         names.sort()
-    report.quarantined = sorted(b.digest for b in store.blobs.iter_quarantined())
-    stale = _check_manifests(store, report, set(missing))
-    if repair and not store.read_only:
-        if not allow_missing:
-            _check_share(store, set(report.corrupt) | set(missing))
-        for digest in report.corrupt:
-            store.blobs.quarantine(digest)
-        bad = set(report.corrupt) | set(missing)
-        for digest in bad:
-            keys = store.index.keys_for_digest(digest)
-            with interrupts.held():  # manifests and rows go together
-                store.withdraw(keys)
-                store.index.delete_entries(keys)
-        store.index.forget_objects(bad)
-        if bad:
-            store.entries_removed()
-        store.withdraw(report.manifests_without_entry)
-        for entry in stale:
-            if entry.digest not in bad:
-                store.publish(entry)
-        report.repaired = True
-    return report
+    report.quarantined = sorted(b.digest for b in parts.blobs.iter_quarantined())
+    return missing, _check_manifests(parts, report, set(missing))
 
 
-def _check_share(store: Store, bad: set[str]) -> None:
+def _repair(
+    store: Store,
+    report: VerifyReport,
+    missing: list[str],
+    stale: list[EntryInfo],
+    *,
+    allow_missing: bool,
+) -> None:
+    """Quarantine, drop and re-publish what `_check` found (see `verify`)."""
+    if not allow_missing:
+        _check_share(store, set(report.corrupt) | set(missing))
+    for digest in report.corrupt:
+        store.blobs.quarantine(digest)
+    bad = set(report.corrupt) | set(missing)
+    for digest in bad:
+        keys = store.index.keys_for_digest(digest)
+        with interrupts.held():  # manifests and rows go together
+            store.withdraw(keys)
+            store.index.delete_entries(keys)
+    store.index.forget_objects(bad)
+    if bad:
+        store.entries_removed()
+    store.withdraw(report.manifests_without_entry)
+    for entry in stale:
+        if entry.digest not in bad:
+            store.publish(entry)
+    report.repaired = True
+
+
+def _check_share(parts: StoreParts, bad: set[str]) -> None:
     """Refuse a repair that drops more entries than gc would (reconcile.missing_limit)."""
-    dropped = sum(len(store.index.keys_for_digest(digest)) for digest in bad)
-    total = entry_count(store.engine, store.namespace)
+    dropped = sum(len(parts.index.keys_for_digest(digest)) for digest in bad)
+    total = entry_count(parts.engine, parts.namespace)
     if dropped > reconcile.missing_limit(total):
         raise ArtstoreError(
             f"verify --repair refused: {dropped} of {total} entries of namespace "
-            f"{store.namespace} have no intact object in {store.blobs.describe()} (more than "
+            f"{parts.namespace} have no intact object in {parts.blobs.describe()} (more than "
             f"{reconcile.MISSING_SHARE:.0%}), so nothing was repaired: check ARTSTORE_URL and "
             "the namespace (`artstore doctor`), or pass --allow-missing to drop those entries"
         )
 
 
-def _check_manifests(store: Store, report: VerifyReport, missing: set[str]) -> list[EntryInfo]:
+def _check_manifests(parts: StoreParts, report: VerifyReport, missing: set[str]) -> list[EntryInfo]:
     """Cross-check manifests with index rows and objects (`missing`: the digests rows
     name whose objects are gone); the entries whose manifest to (re)publish.
 
     The three-way rules, and what a crash at each step leaves, are in this module's
     docstring: a put or a removal in flight can show here for a moment, and repairing
     it publishes or withdraws what the writer or the remover was about to."""
-    published = set(store.blobs.iter_manifest_keys())
+    published = set(parts.blobs.iter_manifest_keys())
     stale: list[EntryInfo] = []
     without_object: list[str] = []
-    for entry in store.index.iter_entries():
-        found = _read_manifest(store, entry.key) if entry.key in published else None
+    for entry in parts.index.iter_entries():
+        found = _read_manifest(parts, entry.key) if entry.key in published else None
         published.discard(entry.key)
         if found is None or found.digest != entry.digest or found.fingerprint != entry.fingerprint:
             stale.append(entry)
         if found is not None and (
             found.digest in missing
             if found.digest == entry.digest
-            else not store.blobs.exists(found.digest)
+            else not parts.blobs.exists(found.digest)
         ):
             without_object.append(entry.key)
     for key in published:  # no row: withdrawn by a repair; checked only to say why
-        found = _read_manifest(store, key)
-        if found is not None and not store.blobs.exists(found.digest):
+        found = _read_manifest(parts, key)
+        if found is not None and not parts.blobs.exists(found.digest):
             without_object.append(key)
     report.manifests_missing = sorted(e.key for e in stale)
     report.manifests_without_entry = sorted(published)
@@ -223,19 +242,19 @@ def _check_manifests(store: Store, report: VerifyReport, missing: set[str]) -> l
     return stale
 
 
-def _read_manifest(store: Store, key: str) -> Manifest | None:
+def _read_manifest(parts: StoreParts, key: str) -> Manifest | None:
     """`key`'s manifest; None where it is absent or damaged (a repair replaces it)."""
-    data = store.blobs.get_manifest(key)
+    data = parts.blobs.get_manifest(key)
     try:
         return None if data is None else Manifest.decode(data, key)
     except CorruptObject:
         return None
 
 
-def _check_signature(store: Store, data: bytes, digest: str, report: VerifyReport) -> None:
+def _check_signature(parts: StoreParts, data: bytes, digest: str, report: VerifyReport) -> None:
     """Sort the entries that reference this intact object by their signature."""
-    keys = store.index.keys_for_digest(digest)
-    trusted = store.settings.trusted_keys
+    keys = parts.index.keys_for_digest(digest)
+    trusted = parts.settings.trusted_keys
     sig = codec.read_signature(data)
     if sig is None:
         report.unsigned += keys
@@ -245,7 +264,7 @@ def _check_signature(store: Store, data: bytes, digest: str, report: VerifyRepor
         return
     for key in keys:
         try:
-            codec.check_signature(data, trusted, store.namespace, key=key)
+            codec.check_signature(data, trusted, parts.namespace, key=key)
         except codec.UntrustedKey:
             report.untrusted_key.append(key)
         except codec.CorruptObject:  # bad signature, or the object is another key's

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from artifactstore.store.backends import migrates_on_open, open_index, secure_local_dirs
     from artifactstore.store.facade import Store
+    from artifactstore.store.parts import StoreParts
     from artifactstore.store.read import Hit
     from artifactstore.store.write import encode_entry, keep_in_tier
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "Hit": "artifactstore.store.read",
     "Store": "artifactstore.store.facade",
+    "StoreParts": "artifactstore.store.parts",
     "encode_entry": "artifactstore.store.write",
     "keep_in_tier": "artifactstore.store.write",
     "migrates_on_open": "artifactstore.store.backends",
@@ -31,6 +33,7 @@ _HOMES = {
 __all__ = [
     "Hit",
     "Store",
+    "StoreParts",
     "encode_entry",
     "keep_in_tier",
     "migrates_on_open",
