@@ -682,3 +682,45 @@ def test_the_cool_down_rule_catches_a_cool_down() -> None:
     )
     assert len(_cool_downs(code)) == 2
     assert _cool_downs("deadline = time.monotonic() + timeout\n") == []
+
+
+# Code outside store/ gets the store's narrow parts (store.parts.StoreParts, or the one
+# part it needs: an index function takes the engine), not the Store to reach through
+# (issue 39, item 6). A ratchet: the reach-throughs left; this number may only go down.
+MAX_STORE_REACH_THROUGHS = 49
+STORE_PARTS_ATTRS = frozenset({"index", "blobs", "engine"})
+
+
+def _store_reach_throughs(source: str) -> list[str]:
+    """`store.index`, `self._store.blobs`, `run.store.engine`: a part found through a Store."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Attribute) and node.attr in STORE_PARTS_ATTRS):
+            continue
+        receiver = node.value
+        name = receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")
+        if name.lstrip("_") == "store":
+            found.append(f"{ast.unparse(node)} line {node.lineno}")
+    return found
+
+
+def test_store_reach_throughs_only_go_down() -> None:
+    """Pass the parts (StoreParts, or the blobs, index or engine themselves) instead."""
+    found = [
+        f"{name}: {hit}"
+        for name, path in _sources()
+        if not name.startswith("artifactstore.store.")
+        for hit in _store_reach_throughs(path.read_text())
+    ]
+    assert len(found) <= MAX_STORE_REACH_THROUGHS, (
+        f"{len(found)} reach-throughs into a Store outside store/ (at most "
+        f"{MAX_STORE_REACH_THROUGHS}): pass the parts instead\n" + "\n".join(found)
+    )
+
+
+def test_the_reach_through_rule_catches_a_reach_through() -> None:
+    code = (
+        "def f(run, store):\n    run.store.engine\n    self._store.blobs.get(d)\n    store.index\n"
+    )
+    assert len(_store_reach_throughs(code)) == 3
+    assert _store_reach_throughs("def f(parts, ix):\n    parts.index\n    ix.engine\n") == []
