@@ -37,7 +37,7 @@ from artifactstore.formats.bundle import (
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.index.repo import EntryInfo, Filters
 from artifactstore.named import keys as named_keys
-from artifactstore.store import Store
+from artifactstore.store import Store, StoreParts
 
 ZSTD_LEVEL = 3  # objects are compressed already: the tar headers are what shrinks
 
@@ -90,9 +90,9 @@ class ExportReport:
         return asdict(self)
 
 
-def select(store: Store, selection: Selection) -> Iterator[EntryInfo]:
+def select(parts: StoreParts, selection: Selection) -> Iterator[EntryInfo]:
     """The namespace's entries `selection` chooses, from the index only."""
-    for entry in store.index.iter_entries(selection.filters()):
+    for entry in parts.index.iter_entries(selection.filters()):
         if selection.accepts(entry):
             yield entry
 

@@ -56,7 +56,7 @@ from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.quick import SEPARATOR, split_quick_name
 from artifactstore.formats.workingset import WorkingSet, check_program_id
-from artifactstore.store import Store, secure_local_dirs
+from artifactstore.store import Store, StoreParts, secure_local_dirs
 from artifactstore.store.lanes import Lane
 from artifactstore.store.quick import BELOW_THRESHOLD_MAX
 from artifactstore.store.tier import LocalTier, open_tier
@@ -290,12 +290,12 @@ def pull(
     return report
 
 
-def _quick_keys(store: Store, fingerprint: str, report: PullReport) -> set[str]:
+def _quick_keys(parts: StoreParts, fingerprint: str, report: PullReport) -> set[str]:
     """The keys of `fingerprint`'s quick-key records (at most as many as a tier keeps);
     none, with the reason in `report`, where the object store refuses to list them."""
     keys: set[str] = set()
     try:
-        for name in store.blobs.iter_records(QUICK, prefix=fingerprint + SEPARATOR):
+        for name in parts.blobs.iter_records(QUICK, prefix=fingerprint + SEPARATOR):
             try:
                 of, key = split_quick_name(name)
             except ValueError:  # not one of ours: anyone who may write the bucket put it
@@ -311,15 +311,15 @@ def _quick_keys(store: Store, fingerprint: str, report: PullReport) -> set[str]:
 
 
 def _working_sets(
-    store: Store, tier: LocalTier, fingerprint: str, report: PullReport, dry_run: bool
+    parts: StoreParts, tier: LocalTier, fingerprint: str, report: PullReport, dry_run: bool
 ) -> None:
     """Copy `fingerprint`'s working sets into the tier, replacing the tier's copies; one
     that is unreadable or (where signatures are required) not signed by a trusted key is
     counted and not copied: anyone who may write the bucket chose its bytes. A refused
     listing is said. The bound counts working-set names only, never junk ones."""
-    trusted, read = store.settings.trusted_keys, 0
+    trusted, read = parts.settings.trusted_keys, 0
     try:
-        for name in store.blobs.iter_records(WORKING_SETS):
+        for name in parts.blobs.iter_records(WORKING_SETS):
             try:
                 check_program_id(name)
             except ValueError:  # not a working set's name: not counted against the bound
@@ -327,7 +327,7 @@ def _working_sets(
             read += 1
             if read > MAX_WORKING_SETS:
                 break
-            data = store.blobs.get_record(WORKING_SETS, name)
+            data = parts.blobs.get_record(WORKING_SETS, name)
             try:
                 found = None if data is None else WorkingSet.decode(data, name)
             except CorruptObject as exc:
@@ -336,7 +336,7 @@ def _working_sets(
                 continue
             if data is None or found is None or found.fingerprint != fingerprint:
                 continue
-            why = None if trusted is None else found.refusal(trusted, store.namespace)
+            why = None if trusted is None else found.refusal(trusted, parts.namespace)
             if why is not None:
                 log.debug("artifactstore: pull: working set %s not copied: %s", name[:12], why)
                 report.working_sets_refused += 1
