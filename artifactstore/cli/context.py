@@ -13,6 +13,7 @@ from artifactstore import config as _config
 from artifactstore.redact import redact
 
 if TYPE_CHECKING:
+    from artifactstore.index.repo import EntryIndex
     from artifactstore.store import Store
 
 EXIT_USAGE = 2
@@ -60,6 +61,14 @@ class Ctx:
             yield store
         finally:
             store.close()
+
+    @contextmanager
+    def index(self, **extra: Any) -> Iterator[EntryIndex]:
+        """The index alone, for commands that read or change nothing else (`ls`,
+        `quota`): the object store is not opened, and the command gets the index (its
+        `engine` for the index's functions), not the Store to reach through."""
+        with self.store(index_only=True, objects=False, **extra) as store:
+            yield store.index
 
 
 class PassThroughCommand(click.Command):

@@ -58,9 +58,9 @@ def ls_cmd(
         jaxlib_version=jaxlib,
         module_prefix=MODULE_PREFIX if named else None,
     )
-    with obj.store(index_only=True, objects=False) as store:
+    with obj.index() as index:
         entries = []
-        for entry in store.index.iter_entries(filters):
+        for entry in index.iter_entries(filters):
             entries.append(entry)
             if limit is not None and len(entries) >= limit:
                 break

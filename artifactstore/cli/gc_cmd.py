@@ -95,8 +95,8 @@ def gc_cmd(
     if all_namespaces:
         from artifactstore.index.quotas import namespaces as all_ns
 
-        with obj.store(index_only=True, objects=False) as store:
-            targets = list(all_ns(store.engine)) or [None]
+        with obj.index() as index:
+            targets = list(all_ns(index.engine)) or [None]
     out = Output(as_json=as_json, dry_run=dry_run, several=len(targets) > 1)
     out.begin()
     for namespace in targets:
@@ -168,8 +168,8 @@ def quota_set(obj: Ctx, namespace: str, size: str) -> None:
     _config.check_namespace(namespace)
     max_bytes = parse_size(size)
     # A read-only index refuses, saying why.
-    with obj.store(index_only=True, objects=False) as store:
-        quotas.set_quota(store.engine, namespace, max_bytes)
+    with obj.index() as index:
+        quotas.set_quota(index.engine, namespace, max_bytes)
     click.echo(f"quota of {namespace}: {format_limit(max_bytes)} ({max_bytes} bytes)")
 
 
@@ -181,10 +181,10 @@ def quota_ls(obj: Ctx, as_json: bool) -> None:
     from artifactstore.index import quotas
     from artifactstore.index.eviction import EvictionIndex
 
-    with obj.store(index_only=True, objects=False) as store:
+    with obj.index() as index:
         rows = [
-            (ns, limit, EvictionIndex(store.engine, ns).referenced_bytes())
-            for ns, limit in quotas.list_quotas(store.engine)
+            (ns, limit, EvictionIndex(index.engine, ns).referenced_bytes())
+            for ns, limit in quotas.list_quotas(index.engine)
         ]
     if as_json:
         print_json(
@@ -208,7 +208,7 @@ def quota_rm(obj: Ctx, namespace: str) -> None:
     """Remove NAMESPACE's quota."""
     from artifactstore.index import quotas
 
-    with obj.store(index_only=True, objects=False) as store:
-        if not quotas.remove_quota(store.engine, namespace):
+    with obj.index() as index:
+        if not quotas.remove_quota(index.engine, namespace):
             fail(f"namespace {namespace!r} has no quota: see `artstore quota ls`")
     click.echo(f"quota of {namespace} removed")
