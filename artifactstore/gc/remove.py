@@ -40,20 +40,27 @@ def remove(store: Store, keys: list[str] | None) -> RemoveReport:
     before = dict(store.index.referenced_digests())
     # Manifests first, so that no reader is sent to an entry being removed.
     store.withdraw(list(store.blobs.iter_manifest_keys()) if keys is None else keys)
-    if keys is None:
-        report.entries = store.index.delete_all_entries()
-    else:
-        report.entries = store.index.delete_entries(keys)
+    report.entries = _delete_entries(store, keys)
     if report.entries:
         store.entries_removed()
-    still = dict(store.index.referenced_digests())
+    _delete_orphans(store, before, report)
+    return report
+
+
+def _delete_entries(parts: StoreParts, keys: list[str] | None) -> int:
+    """The index rows of `keys` (all of the namespace's if None); how many went."""
+    return parts.index.delete_all_entries() if keys is None else parts.index.delete_entries(keys)
+
+
+def _delete_orphans(parts: StoreParts, before: dict[str, int], report: RemoveReport) -> None:
+    """Delete the objects of `before` (digest -> size) that no entry references now."""
+    still = dict(parts.index.referenced_digests())
     orphans = [d for d in before if d not in still]
     for digest in orphans:
-        if store.blobs.delete(digest):
+        if parts.blobs.delete(digest):
             report.objects += 1
             report.bytes += before[digest]
-    store.index.forget_objects(orphans)
-    return report
+    parts.index.forget_objects(orphans)
 
 
 def remove_named(store: Store, modules: dict[str, str]) -> RemoveReport:
