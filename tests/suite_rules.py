@@ -18,7 +18,9 @@ both kinds that the whole suite runs. Nobody keeps a list that could drift:
   started program writes its lines at exit with its parent-process chain, and the test
   whose process is in that chain claims them;
 - `--jax-only FILE` (oldest end) runs the cheapest set of recorded tests that together
-  run every recorded line (greedy weighted set cover: lines gained per second).
+  run every recorded line (greedy weighted set cover: lines gained per second);
+- `--interpreter-only FILE` (a Python between the ends, on the newest JAX) the same for
+  the lines of the interpreter-dependent modules alone: its JAX is the newest end's.
 
 The same module enforces "no test over 15 s without a reason": a slower one without
 `Slow:` in its docstring is named in the summary (a report, never a wall-clock assertion).
@@ -56,6 +58,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("artifactstore")
     group.addoption("--jax-record", metavar="FILE", help="append which adapter lines tests run")
     group.addoption("--jax-only", metavar="FILE", help="run the fewest tests that run them all")
+    group.addoption(
+        "--interpreter-only",
+        metavar="FILE",
+        help="run the fewest tests that run every recorded interpreter-dependent line",
+    )
 
 
 def _notes(record: str) -> Path:
@@ -95,14 +102,15 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-def adapter_files() -> dict[str, str]:
+def adapter_files(*, jax: bool = True) -> dict[str, str]:
     """The files whose lines the oldest end must run: the JAX adapter and the modules
-    that depend on the interpreter (absolute path -> path relative to the repository)."""
+    that depend on the interpreter (absolute path -> path relative to the repository);
+    without `jax`, only the latter (what a Python between the ends must run)."""
     files = sorted(PACKAGE.rglob("*.py"))
     return {
         str(f): f.relative_to(PACKAGE.parent).as_posix()
         for f in files
-        if f.parent.name == "jaxhook" or imports_jax(f) or depends_on_interpreter(f)
+        if (jax and (f.parent.name == "jaxhook" or imports_jax(f))) or depends_on_interpreter(f)
     }
 
 
@@ -216,21 +224,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.relative_to(HERE).as_posix().startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
-    only = config.getoption("--jax-only")
-    if not only:
+    if hasattr(config, "workerinput"):  # an xdist worker: what it collects is the schedule
+        _longest_first(items)
+    end, middle = config.getoption("--jax-only"), config.getoption("--interpreter-only")
+    if not (end or middle):
         return
-    recorded = _read_record(only)
+    recorded = _read_record(end or middle)
+    ran = len({str(r["test"]) for r in recorded})
+    if middle:  # on the newest JAX: only the interpreter-dependent lines can differ
+        recorded = _only_lines(recorded, set(adapter_files(jax=False).values()))
     chosen = set(cover(recorded))
-    keep = [i for i in items if i.nodeid in chosen or _on_both_ends(i)]
+    keep = [i for i in items if i.nodeid in chosen or (end and _on_both_ends(i))]
     lines = {(f, n) for said in recorded for f, n in said["lines"]}  # type: ignore[attr-defined]
-    config.stash[COVER] = (
-        f"{len(chosen)} of {len({str(r['test']) for r in recorded})} recorded tests run all "
-        f"{len(lines)} adapter and interpreter-dependent lines the suite ran, and the "
-        f"{sum(map(_on_both_ends, keep))} tests under {', '.join(BOTH_ENDS)} run on both ends "
-        "(-m selects among them)"
-    )
+    what = "adapter and interpreter-dependent" if end else "interpreter-dependent"
+    said = f"{len(chosen)} of {ran} recorded tests run all {len(lines)} {what} lines the suite ran"
+    if end:
+        said += f", and the {sum(map(_on_both_ends, keep))} under {', '.join(BOTH_ENDS)} too"
+    config.stash[COVER] = said + " (-m selects among them)"
     config.hook.pytest_deselected(items=[i for i in items if i not in keep])
     items[:] = keep
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """Files by their expected time, longest first (each file's tests in their order), so
+    that `--dist loadfile --no-loadscope-reorder` hands the long ones out first and no worker
+    is left alone with one at the end (xdist's own order, by test count, put files of a few
+    slow tests last). A test over SLOW_SECS says `Slow:` in its docstring; others take ~2 s."""
+    cost: dict[Path, float] = {}
+    for item in items:
+        cost[item.path] = cost.get(item.path, 0.0) + (SLOW_SECS if "Slow:" in _doc(item) else 2.0)
+    items.sort(key=lambda item: -cost[item.path])
+
+
+def _doc(item: pytest.Item) -> str:
+    return getattr(getattr(item, "function", None), "__doc__", None) or ""
+
+
+def _only_lines(recorded: list[dict[str, object]], files: set[str]) -> list[dict[str, object]]:
+    """The record, each test's lines narrowed to `files` (tests left with none dropped)."""
+    narrowed = [
+        dict(said, lines=[ln for ln in said["lines"] if ln[0] in files])  # type: ignore[attr-defined]
+        for said in recorded
+    ]
+    return [said for said in narrowed if said["lines"]]
 
 
 def _on_both_ends(item: pytest.Item) -> bool:
@@ -241,14 +277,13 @@ def _on_both_ends(item: pytest.Item) -> bool:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
-    doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
-    if report.when == "call" and report.duration > SLOW_SECS and "Slow:" not in doc:
+    if report.when == "call" and report.duration > SLOW_SECS and "Slow:" not in _doc(item):
         report.user_properties.append(("slow_without_reason", round(report.duration, 1)))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if COVER in terminalreporter.config.stash:
-        terminalreporter.section("JAX adapter (--jax-only)")
+        terminalreporter.section("which tests this interpreter runs (suite_rules.py)")
         terminalreporter.line(terminalreporter.config.stash[COVER])
     slow = [
         (r.nodeid, dict(r.user_properties)["slow_without_reason"])
