@@ -76,6 +76,24 @@ def run_program(
     return out
 
 
+JobResults = Callable[[str], list[str]]
+
+
+@pytest.fixture(scope="session")
+def job_results() -> JobResults:
+    """What tests/programs/job.py computes without a store, per JOB_VARIANT ("0" unless said):
+    what every run through a store must give too. Each variant runs once per test process."""
+    computed: dict[str, list[str]] = {}
+
+    def results(variant: str = "0") -> list[str]:
+        if variant not in computed:
+            env = clean_env(JOB_NO_STORE="1", JOB_VARIANT=variant)
+            computed[variant] = run_program("job.py", env)["results"]
+        return computed[variant]
+
+    return results
+
+
 def start_program(name: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(PROGRAMS / name)],

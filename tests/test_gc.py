@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import OpenStore, artstore, clean_env, run_program, start_program
+from conftest import JobResults, OpenStore, artstore, clean_env, run_program, start_program
 
 from artifactstore import gc
 from artifactstore.config import host
@@ -412,11 +412,10 @@ def _job_env(env: dict[str, str], **extra: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_readers_and_writers_in_other_processes_while_gc_runs(
-    any_env: dict[str, str], open_store: OpenStore
+    any_env: dict[str, str], open_store: OpenStore, job_results: JobResults
 ) -> None:
     """Slow: JAX readers and writers in other processes run through a whole gc."""
-    expected = {v: run_program("job.py", clean_env(JOB_NO_STORE="1", JOB_VARIANT=v))["results"]
-                for v in ("0", "1", "2")}  # fmt: skip
+    expected = {v: job_results(v) for v in ("0", "1", "2")}
     run_program("job.py", _job_env(any_env))  # something for readers to hit
     jobs = [
         *(start_program("job.py", _job_env(any_env, JOB_VARIANT=v)) for v in ("1", "2")),

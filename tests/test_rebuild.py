@@ -16,7 +16,7 @@ from pathlib import Path
 
 import tamper
 import zstandard
-from conftest import artstore, clean_env, run_program
+from conftest import JobResults, artstore, clean_env, run_program
 
 from artifactstore.formats import codec
 
@@ -61,11 +61,11 @@ def test_metadata_frame_is_invisible_to_readers_that_predate_it() -> None:
         pass
 
 
-def test_swapped_index_rows_are_refused_not_loaded(tmp_path: Path) -> None:
+def test_swapped_index_rows_are_refused_not_loaded(tmp_path: Path, job_results: JobResults) -> None:
     """Swapping two entries' digests (a damaged or forged index) must not make a
     program load the other program: both are refused and compiled afresh."""
     env = _env(tmp_path)
-    reference = run_program("job.py", clean_env(JOB_NO_STORE="1"))
+    reference = job_results("0")
     run_program("job.py", env)
     entries = json.loads(artstore("ls", "--json", env=env).stdout)
     main = {e["module_name"]: e for e in entries if e["module_name"] in MAIN}
@@ -73,7 +73,7 @@ def test_swapped_index_rows_are_refused_not_loaded(tmp_path: Path) -> None:
     tamper.point_in(tmp_path / "store", k1, d2)
     tamper.point_in(tmp_path / "store", k2, d1)
     job = run_program("job.py", env)
-    assert job["results"] == reference["results"]
+    assert job["results"] == reference
     assert len(job["xla_compiles"]) == 2, job["xla_compiles"]  # both refused, both compiled
     assert job["store"].get("wrong_entry") == 2, job["store"]
     lines = [line for line in job["_stderr"].splitlines() if "artifactstore" in line]
@@ -105,9 +105,11 @@ def test_db_rebuild_after_deleting_the_sqlite_file_restores_every_entry(tmp_path
     assert job["xla_compiles"] == [], job["_stderr"]  # every entry loads again
 
 
-def test_corrupt_sqlite_index_is_detected_survived_and_rebuilt(tmp_path: Path) -> None:
+def test_corrupt_sqlite_index_is_detected_survived_and_rebuilt(
+    tmp_path: Path, job_results: JobResults
+) -> None:
     env = _env(tmp_path)
-    reference = run_program("job.py", clean_env(JOB_NO_STORE="1"))
+    reference = job_results("0")
     run_program("job.py", env)
     before = _keys(env)
     index = tmp_path / "store" / "index.db"
@@ -119,7 +121,7 @@ def test_corrupt_sqlite_index_is_detected_survived_and_rebuilt(tmp_path: Path) -
     assert check.returncode == 1, check.stdout + check.stderr
     assert "Traceback" not in check.stderr
     job = run_program("job.py", env)  # the program never breaks
-    assert job["results"] == reference["results"]
+    assert job["results"] == reference
     assert job["xla_compiles"] == [], job["_stderr"]  # lookups need only the manifests
     lines = [line for line in job["_stderr"].splitlines() if "artifactstore" in line]
     assert len(lines) <= 1, job["_stderr"]

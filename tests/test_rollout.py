@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, REPO, artstore, clean_env, run_program
+from conftest import IN_CI, REPO, JobResults, artstore, clean_env, run_program
 
 import artifactstore
 from artifactstore.index import db
@@ -76,12 +76,12 @@ def _downgrade(index: Path, revision: str) -> None:
 
 @pytest.mark.parametrize("writer", ["old", "new"])
 def test_each_version_loads_what_the_other_stored(
-    writer: str, previous_release: Path, tmp_path: Path
+    writer: str, previous_release: Path, tmp_path: Path, job_results: JobResults
 ) -> None:
     """Slow: installs the previous release into a venv; real JAX programs with each version."""
     old, new = _env(tmp_path, previous_release), _env(tmp_path, None)
     write_env, read_env = (old, new) if writer == "old" else (new, old)
-    reference = run_program("job.py", clean_env(JOB_NO_STORE="1"))
+    reference = job_results("0")
     first = run_program("job.py", write_env)
     if writer == "new":
         # This version's index schema (0003: entries' signers; 0004: usage) is newer than the old
@@ -91,7 +91,7 @@ def test_each_version_loads_what_the_other_stored(
         # this version wrote, signed ones included (two skippable frames after the
         # payload).
         refused = run_program("job.py", read_env)
-        assert refused["results"] == reference["results"]
+        assert refused["results"] == reference
         # (The old client names the head as newer, or as not its own where its
         # migrations directory resolves to a checkout that has it.)
         assert "index schema" in refused["_stderr"] and db.SCHEMA_HEAD in refused["_stderr"]
@@ -101,7 +101,7 @@ def test_each_version_loads_what_the_other_stored(
     versions = {"old": "0.1.0", "new": artifactstore.__version__}
     assert first["version"] == versions[writer]  # really the two versions
     assert second["version"] == versions["new" if writer == "old" else "old"]
-    assert second["results"] == reference["results"]
+    assert second["results"] == reference
     assert second["xla_compiles"] == [], second["_stderr"]  # everything loaded
     assert "artifactstore" not in second["_stderr"], second["_stderr"]
     # The new version's tools see a consistent store, whoever wrote it. The old client

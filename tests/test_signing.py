@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import tamper
-from conftest import REPO, artstore, clean_env, run_program
+from conftest import REPO, JobResults, artstore, clean_env, run_program
 
 import artifactstore
 from artifactstore import config
@@ -110,12 +110,9 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path
 
 
 @pytest.fixture(scope="module")
-def references() -> dict[str, list[str]]:
+def references(job_results: JobResults) -> dict[str, list[str]]:
     """What job.py returns without any store, per variant."""
-    return {
-        v: run_program("job.py", clean_env(JOB_NO_STORE="1", JOB_VARIANT=v))["results"]
-        for v in ("0", "1")
-    }
+    return {v: job_results(v) for v in ("0", "1")}
 
 
 @pytest.fixture(scope="module")

@@ -6,23 +6,25 @@ import json
 import uuid
 from typing import Any
 
-import boto3
 import pytest
-from conftest import FAKE_AWS, artstore, clean_env, devstack, run_program
+from conftest import (
+    FAKE_AWS,
+    JobResults,
+    artstore,
+    bucket_of,
+    clean_env,
+    devstack,
+    run_program,
+    s3_client,
+)
 from sqlalchemy import create_engine, text
 
 TABLES = ("entries", "objects", "counters", "fingerprints")
 
 
 def _bucket_listing(env: dict[str, str]) -> list[tuple[str, str, int]]:
-    bucket = env["ARTSTORE_URL"].split("/")[2]
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-        aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-        region_name="us-east-1",
-    )
+    bucket, _ = bucket_of(env)
+    s3 = s3_client(env)
     out = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         out += [(o["Key"], o["ETag"], o["Size"]) for o in page.get("Contents", [])]
@@ -37,7 +39,9 @@ def _index_dump(env: dict[str, str]) -> dict[str, list[Any]]:
     return dump
 
 
-def test_read_only_reader_hits_and_writes_nothing(team_env: dict[str, str]) -> None:
+def test_read_only_reader_hits_and_writes_nothing(
+    team_env: dict[str, str], job_results: JobResults
+) -> None:
     writer = run_program("job.py", team_env)
     listing, index = _bucket_listing(team_env), _index_dump(team_env)
     assert listing and index["entries"]
@@ -61,10 +65,7 @@ def test_read_only_reader_hits_and_writes_nothing(team_env: dict[str, str]) -> N
     folded = json.loads(artstore("fold", "--json", env=team_env).stdout)
     assert folded["journals_folded"] == len(journals) and folded["hits"] >= hit["store"]["hits"]
     assert not [k for k, _, _ in _bucket_listing(team_env) if "/journals/" in k]
-    assert (
-        miss["results"]
-        == run_program("job.py", clean_env(JOB_NO_STORE="1", JOB_VARIANT="0.5"))["results"]
-    )
+    assert miss["results"] == job_results("0.5")
 
 
 def test_namespaces_are_isolated(team_env: dict[str, str]) -> None:
@@ -127,7 +128,7 @@ def _auth_moto() -> Any:
                 "unreachable-database"],
 )  # fmt: skip
 def test_store_failures_degrade_to_compiling(
-    failure: str, team_env: dict[str, str], moto_endpoint: str
+    failure: str, team_env: dict[str, str], moto_endpoint: str, job_results: JobResults
 ) -> None:
     env = dict(team_env, ARTSTORE_TIMEOUT="3")
     server = None
@@ -143,9 +144,8 @@ def test_store_failures_degrade_to_compiling(
     else:
         env["ARTSTORE_INDEX"] = "postgresql+psycopg://postgres:pw-s3cret@127.0.0.1:1/nope"
     try:
-        reference = run_program("job.py", clean_env(JOB_NO_STORE="1"))
         job = run_program("job.py", env, timeout=180)
-        assert job["results"] == reference["results"]
+        assert job["results"] == job_results("0")
         assert job["xla_compiles"]
         lines = [line for line in job["_stderr"].splitlines() if "artifactstore" in line]
         assert len(lines) == 1, job["_stderr"]
