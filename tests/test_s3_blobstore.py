@@ -2,8 +2,8 @@
 
 Going through a socket exercises what production does: endpoint resolution,
 path-style addressing, timeouts, retries, multipart uploads and error mapping.
-The server is started by infra/devstack.py. When it cannot start, the tests
-skip locally but fail under CI=true so a broken CI image is never green.
+The server is the session's (tests/conftest.py, started by infra/devstack.py). When it
+cannot start, the tests skip locally but fail under CI=true so a broken CI image is never green.
 
 Rejected credentials need moto's IAM auth switched on: a wrong secret key is checked
 against such a server in tests/test_operator_output.py; here the InvalidAccessKeyId
@@ -36,7 +36,9 @@ ACCESS_KEY = "AKIAARTSTORETESTKEY1"
 
 
 @pytest.fixture(scope="module")
-def moto() -> Iterator[devstack.MotoServer]:
+def moto(moto_endpoint: str) -> Iterator[str]:
+    """The session's moto server (conftest: it fails under CI=true where it cannot start),
+    with this module's credentials where the store's boto3 client reads them."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
         mp.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
@@ -51,31 +53,21 @@ def moto() -> Iterator[devstack.MotoServer]:
             mp.delenv(name, raising=False)
         mp.setenv("AWS_CONFIG_FILE", os.devnull)
         mp.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-        try:
-            server = devstack.start_moto()
-        except Exception as exc:
-            message = f"cannot start moto server: {exc}"
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(message)
-            pytest.skip(message)
-        try:
-            yield server
-        finally:
-            server.stop()
+        yield moto_endpoint
 
 
 @pytest.fixture
-def bucket(moto: devstack.MotoServer) -> str:
+def bucket(moto: str) -> str:
     name = f"t-{uuid.uuid4().hex[:12]}"
-    devstack.create_bucket(moto.endpoint, name)
+    devstack.create_bucket(moto, name)
     return name
 
 
-def make_store(moto: devstack.MotoServer, bucket: str, **kw: Any) -> S3BlobStore:
+def make_store(moto: str, bucket: str, **kw: Any) -> S3BlobStore:
     args: dict[str, Any] = {
         "prefix": "team/cache",
         "namespace": "default",
-        "endpoint_url": moto.endpoint,
+        "endpoint_url": moto,
         "timeout_secs": 5.0,
     }
     args.update(kw)
@@ -83,7 +75,7 @@ def make_store(moto: devstack.MotoServer, bucket: str, **kw: Any) -> S3BlobStore
 
 
 @pytest.fixture
-def store(moto: devstack.MotoServer, bucket: str) -> S3BlobStore:
+def store(moto: str, bucket: str) -> S3BlobStore:
     return make_store(moto, bucket)
 
 
@@ -111,7 +103,7 @@ def test_roundtrip_and_layout(store: S3BlobStore) -> None:
     assert store.describe() == f"s3://{store.bucket}/team/cache/default"
 
 
-def test_empty_prefix_has_no_leading_slash(moto: devstack.MotoServer, bucket: str) -> None:
+def test_empty_prefix_has_no_leading_slash(moto: str, bucket: str) -> None:
     store = make_store(moto, bucket, prefix="")
     digest, data = blob(b"x")
     store.put(digest, data)
@@ -129,7 +121,7 @@ def test_put_existing_digest_does_not_reupload(store: S3BlobStore) -> None:
     assert store.get(digest) == data
 
 
-def test_large_object_goes_multipart(moto: devstack.MotoServer, bucket: str) -> None:
+def test_large_object_goes_multipart(moto: str, bucket: str) -> None:
     store = make_store(
         moto, bucket, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, timeout_secs=30
     )
@@ -211,7 +203,7 @@ def test_iter_blobs_streams_all_pages(store: S3BlobStore) -> None:
     assert all(abs(b.mtime - before) < 3600 for b in found)
 
 
-def test_namespaces_and_prefixes_are_isolated(moto: devstack.MotoServer, bucket: str) -> None:
+def test_namespaces_and_prefixes_are_isolated(moto: str, bucket: str) -> None:
     a = make_store(moto, bucket, namespace="team-a")
     b = make_store(moto, bucket, namespace="team-b")
     c = make_store(moto, bucket, prefix="other", namespace="team-a")
@@ -226,16 +218,14 @@ def test_namespaces_and_prefixes_are_isolated(moto: devstack.MotoServer, bucket:
     assert a.get(digest) == data
 
 
-def test_endpoint_from_environment(
-    moto: devstack.MotoServer, bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto.endpoint)
+def test_endpoint_from_environment(moto: str, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto)
     store = make_store(moto, bucket, endpoint_url=None)
     store.check()
     digest, data = blob(b"via env endpoint")
     assert store.put(digest, data) is True
     assert store.client.meta.config.s3 == {"addressing_style": "path"}
-    assert store.client.meta.endpoint_url == moto.endpoint
+    assert store.client.meta.endpoint_url == moto
 
 
 def test_check_ok(store: S3BlobStore) -> None:
@@ -249,7 +239,7 @@ def assert_no_secret(message: str) -> None:
 
 
 @pytest.mark.serial  # times the bound: alone, not beside xdist workers (suite_rules.py)
-def test_unreachable_endpoint_is_unavailable_quickly(moto: devstack.MotoServer) -> None:
+def test_unreachable_endpoint_is_unavailable_quickly(moto: str) -> None:
     with socket.socket() as sock:  # a port that nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -270,7 +260,7 @@ def test_unreachable_endpoint_is_unavailable_quickly(moto: devstack.MotoServer) 
 
 
 @pytest.mark.serial  # times the bound
-def test_silent_endpoint_times_out_within_bound(moto: devstack.MotoServer) -> None:
+def test_silent_endpoint_times_out_within_bound(moto: str) -> None:
     # Accepts TCP connections (backlog) but never answers: only timeouts end the wait.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -287,7 +277,7 @@ def test_silent_endpoint_times_out_within_bound(moto: devstack.MotoServer) -> No
     assert_no_secret(message)
 
 
-def test_missing_bucket_names_it(moto: devstack.MotoServer) -> None:
+def test_missing_bucket_names_it(moto: str) -> None:
     store = make_store(moto, "no-such-bucket-here")
     with pytest.raises(StoreUnavailable) as info:
         store.check()
