@@ -36,7 +36,7 @@ import shutil
 import sys
 import sysconfig
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from pathlib import Path
 from types import ModuleType
 
@@ -190,8 +190,9 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
             out.write(json.dumps(said) + "\n")
 
 
-def cover(recorded: list[dict[str, object]]) -> list[str]:
-    """The tests that together run every recorded line, cheapest first (greedy)."""
+def cover(recorded: list[dict[str, object]], running: Set[str] = frozenset()) -> list[str]:
+    """The tests that together run every recorded line, cheapest first (greedy), beside
+    the tests that run anyway (`running`: their lines need no other test)."""
     tests: dict[str, tuple[float, set[tuple[str, int]]]] = {}
     for said in recorded:
         name = str(said["test"])
@@ -199,6 +200,8 @@ def cover(recorded: list[dict[str, object]]) -> list[str]:
         more = {(str(f), int(n)) for f, n in said["lines"]}  # type: ignore[attr-defined]
         tests[name] = (secs + float(said["secs"]), lines | more)  # type: ignore[arg-type]
     left = set().union(*(lines for _, lines in tests.values())) if tests else set()
+    for name in running & tests.keys():
+        left -= tests.pop(name)[1]
     chosen: list[str] = []
     while left:
         name = max(tests, key=lambda t: (len(tests[t][1] & left) / (tests[t][0] + 1.0), t))
@@ -233,13 +236,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ran = len({str(r["test"]) for r in recorded})
     if middle:  # on the newest JAX: only the interpreter-dependent lines can differ
         recorded = _only_lines(recorded, set(adapter_files(jax=False).values()))
-    chosen = set(cover(recorded))
-    keep = [i for i in items if i.nodeid in chosen or (end and _on_both_ends(i))]
+    anyway = {i.nodeid for i in items if end and _on_both_ends(i)}
+    chosen = set(cover(recorded, anyway))
+    keep = [i for i in items if i.nodeid in chosen | anyway]
     lines = {(f, n) for said in recorded for f, n in said["lines"]}  # type: ignore[attr-defined]
     what = "adapter and interpreter-dependent" if end else "interpreter-dependent"
     said = f"{len(chosen)} of {ran} recorded tests run all {len(lines)} {what} lines the suite ran"
     if end:
-        said += f", and the {sum(map(_on_both_ends, keep))} under {', '.join(BOTH_ENDS)} too"
+        said = f"the {len(anyway)} tests under {', '.join(BOTH_ENDS)} and {said}"
     config.stash[COVER] = said + " (-m selects among them)"
     config.hook.pytest_deselected(items=[i for i in items if i not in keep])
     items[:] = keep
