@@ -56,26 +56,17 @@ def compiled(
     keys.check_name(name)
     keys.check_version(version)
     chosen = keys.check_platforms(platforms)
-    if fn is None or not callable(fn) or _is_spec(fn):
-        given = specs if fn is None else (fn, *specs)
-        return functools.partial(
-            _compiled,
-            specs=given,
-            name=name,
-            version=version,
-            static_argnums=static_argnums,
-            portable=portable,
-            platforms=chosen,
-        )
-    return _compiled(
-        fn,
-        specs=specs,
+    build = functools.partial(
+        _compiled,
         name=name,
         version=version,
         static_argnums=static_argnums,
         portable=portable,
         platforms=chosen,
     )
+    if fn is None or not callable(fn) or _is_spec(fn):  # the decorator form
+        return functools.partial(build, specs=specs if fn is None else (fn, *specs))
+    return build(fn, specs=specs)
 
 
 def _compiled(
