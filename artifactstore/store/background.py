@@ -11,7 +11,11 @@ Python 3.12+ refuses new threads once the interpreter shuts down: `submit` then 
 RuntimeError (unless an idle thread takes the task), and callers run the work on their
 own thread instead (`lanes.Lane.drain`). Tasks submitted with `joined=True` (those that
 must not outlive the interpreter: deserializing, tracing) are waited for at exit, where
-concurrent.futures joins its pools, at most EXIT_WAIT_SECS.
+concurrent.futures joins its pools, at most EXIT_WAIT_SECS. After the process's own exit
+hooks (the store's flush among them) the executor goes quiet: no timer fires again and
+the work still running gets EXIT_QUIET_SECS to end, so that no periodic flush opens a
+connection while the interpreter runs `weakref.finalize`'s exit hook (whose registry,
+changed from another thread, printed "dictionary changed size during iteration").
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ T = TypeVar("T")
 MAX_THREADS = 128  # `artstore pull --jobs` takes up to 64; a program uses a handful
 IDLE_SECS = 60.0  # a thread with nothing to do this long ends
 EXIT_WAIT_SECS = 30.0  # joined tasks still running at exit are waited for this long
+EXIT_QUIET_SECS = 2.0  # other running work, after the exit hooks, at most this long
 
 
 class Task(Generic[T]):
@@ -123,6 +128,8 @@ class Executor:
         self._due: list[tuple[float, int, Timer]] = []  # a heap, for the timer thread
         self._order = itertools.count()
         self._timer_thread = False
+        self._running = 0  # tasks running now
+        self._quiet = False  # exiting: timers fire no more
 
     def submit(self, fn: Callable[[], T], label: str = "", *, joined: bool = False) -> Task[T]:
         """Run `fn` on a pool thread. RuntimeError where none can take it (shutdown)."""
@@ -177,6 +184,17 @@ class Executor:
         for task in tasks:
             task.wait(max(0.0, deadline - time.monotonic()))
 
+    def quiesce(self, timeout: float = EXIT_QUIET_SECS) -> None:
+        """At exit, after the exit hooks that flush: timers fire no more, and the work
+        still running (a tick, a call whose caller gave up) gets `timeout` to end."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._quiet = True
+            self._due.clear()
+            self._timers.notify_all()
+            while self._running and time.monotonic() < deadline:
+                self._timers.wait(deadline - time.monotonic())
+
     # -- the threads --------------------------------------------------------------
     def _start(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -196,13 +214,22 @@ class Executor:
                             self._threads -= 1
                             return
                 task = self._work.popleft()
-            task.run()
+                self._running += 1
+            try:
+                task.run()
+            finally:
+                with self._lock:
+                    self._running -= 1
+                    self._timers.notify_all()
             if task.joined:
                 with self._lock:
                     self._joined.discard(task)
 
     def _schedule(self, timer: Timer, secs: float) -> Timer:
         with self._lock:
+            if self._quiet:
+                timer.cancel()
+                return timer
             heapq.heappush(self._due, (time.monotonic() + secs, next(self._order), timer))
             start, self._timer_thread = not self._timer_thread, True
             self._timers.notify()  # the timer thread may now have an earlier one
@@ -219,6 +246,9 @@ class Executor:
         while True:
             with self._lock:
                 while not self._due or self._due[0][0] > time.monotonic():
+                    if self._quiet:
+                        self._timer_thread = False
+                        return
                     left = self._due[0][0] - time.monotonic() if self._due else None
                     self._timers.wait(left)
                 _, _, timer = heapq.heappop(self._due)
@@ -250,6 +280,9 @@ def _before_exit(hook: Callable[[], None]) -> None:
 
 _executor = Executor()
 os.register_at_fork(after_in_child=_executor._reset)
+# Registered first, so run last of threading's exit hooks (newest first): after the
+# store's flush and the joined tasks.
+_before_exit(_executor.quiesce)
 
 
 def executor() -> Executor:

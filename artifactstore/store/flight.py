@@ -119,22 +119,38 @@ class SingleFlight:
             raise StoreUnavailable("compile leases unavailable (cooling down)")
         name = compile_lease_name(self.backends.namespace, key)
 
-        left = threading.Event()  # the caller timed out or was interrupted meanwhile
+        # The caller may time out or be interrupted while the lease is being taken: then
+        # whichever of the two comes second lets it go (one lock orders them), so that no
+        # lease is left held with nobody to compile under it or release it.
+        handoff = threading.Lock()
+        taken: list[Lease] = []  # the lease acquired, not yet let go
+        left = False  # the caller gave up
 
         def acquire() -> Lease | None:  # opening the index, if not yet open, is bounded too
             max_hold = self.settings.lease_max_hold_secs
             lease = Lease(self.backends.engine, name, self.ttl, max_hold_secs=max_hold)
             if lease.try_acquire() is not None:
                 return None
-            if left.is_set():  # nobody will compile under it: let it go at once
-                lease.release()
-                return None
-            return lease
+            with handoff:
+                if not left:
+                    taken.append(lease)
+                    return lease
+            lease.release()  # nobody will compile under it: let it go at once
+            return None
 
         try:
             lease = call_with_timeout(acquire, self.settings.timeout_secs)
+            held = None if lease is None else Held(self, key, lease)
+            if held is not None:
+                with self._lock, handoff:
+                    self._held[key] = held  # from here, release_all lets it go
+                    taken.clear()
         except BaseException as exc:
-            left.set()
+            with handoff:
+                left = True
+                orphans = list(taken)
+            for orphan in orphans:  # taken after the caller stopped waiting
+                self._submit(orphan.release)
             if isinstance(exc, (TimeoutError, StoreUnavailable, *UNAVAILABLE)):
                 cause = describe(exc, self.settings.timeout_secs)
                 index.failure(cause, write=True)  # not paid again for a while
@@ -142,11 +158,8 @@ class SingleFlight:
                 index.release_probe()  # refused, or interrupted: no verdict on the index
             raise
         index.success(write=True)
-        if lease is None:
+        if held is None:
             return None
-        held = Held(self, key, lease)
-        with self._lock:
-            self._held[key] = held
         self._submit(lambda: self._announce(held))
         return held
 
