@@ -147,8 +147,8 @@ def test_many_lightweight_readers_no_failures_no_connections(
         assert _connections(pg_url) == 0  # all of them alive, none connected
         proc.stdin.close()
         exited = json.loads(proc.stdout.readline())
-        assert exited["exited"] == N_READERS
-        assert proc.wait(timeout=120) == 0
+        assert exited["exited"] == N_READERS, exited  # 3: a journal not flushed
+        assert proc.wait(timeout=300) == 0
     finally:
         proc.kill()
     folded = artstore("fold", "--json", env=team_env)
