@@ -29,11 +29,19 @@ def _put_journals(env: dict[str, str], count: int, *, pad: int = 0) -> list[str]
     names = []
     for _ in range(count):
         name = new_name()
-        accesses = {K1: (1, time.time())} | {f"{i:064x}": (1, time.time()) for i in range(pad)}
-        body = Journal(accesses, {"misses": 1}).encode()
+        body = _journal(pad)
         s3.put_object(Bucket=bucket, Key=f"{prefix}/default/journals/{name}", Body=body)
         names.append(name)
     return names
+
+
+def _journal(pad: int) -> bytes:
+    """A hit on K1 and `pad` other keys, and a miss. Whole seconds: every such journal
+    is the same size (a float's shortest repr varies by a few digits: three journals
+    then fitted, once, in a bound made for two)."""
+    now = float(int(time.time()))
+    accesses = {K1: (1, now)} | {f"{i:064x}": (1, now) for i in range(pad)}
+    return Journal(accesses, {"misses": 1}).encode()
 
 
 def _fold(env: dict[str, str], *args: str) -> dict[str, Any]:
@@ -64,8 +72,7 @@ def test_fold_bounds_the_bytes_it_reads(team_env: dict[str, str], open_store: Op
     """Journals of ~6.7 KB each (100 rows) under a 20,000-byte bound: two per run."""
     _put_journals(team_env, 5, pad=99)
     store = open_store(team_env)
-    size = len(Journal({f"{i:064x}": (1, time.time()) for i in range(100)}).encode())
-    bound = 3 * size - 1
+    bound = 3 * len(_journal(99)) - 1
     runs = []
     while True:
         fold = fold_journals(store, max_bytes=bound)

@@ -129,6 +129,7 @@ class Executor:
         self._order = itertools.count()
         self._timer_thread = False
         self._running = 0  # tasks running now
+        self._firing = False  # the timer thread is submitting a due timer's work
         self._quiet = False  # exiting: timers fire no more
 
     def submit(self, fn: Callable[[], T], label: str = "", *, joined: bool = False) -> Task[T]:
@@ -186,14 +187,17 @@ class Executor:
 
     def quiesce(self, timeout: float = EXIT_QUIET_SECS) -> None:
         """At exit, after the exit hooks that flush: timers fire no more, and the work
-        still running (a tick, a call whose caller gave up) gets `timeout` to end."""
+        queued or running (a tick, a call whose caller gave up) gets `timeout` to end."""
         deadline = time.monotonic() + timeout
         with self._lock:
             self._quiet = True
             self._due.clear()
             self._timers.notify_all()
-            while self._running and time.monotonic() < deadline:
-                self._timers.wait(deadline - time.monotonic())
+            while self._running or self._work or self._firing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._timers.wait(left)
 
     # -- the threads --------------------------------------------------------------
     def _start(self, target: Callable[[], None], name: str) -> None:
@@ -252,21 +256,30 @@ class Executor:
                     left = self._due[0][0] - time.monotonic() if self._due else None
                     self._timers.wait(left)
                 _, _, timer = heapq.heappop(self._due)
-            if timer.cancelled:
-                continue
-            if timer.period is not None:
-
-                def again(timer: Timer = timer) -> None:
-                    if not timer.cancelled and timer.fn() is not False:
-                        self._schedule(timer, timer.period or 0.0)
-
-                job: Callable[[], object] = again
-            else:
-                job = timer.fn
+                if timer.cancelled:
+                    continue
+                self._firing = True  # `quiesce` waits until its work is queued
             try:
-                self.submit(job, "timer")
+                self._fire(timer)
             except RuntimeError:
                 return  # the interpreter is exiting
+            finally:
+                with self._lock:
+                    self._firing = False
+                    self._timers.notify_all()
+
+    def _fire(self, timer: Timer) -> None:
+        """Submit a due timer's work (and, for a periodic one, its next time after it)."""
+        if timer.period is not None:
+
+            def again(timer: Timer = timer) -> None:
+                if not timer.cancelled and timer.fn() is not False:
+                    self._schedule(timer, timer.period or 0.0)
+
+            job: Callable[[], object] = again
+        else:
+            job = timer.fn
+        self.submit(job, "timer")
 
 
 def _before_exit(hook: Callable[[], None]) -> None:
