@@ -37,24 +37,20 @@ def resolve_keys(parts: StoreParts, prefixes: Iterable[str]) -> tuple[list[str],
 def remove(store: Store, keys: list[str] | None) -> RemoveReport:
     """Delete entries (all of the namespace if `keys` is None), then their orphaned objects."""
     report = RemoveReport()
-    before = dict(store.index.referenced_digests())
-    # Manifests first, so that no reader is sent to an entry being removed.
-    store.withdraw(list(store.blobs.iter_manifest_keys()) if keys is None else keys)
-    report.entries = _delete_entries(store, keys)
-    if report.entries:
-        store.entries_removed()
+    before = _referenced(store)
+    report.entries = store.remove_entries(keys)
     _delete_orphans(store, before, report)
     return report
 
 
-def _delete_entries(parts: StoreParts, keys: list[str] | None) -> int:
-    """The index rows of `keys` (all of the namespace's if None); how many went."""
-    return parts.index.delete_all_entries() if keys is None else parts.index.delete_entries(keys)
+def _referenced(parts: StoreParts) -> dict[str, int]:
+    """Each object an entry references: digest -> size."""
+    return dict(parts.index.referenced_digests())
 
 
 def _delete_orphans(parts: StoreParts, before: dict[str, int], report: RemoveReport) -> None:
     """Delete the objects of `before` (digest -> size) that no entry references now."""
-    still = dict(parts.index.referenced_digests())
+    still = _referenced(parts)
     orphans = [d for d in before if d not in still]
     for digest in orphans:
         if parts.blobs.delete(digest):
@@ -69,8 +65,13 @@ def remove_named(store: Store, modules: dict[str, str]) -> RemoveReport:
     in the bucket is ever loaded again and the version is not stored again (issue 38).
     The records come first: a crash part way leaves a version refused, never half-alive."""
     versions = {v for v in map(split_module, modules.values()) if v is not None}
-    for name, version in sorted(versions):
-        removed.leave(store.blobs, name, version)
+    _leave_records(store, versions)
     report = remove(store, sorted(modules))
     report.versions = [f"{name}@{version}" for name, version in sorted(versions)]
     return report
+
+
+def _leave_records(parts: StoreParts, versions: set[tuple[str, str]]) -> None:
+    """A removal record for each NAME@VERSION, in order."""
+    for name, version in sorted(versions):
+        removed.leave(parts.blobs, name, version)

@@ -273,26 +273,12 @@ def _resign(store: Store, key: SigningKey, entry: EntryInfo, data: bytes, rep: S
         rep.already_signed += 1
         return False
     with interrupts.held():  # object, row and manifest move together
-        store.blobs.put(encoded.digest, encoded.data)
-        moved = store.index.repoint(
-            entry.key,
-            old_digest=entry.digest,
-            new_digest=encoded.digest,
-            size=len(encoded.data),
-            signer=encoded.signer,
-            signature=encoded.signature,
-        )
-        if not moved:  # replaced or removed meanwhile: leave both to their owners and gc
-            rep.refuse("changed_meanwhile", entry.key)
-            return False
-        rep.signed += 1
-        moved_entry = store.index.lookup(entry.key)
-        if moved_entry is not None:
-            store.publish(moved_entry)  # readers follow the manifest to the signed object
-        if not store.index.keys_for_digest(entry.digest):
-            store.blobs.delete(entry.digest)
-            store.index.forget_objects([entry.digest])
-            rep.objects_removed += 1
+        moved, old_gone = store.replace_object(entry, encoded)
+    if not moved:  # replaced or removed meanwhile: leave both to their owners and gc
+        rep.refuse("changed_meanwhile", entry.key)
+        return False
+    rep.signed += 1
+    rep.objects_removed += old_gone
     return True
 
 

@@ -178,19 +178,12 @@ def _repair(
     allow_missing: bool,
 ) -> None:
     """Quarantine, drop and re-publish what `_check` found (see `verify`)."""
-    if not allow_missing:
-        _check_share(store, set(report.corrupt) | set(missing))
-    for digest in report.corrupt:
-        store.blobs.quarantine(digest)
     bad = set(report.corrupt) | set(missing)
-    for digest in bad:
-        keys = store.index.keys_for_digest(digest)
+    if not allow_missing:
+        _check_share(store, bad)
+    for digest in sorted(bad):
         with interrupts.held():  # manifests and rows go together
-            store.withdraw(keys)
-            store.index.delete_entries(keys)
-    store.index.forget_objects(bad)
-    if bad:
-        store.entries_removed()
+            store.remove_object(digest, quarantine=digest in report.corrupt)
     store.withdraw(report.manifests_without_entry)
     for entry in stale:
         if entry.digest not in bad:

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from artifactstore.blobstores import BlobStore, describe_blobstore, open_blobstore
 from artifactstore.blobstores.absent import AbsentBlobStore
 from artifactstore.config import Settings
+from artifactstore.formats.codec import Encoded
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.put import Put
 from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
@@ -290,6 +291,26 @@ class Store:
     def withdraw(self, keys: list[str]) -> None:
         """Withdraw the manifests of entries being removed (see WritePath.withdraw)."""
         self.writes.withdraw(keys)
+
+    def remove_entries(self, keys: list[str] | None) -> int:
+        """Remove entries (all of the namespace's if None; see WritePath.remove_entries);
+        this host's tier serves them no more. How many rows went."""
+        removed = self.writes.remove_entries(keys)
+        if removed:
+            self.entries_removed()
+        return removed
+
+    def replace_object(self, entry: EntryInfo, encoded: Encoded) -> tuple[bool, bool]:
+        """Point `entry` at a new object (see WritePath.replace_object)."""
+        return self.writes.replace_object(entry, encoded)
+
+    def remove_object(self, digest: str, *, quarantine: bool) -> int:
+        """Remove the entries that lead to `digest` and forget the object (see
+        WritePath.remove_object); this host's tier serves them no more."""
+        removed = self.writes.remove_object(digest, quarantine=quarantine)
+        if removed:
+            self.entries_removed()
+        return removed
 
     def entries_removed(self) -> None:
         """Called after entries were deleted: this host's tier must not serve them again."""

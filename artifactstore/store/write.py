@@ -203,6 +203,50 @@ class WritePath:
         if keys:
             self.backends.blobs.delete_manifests(keys)
 
+    def remove_entries(self, keys: list[str] | None) -> int:
+        """Remove the entries `keys` (all of the namespace's if None): manifests first, so
+        that no reader is sent to an entry being removed, then rows. Their objects outlive
+        both (gc's orphans, after the grace period). How many rows went."""
+        blobs, index = self.backends.blobs, self.backends.index
+        self.withdraw(list(blobs.iter_manifest_keys()) if keys is None else keys)
+        return index.delete_all_entries() if keys is None else index.delete_entries(keys)
+
+    def remove_object(self, digest: str, *, quarantine: bool) -> int:
+        """Remove every entry that leads to `digest` (as `remove_entries`), then forget the
+        object; a corrupt one is quarantined first (kept to inspect, never served). How
+        many entries went."""
+        if quarantine:
+            self.backends.blobs.quarantine(digest)
+        removed = self.remove_entries(self.backends.index.keys_for_digest(digest))
+        self.backends.index.forget_objects([digest])
+        return removed
+
+    def replace_object(self, entry: EntryInfo, encoded: codec.Encoded) -> tuple[bool, bool]:
+        """Point `entry` at `encoded` (its object signed anew): the new object, then the
+        row (only if it still leads to the old one), then the manifest; the old object is
+        deleted once no entry leads to it. (whether the entry moved, whether the old
+        object went); not moved: replaced or removed meanwhile, left to its owners."""
+        blobs, index = self.backends.blobs, self.backends.index
+        blobs.put(encoded.digest, encoded.data)
+        moved = index.repoint(
+            entry.key,
+            old_digest=entry.digest,
+            new_digest=encoded.digest,
+            size=len(encoded.data),
+            signer=encoded.signer,
+            signature=encoded.signature,
+        )
+        if not moved:
+            return False, False
+        moved_entry = index.lookup(entry.key)
+        if moved_entry is not None:
+            self.publish(moved_entry)  # readers follow the manifest to the new object
+        if index.keys_for_digest(entry.digest):
+            return True, False
+        blobs.delete(entry.digest)
+        index.forget_objects([entry.digest])
+        return True, True
+
     # -- keys too quick to store (artifactstore.formats.quick) ------------------
     def publish_quick(self, key: str, fingerprint: str, compile_secs: float) -> bool:
         """Publish that `key` compiled below ARTSTORE_MIN_COMPILE_SECS on `fingerprint`,
