@@ -108,6 +108,10 @@ class SingleFlight:
         # Record writes and releases, in order, off the hot path; a beat every TTL/3.
         self._lane = Lane("leases", tick_secs=self.ttl / 3, on_tick=self._beat)
         self._abandoned: list[str] = []  # records marked abandoned: deleted at exit
+        # Leases being taken on the executor now: at exit `drain` waits for them, so that
+        # one its caller gave up on (Ctrl-C, SIGTERM) is let go before the process ends.
+        self._taking = threading.Condition()
+        self._being_taken = 0
         self._refusal_said = False  # the index refused this login's compile leases
         self._waits_said = False  # a wait was said once as a warning (see _say_wait)
 
@@ -126,7 +130,7 @@ class SingleFlight:
         taken: list[Lease] = []  # the lease acquired, not yet let go
         left = False  # the caller gave up
 
-        def acquire() -> Lease | None:  # opening the index, if not yet open, is bounded too
+        def take() -> Lease | None:  # opening the index, if not yet open, is bounded too
             max_hold = self.settings.lease_max_hold_secs
             lease = Lease(self.backends.engine, name, self.ttl, max_hold_secs=max_hold)
             if lease.try_acquire() is not None:
@@ -137,6 +141,16 @@ class SingleFlight:
                     return lease
             lease.release()  # nobody will compile under it: let it go at once
             return None
+
+        def acquire() -> Lease | None:
+            with self._taking:
+                self._being_taken += 1
+            try:
+                return take()
+            finally:
+                with self._taking:
+                    self._being_taken -= 1
+                    self._taking.notify_all()
 
         try:
             lease = call_with_timeout(acquire, self.settings.timeout_secs)
@@ -244,7 +258,10 @@ class SingleFlight:
         delete the records this process marked abandoned: their waiters have long seen them
         (and one that has not asks the index, which the lease no longer holds)."""
         deadline = time.monotonic() + timeout
-        self._lane.drain(timeout)
+        with self._taking:  # a lease its caller gave up on lets itself go, or is queued to
+            while self._being_taken and time.monotonic() < deadline:
+                self._taking.wait(deadline - time.monotonic())
+        self._lane.drain(max(deadline - time.monotonic(), 0.0))
         abandoned, self._abandoned = self._abandoned, []
         if abandoned and time.monotonic() < deadline:
             try:
