@@ -15,6 +15,7 @@ from dataclasses import replace
 from socket import gethostname
 from typing import TYPE_CHECKING
 
+from artifactstore import interrupts
 from artifactstore.blobstores.base import QUICK
 from artifactstore.errors import CorruptObject, ReadOnlyError, one_line
 from artifactstore.formats import codec, quick
@@ -94,11 +95,19 @@ class WritePath:
 
     def commit(self, put: Put, encoded: codec.Encoded, existing: EntryInfo | None) -> bool:
         """The write path every put ends in: object durable, then index row (or the
-        replacement of a refused entry), then tier and manifest; True if created."""
-        blobs, index = self.backends.blobs, self.backends.index
-        uploaded = blobs.put(encoded.digest, encoded.data)
+        replacement of a refused entry), then tier and manifest; True if created.
+        Row and manifest go together: on the main thread (a flush at exit runs queued
+        puts there) Ctrl-C or SIGTERM waits for both, never leaving a row unpublished."""
+        uploaded = self.backends.blobs.put(encoded.digest, encoded.data)
         if uploaded:
             self.counters.add("bytes_uploaded", len(encoded.data))
+        with interrupts.held():
+            return self._commit_row(put, encoded, existing, uploaded)
+
+    def _commit_row(
+        self, put: Put, encoded: codec.Encoded, existing: EntryInfo | None, uploaded: bool
+    ) -> bool:
+        blobs, index = self.backends.blobs, self.backends.index
         key, fingerprint = put.key, put.fingerprint
         entry = NewEntry.of(put, encoded)
         if existing is not None:
