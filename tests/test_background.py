@@ -46,11 +46,25 @@ def test_quiesce_stops_timers_and_waits_for_running_work() -> None:
 
 
 def test_quiesce_waits_no_longer_than_its_bound() -> None:
+    """It returns while a hung call still runs (the call ends only when released)."""
     pool = Executor()
     release = threading.Event()
-    pool.submit(lambda: release.wait(30))
-    begun = time.monotonic()
+    task = pool.submit(lambda: release.wait(60))
     pool.quiesce(timeout=0.3)
-    waited = time.monotonic() - begun
+    still_running = not task.wait(0)
     release.set()
-    assert 0.2 <= waited < 10  # bounded: a hung call does not hold the exit
+    assert still_running
+
+
+def test_quiesce_waits_for_nothing_once_the_exit_flush_spent_its_bound() -> None:
+    """A hung upload the exit flush gave up on delays the exit by the flush bound alone
+    (the serial faults test measured F + 2 s before this): with a 60 s allowance, it
+    still returns while the call runs."""
+    pool = Executor()
+    release = threading.Event()
+    task = pool.submit(lambda: release.wait(60))
+    pool.spend_exit_wait()
+    pool.quiesce(timeout=60)
+    still_running = not task.wait(0)
+    release.set()
+    assert still_running

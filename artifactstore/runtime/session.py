@@ -271,7 +271,8 @@ class Session:
                 store.add_accesses(self.tier.take_accesses())
             if self.quota is not None:
                 store.worker.submit("quota pass", self.quota.finish)
-            store.flush()
+            if not store.flush():  # its bound ran out: the exit waits for nothing more
+                executor().spend_exit_wait()
             hitreport.park_unwritten(store)
         elif self.tier is not None:
             try:

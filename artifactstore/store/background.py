@@ -39,6 +39,7 @@ MAX_THREADS = 128  # `artstore pull --jobs` takes up to 64; a program uses a han
 IDLE_SECS = 60.0  # a thread with nothing to do this long ends
 EXIT_WAIT_SECS = 30.0  # joined tasks still running at exit are waited for this long
 EXIT_QUIET_SECS = 2.0  # other running work, after the exit hooks, at most this long
+# (nothing, where the exit flush ran out of its bound already: `spend_exit_wait`)
 
 
 class Task(Generic[T]):
@@ -131,6 +132,7 @@ class Executor:
         self._running = 0  # tasks running now
         self._firing = False  # the timer thread is submitting a due timer's work
         self._quiet = False  # exiting: timers fire no more
+        self._exit_wait = True  # `quiesce` may still wait (the exit flush kept its bound)
 
     def submit(self, fn: Callable[[], T], label: str = "", *, joined: bool = False) -> Task[T]:
         """Run `fn` on a pool thread. RuntimeError where none can take it (shutdown)."""
@@ -185,10 +187,15 @@ class Executor:
         for task in tasks:
             task.wait(max(0.0, deadline - time.monotonic()))
 
+    def spend_exit_wait(self) -> None:
+        """The exit flush used its whole bound (ARTSTORE_FLUSH_TIMEOUT): `quiesce` waits for
+        nothing more, so that a hung upload delays the exit by that bound alone."""
+        self._exit_wait = False
+
     def quiesce(self, timeout: float = EXIT_QUIET_SECS) -> None:
         """At exit, after the exit hooks that flush: timers fire no more, and the work
         queued or running (a tick, a call whose caller gave up) gets `timeout` to end."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (timeout if self._exit_wait else 0.0)
         with self._lock:
             self._quiet = True
             self._due.clear()
