@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -56,11 +57,20 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_program(
-    name: str, env: dict[str, str], *, check: bool = True, timeout: float = 300
+    name: str,
+    env: dict[str, str],
+    *,
+    check: bool = True,
+    timeout: float = 300,
+    under_run: bool = False,
 ) -> dict[str, Any]:
-    """Run tests/programs/NAME in a fresh interpreter; its last stdout line as JSON."""
+    """Run tests/programs/NAME in a fresh interpreter (under `artstore run` if
+    `under_run`); its last stdout line as JSON."""
+    program = [sys.executable, str(PROGRAMS / name)]
+    if under_run:
+        program = [sys.executable, "-m", "artifactstore", "run", "--", *program]
     proc = subprocess.run(
-        [sys.executable, str(PROGRAMS / name)],
+        program,
         env=env,
         capture_output=True,
         text=True,
@@ -74,6 +84,28 @@ def run_program(
     out["_stderr"] = proc.stderr
     out["_returncode"] = proc.returncode
     return out
+
+
+def skip_unless_importable(
+    modules: Sequence[str], install: str, env: dict[str, str] | None = None
+) -> None:
+    """Skip unless `modules` are installed and import together in a fresh interpreter
+    (with `env` added): installed is not enough (torchax 0.0.13 fails at import beside
+    torch 2.13). `install`: the pip command that installs them."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed ({install})")
+    probe = subprocess.run(
+        [sys.executable, "-c", "import " + ", ".join(modules)],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        pytest.skip(f"{' and '.join(modules)} do not import here: {last}")
 
 
 JobResults = Callable[[str], list[str]]

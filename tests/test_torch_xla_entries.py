@@ -13,8 +13,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
-import sys
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -25,7 +23,7 @@ from typing import Any
 
 import pytest
 import zstandard
-from conftest import PROGRAMS, OpenStore, _team, artstore, devstack, drop_later
+from conftest import PROGRAMS, OpenStore, _team, artstore, devstack, drop_later, run_program
 from prometheus_client.parser import text_string_to_metric_families
 
 from artifactstore.formats import torchxla
@@ -51,13 +49,8 @@ def _job(env: dict[str, str], where: Path, *, run: bool = False, **extra: str) -
     """tests/programs/torch_xla_stand_in_job.py on a fresh host `where` (under `artstore
     run` if `run`): its JSON line, its stderr."""
     env = {**env, "PYTHONPATH": str(STAND_IN), "XDG_CACHE_HOME": str(where), **extra}
-    program = [sys.executable, str(PROGRAMS / "torch_xla_stand_in_job.py")]
-    command = [sys.executable, "-m", "artifactstore", "run", "--", *program] if run else program
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["_stderr"] = proc.stderr
+    out = run_program("torch_xla_stand_in_job.py", env, under_run=run)
+    assert "Traceback" not in out["_stderr"], out["_stderr"][-3000:]
     return out
 
 

@@ -15,17 +15,14 @@ CI's torch phase (ARTSTORE_TORCH_CI=1) a skip fails (tests/security/ci_rules.py)
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROGRAMS, OpenStore, artstore
+from conftest import OpenStore, artstore, run_program, skip_unless_importable
 
 from artifactstore import config
 from artifactstore.formats import codec, torchxla
@@ -36,36 +33,19 @@ from artifactstore.torch_xla.fill import fill
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CPU = {"PJRT_DEVICE": "CPU"}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def torch_xla_imports() -> None:
     """Skip unless torch_xla imports here (one probe process per module)."""
-    if importlib.util.find_spec("torch_xla") is None:
-        pytest.skip("torch_xla not installed (pip install 'artifactstore[torch-xla]')")
-    probe = subprocess.run(
-        [sys.executable, "-c", "import torch_xla"],
-        env={**os.environ, "PJRT_DEVICE": "CPU"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        pytest.skip(f"torch_xla does not import here: {last}")
+    skip_unless_importable(["torch_xla"], "pip install 'artifactstore[torch-xla]'", CPU)
 
 
 def _job(env: dict[str, str], *, run: bool = False, **extra: str) -> dict[str, Any]:
     """tests/programs/torch_xla_job.py in a fresh process (under `artstore run` if `run`)."""
-    env = {**env, "PJRT_DEVICE": "CPU", **extra}
-    program = [sys.executable, str(PROGRAMS / "torch_xla_job.py")]
-    command = [sys.executable, "-m", "artifactstore", "run", "--", *program] if run else program
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["_stderr"] = proc.stderr
+    out = run_program("torch_xla_job.py", {**env, **CPU, **extra}, timeout=600, under_run=run)
+    assert "Traceback" not in out["_stderr"], out["_stderr"][-3000:]
     return out
 
 

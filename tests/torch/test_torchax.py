@@ -9,14 +9,11 @@ import; in CI's torch phase (ARTSTORE_TORCH_CI=1) a skip fails (tests/security/c
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import artstore, run_program
+from conftest import artstore, run_program, skip_unless_importable
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 NAMED = "torchax/mlp-step@1"
@@ -24,21 +21,8 @@ NAMED = "torchax/mlp-step@1"
 
 @pytest.fixture(scope="module", autouse=True)
 def torchax_imports() -> None:
-    """Skip unless torch and torchax import here (torchax 0.0.13 fails at import with
-    torch 2.13, so finding the packages is not enough): one probe process per module."""
-    missing = [m for m in ("torch", "torchax") if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (pip install 'artifactstore[torch]')")
-    probe = subprocess.run(
-        [sys.executable, "-c", "import torch, torchax"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        pytest.skip(f"torchax does not import with this torch: {last}")
+    """Skip unless torch and torchax import here: one probe process per module."""
+    skip_unless_importable(["torch", "torchax"], "pip install 'artifactstore[torch]'")
 
 
 def activated(env: dict[str, str], **extra: str) -> dict[str, str]:
