@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Any
 
+from artifactstore.examples.compile_heavy import use_cache
+
 LR = 0.05
 
 
@@ -80,21 +82,6 @@ def save_batch(path: str, params, x, y) -> None:  # type: ignore[no-untyped-def]
     arrays = {f"params/{k}": v for k, v in params.items()} | {"x": x, "y": y}
     saved: dict[str, Any] = {k: np.asarray(v) for k, v in interop.jax_view(arrays).items()}
     np.savez(path, **saved)
-
-
-def use_cache(*, jax_cache: str | None, store: bool) -> None:
-    """JAX's own persistent cache (every compile stored, as the store's benchmarks set
-    it) or the store; with neither, whatever the environment turns on (ARTSTORE_URL)."""
-    import jax
-
-    if jax_cache:
-        jax.config.update("jax_compilation_cache_dir", jax_cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    if store:
-        import artifactstore
-
-        artifactstore.configure()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
