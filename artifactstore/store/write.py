@@ -127,9 +127,7 @@ class WritePath:
                 index.add_entry(entry, fingerprint.to_json())  # its fingerprint row
                 self.refused.pop(key, None)
                 self.counters.add("replaced_refused")
-                if not index.keys_for_digest(existing.digest):
-                    blobs.delete(existing.digest)
-                    index.forget_objects([existing.digest])
+                self._drop_if_unreferenced(existing.digest)
         else:
             created = index.add_entry(entry, fingerprint.to_json())
         self.counters.add("stored" if created else "already_present")
@@ -140,11 +138,10 @@ class WritePath:
             # race is explained in artifactstore/gc/__init__.py): put it back, so the
             # entry points at a missing object for no longer than this one operation.
             blobs.put(encoded.digest, encoded.data)
-        if not created and uploaded and not index.keys_for_digest(encoded.digest):
+        if not created and uploaded:
             # Lost a race on the key with different bytes (XLA output is not
             # byte-identical across processes): drop our now-unreferenced copy.
-            blobs.delete(encoded.digest)
-            index.forget_objects([encoded.digest])
+            self._drop_if_unreferenced(encoded.digest)
         if created:
             if encoded.signer is None and self.backends.settings.require_signatures:
                 self.backends.warn_once("unsigned-write", UNSIGNED_WRITE)
@@ -250,11 +247,16 @@ class WritePath:
         moved_entry = index.lookup(entry.key)
         if moved_entry is not None:
             self.publish(moved_entry)  # readers follow the manifest to the new object
-        if index.keys_for_digest(entry.digest):
-            return True, False
-        blobs.delete(entry.digest)
-        index.forget_objects([entry.digest])
-        return True, True
+        return True, self._drop_if_unreferenced(entry.digest)
+
+    def _drop_if_unreferenced(self, digest: str) -> bool:
+        """Delete the object `digest` and its row once no entry leads to it; whether it went."""
+        index = self.backends.index
+        if index.keys_for_digest(digest):
+            return False
+        self.backends.blobs.delete(digest)
+        index.forget_objects([digest])
+        return True
 
     # -- keys too quick to store (artifactstore.formats.quick) ------------------
     def publish_quick(self, key: str, fingerprint: str, compile_secs: float) -> bool:
