@@ -45,7 +45,6 @@ from artifactstore.formats.bundle import (
     parse_manifest,
 )
 from artifactstore.formats.sizes import format_limit
-from artifactstore.index import db
 from artifactstore.store import Store
 
 CHUNK = 1024 * 1024
@@ -84,9 +83,7 @@ def import_bundle(
         raise ReadOnlyError(
             "this store is read-only (ARTSTORE_READ_ONLY): import needs a writer's settings"
         )
-    why = db.read_only_reason(store.engine)
-    if why is not None:
-        raise ReadOnlyError(why)
+    store.require_writable_index()
     path = Path(path)
     if not path.is_file():
         raise BundleError(f"no bundle at {path}: not a file")
@@ -219,7 +216,7 @@ def _verify(store: Store, record: Record, spool: Path) -> None:
 
 
 def _store(store: Store, record: Record, spool: Path, report: ImportReport) -> None:
-    if store.index.lookup(record.key) is not None:
+    if store.lookup(record.key) is not None:
         report.skipped += 1
         return
     data = (spool / record.digest).read_bytes()

@@ -200,7 +200,7 @@ def pull(
         ):
             manifest, present = held, True
         else:
-            data = store.blobs.get_manifest(key)
+            data = store.records.get_manifest(key)
             if data is None:  # withdrawn since the listing
                 count("missing")
                 return
@@ -263,7 +263,7 @@ def pull(
     quick = _quick_keys(store, fingerprint, report)
     fetches = Lane("pull", threads=jobs)
     try:
-        for key in store.blobs.iter_manifest_keys():
+        for key in store.records.iter_manifest_keys():
             quick.discard(key)  # a manifest: stored now, so not quick
             if not dry_run:
                 tier.quick.forget(key)  # nor here, if this host once found it quick

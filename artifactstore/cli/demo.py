@@ -102,7 +102,7 @@ def run(*, layers: int = 10, keep: bool = False, echo: Callable[[str], None] = p
             )
         store = Store.open(resolve({"url": str(tmp)}))
         try:
-            stats = store.index.stats()
+            stats = store.stats()
         finally:
             store.close()
         cold_t, warm_t = float(cold["first_call_secs"]), float(warm["first_call_secs"])

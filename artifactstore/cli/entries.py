@@ -192,7 +192,7 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
     since = today() - timedelta(days=days - 1) if days is not None else None
     with obj.store(index_only=True, objects=False) as store:
         where = store.describe()
-        stats = store.index.stats() if by is None else None
+        stats = store.stats() if by is None else None
         if by == "day":
             groups = index_usage.by_day(store.engine, store.namespace, since)
         elif by == "fingerprint":
@@ -416,7 +416,7 @@ def _rm_named(obj: Ctx, ref: str, yes: bool) -> None:
     with obj.store(changes=True) as store:
         found = {
             e.key: e.module_name
-            for e in store.index.iter_entries(Filters(module_glob=glob))
+            for e in store.iter_entries(Filters(module_glob=glob))
             if named_keys.matches(e.module_name, name, version)
         }
         if not found:

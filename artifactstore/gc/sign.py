@@ -132,7 +132,7 @@ def sign_entries(
     check_signed_by(signed_by, trusted)
     report = SignReport(key.name, trusted=trusted.names)
     candidates: list[tuple[Candidate, EntryInfo]] = []
-    for entry in list(store.index.iter_entries()):
+    for entry in list(store.iter_entries()):
         report.entries += 1
         if progress is not None:
             progress(1)

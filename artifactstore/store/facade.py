@@ -15,7 +15,7 @@ single-flight compile leases (`flight`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from sqlalchemy import Engine
 
@@ -25,7 +25,8 @@ from artifactstore.config import Settings
 from artifactstore.formats.codec import Encoded
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.put import Put
-from artifactstore.index.repo import EntryIndex, EntryInfo, NewEntry
+from artifactstore.index.repo import EntryIndex, EntryInfo, Filters, NewEntry
+from artifactstore.index.totals import IndexStats
 from artifactstore.redact import redact
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import (
@@ -42,6 +43,7 @@ from artifactstore.store.flight import SingleFlight
 from artifactstore.store.lanes import Lane
 from artifactstore.store.lease import enabled
 from artifactstore.store.read import Hit, ReadPath
+from artifactstore.store.records import Records
 from artifactstore.store.tier import Accesses, LocalTier
 from artifactstore.store.uploads import Uploads
 from artifactstore.store.write import WritePath
@@ -140,6 +142,29 @@ class Store:
     def index_opened(self) -> bool:
         """Whether this process has opened the index (a reader never does)."""
         return self.backends.index_opened
+
+    # -- what the layers above read, given the Store (never its parts) ---------
+    @property
+    def records(self) -> Records:
+        """The records alone (working sets, quick keys, removals, manifests), their
+        writes through this writer's gate: see `records`."""
+        return Records(self.backends.blobs, lambda: self.writes.gate.admits(quietly=True))
+
+    def lookup(self, key: str) -> EntryInfo | None:
+        """`key`'s index row, or None."""
+        return self.backends.index.lookup(key)
+
+    def iter_entries(self, filters: Filters | None = None) -> Iterator[EntryInfo]:
+        """The index's entries, most recently used first."""
+        return self.backends.index.iter_entries(filters)
+
+    def stats(self) -> IndexStats:
+        """The index's totals (entries, bytes, hits)."""
+        return self.backends.index.stats()
+
+    def require_writable_index(self) -> None:
+        """ReadOnlyError, with the index's one line, where its role refuses writes."""
+        self.writes.require_writable_index()
 
     # -- opening ------------------------------------------------------------
     @classmethod

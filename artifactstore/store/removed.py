@@ -33,6 +33,7 @@ import time
 from artifactstore.blobstores.base import BlobStore, RecordKind
 from artifactstore.formats import codec
 from artifactstore.formats import named as _named
+from artifactstore.store.records import Records
 
 # Beside the manifests (S3 `keys/`, a local store's `manifests/`): every role's policy
 # already allows what it does here, and a manifest listing never shows these names.
@@ -54,9 +55,9 @@ class RemovedVersion(codec.SignatureRefused):
     reason = "named_removed"
 
 
-def removal(blobs: BlobStore, name: str, version: str) -> bytes | None:
+def removal(records: BlobStore | Records, name: str, version: str) -> bytes | None:
     """NAME@VERSION's removal record as stored (any bytes: presence refuses), or None."""
-    return blobs.get_record(REMOVED, _named.removed_name(name, version))
+    return records.get_record(REMOVED, _named.removed_name(name, version))
 
 
 def check(blobs: BlobStore, data: bytes) -> None:

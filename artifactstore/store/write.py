@@ -199,13 +199,17 @@ class WritePath:
         except CorruptObject:
             return False
 
+    def require_writable_index(self) -> None:
+        """ReadOnlyError, with the index's one line, where its role or file refuses writes."""
+        why = db.read_only_reason(self.backends.engine)
+        if why is not None:
+            raise ReadOnlyError(why)
+
     def withdraw(self, keys: list[str]) -> None:
         """Withdraw the manifests of entries being removed (before or just after their
         rows go; their objects outlive both by gc's grace period). Refused, with the
         index's one line, where the index may not be written: removal needs both."""
-        why = db.read_only_reason(self.backends.engine)
-        if why is not None:
-            raise ReadOnlyError(why)
+        self.require_writable_index()
         if keys:
             self.backends.blobs.delete_manifests(keys)
 

@@ -99,7 +99,7 @@ class Recorder:
             entry = getattr(outcome, "entry", None)  # a hit (a miss carries none)
             if entry is not None:
                 if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
-                    entry = store.index.lookup(key) or entry
+                    entry = store.lookup(key) or entry
                 item = {
                     "key": key,
                     "module": entry.module_name,
