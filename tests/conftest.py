@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import forks
 import pytest
 
 from artifactstore import config
@@ -56,6 +57,11 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# The programs run_program forks (tests/forks.py): they import JAX first, and only then,
+# configured by their environment, the store.
+FORKED = ("job.py",)
+
+
 def run_program(
     name: str,
     env: dict[str, str],
@@ -64,19 +70,15 @@ def run_program(
     timeout: float = 300,
     under_run: bool = False,
 ) -> dict[str, Any]:
-    """Run tests/programs/NAME in a fresh interpreter (under `artstore run` if
-    `under_run`); its last stdout line as JSON."""
-    program = [sys.executable, str(PROGRAMS / name)]
+    """Run tests/programs/NAME in a fresh process (under `artstore run` if `under_run`;
+    job.py forked from one that imported JAX: tests/forks.py); its last stdout line as
+    JSON."""
+    path = str(PROGRAMS / name)
     if under_run:
-        program = [sys.executable, "-m", "artifactstore", "run", "--", *program]
-    proc = subprocess.run(
-        program,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+        cmd = ["run", "--", sys.executable, path]
+        proc = forks.run("cli", {"module": "artifactstore"}, cmd, env, timeout, fresh=True)
+    else:
+        proc = forks.run("jax", {"path": path}, [], env, timeout, fresh=name not in FORKED)
     if check and proc.returncode != 0:
         raise AssertionError(f"{name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     lines = proc.stdout.strip().splitlines()
@@ -137,15 +139,9 @@ def start_program(name: str, env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 def artstore(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the CLI as a user would, in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "-m", "artifactstore", *args],
-        env=env or clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    """Run the CLI as a user would, in a fresh process (forked from one that imported what
+    it imports: tests/forks.py)."""
+    return forks.run("cli", {"module": "artifactstore"}, list(args), env or clean_env(), 300)
 
 
 # `artstore warm MODULE:FUNCTION`'s line per specialization ("warming: 3/5 compiled ..."):

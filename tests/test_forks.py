@@ -1,0 +1,72 @@
+"""The suite's forked processes (tests/forks.py) answer as fresh interpreters do."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import forks
+import pytest
+from conftest import PROGRAMS, clean_env
+
+
+def _cli(*args: str, env: dict[str, str], fresh: bool) -> subprocess.CompletedProcess[str]:
+    if not fresh:
+        assert forks._server("cli", env) is not None, "the CLI's fork server did not start"
+    return forks.run("cli", {"module": "artifactstore"}, list(args), env, 300, fresh=fresh)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--help",),
+        ("gc", "--max-size", "500Q"),  # bad input: one line, exit 2
+        ("ls",),
+        ("stats", "--json"),
+        ("no-such-command",),
+    ],
+)
+def test_a_forked_cli_call_answers_as_a_fresh_one(args: tuple[str, ...], tmp_path: Path) -> None:
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    fresh = _cli(*args, env=env, fresh=True)
+    forked = _cli(*args, env=env, fresh=False)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        fresh.returncode,
+        fresh.stdout,
+        fresh.stderr,
+    )
+
+
+def test_each_forked_process_has_the_environment_it_was_given(tmp_path: Path) -> None:
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_NAMESPACE="forked")
+    first = _cli("stats", "--json", env=env, fresh=False)
+    env2 = clean_env(ARTSTORE_URL=str(tmp_path / "s2"))
+    second = _cli("stats", "--json", env=env2, fresh=False)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert '"forked"' in first.stdout and '"forked"' not in second.stdout
+    assert str(tmp_path / "s2") in second.stdout
+
+
+def test_a_forked_job_computes_and_stores_as_a_fresh_one(tmp_path: Path) -> None:
+    """The forked writer compiles and stores (its exit flush included); a fresh reader
+    then loads every executable it stored and computes the same."""
+    program = str(PROGRAMS / "job.py")
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    assert forks._server("jax", env) is not None, "the JAX fork server did not start"
+    forked = forks.run("jax", {"path": program}, [], env, 300)
+    fresh = forks.run("jax", {"path": program}, [], env, 300, fresh=True)
+    assert forked.returncode == fresh.returncode == 0, forked.stderr + fresh.stderr
+    cold, warm = (json.loads(p.stdout.splitlines()[-1]) for p in (forked, fresh))
+    assert cold["results"] == warm["results"]
+    assert len(cold["xla_compiles"]) >= 2 and warm["xla_compiles"] == []
+
+
+def test_a_call_that_differs_in_what_starts_jax_runs_fresh(tmp_path: Path) -> None:
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    assert forks._server("jax", env) is not None
+    assert forks._server("jax", {**env, "XLA_FLAGS": "--xla_dump_to=/tmp/x"}) is None
+    assert forks._server("jax", {**env, "ARTSTORE_ACTIVATE": "1"}) is None
+    assert forks._server("cli", {**env, "PYTHONPATH": os.fspath(tmp_path)}) is None
+    assert forks._server("cli", {**env, "JAX_PLATFORMS": "tpu"}) is not None  # read later
