@@ -81,6 +81,29 @@ def test_swapped_index_rows_are_refused_not_loaded(tmp_path: Path, job_results: 
 
 
 # -- losing the index ---------------------------------------------------------
+def _age_objects(store: Path, secs: float = 600) -> None:
+    old = time.time() - secs
+    for path in store.rglob("objects/*/*"):
+        os.utime(path, (old, old))
+
+
+def test_an_empty_index_beside_a_put_in_flight_is_not_a_lost_one(tmp_path: Path) -> None:
+    """An object minutes old with no row is a lost index; one seconds old may be a writer's
+    put between its upload and its row (gc refused so once beside writers on a store it
+    had just emptied): gc goes on, and keeps the object (its grace period)."""
+    env = _env(tmp_path)
+    run_program("job.py", env)
+    objects = sorted((tmp_path / "store").rglob("objects/*/*"))
+    index = tmp_path / "store" / "index.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{index}{suffix}").unlink(missing_ok=True)
+    gc = artstore("gc", "--json", env=env)
+    assert gc.returncode == 0, gc.stderr
+    assert sorted((tmp_path / "store").rglob("objects/*/*")) == objects
+    _age_objects(tmp_path / "store")
+    _one_line_error(artstore("gc", env=env), "refusing to gc", "artstore db rebuild")
+
+
 def test_db_rebuild_after_deleting_the_sqlite_file_restores_every_entry(tmp_path: Path) -> None:
     env = _env(tmp_path)
     run_program("job.py", env)
@@ -91,6 +114,7 @@ def test_db_rebuild_after_deleting_the_sqlite_file_restores_every_entry(tmp_path
 
     check = artstore("db", "check", env=env)
     assert check.returncode == 1 and "missing" in check.stdout, check.stdout
+    _age_objects(tmp_path / "store")  # older than a put in flight: the index was lost
     gc = artstore("gc", env=env)  # a fresh empty index over a full object store
     _one_line_error(gc, "refusing to gc", "artstore db rebuild")
     assert len(list((tmp_path / "store").rglob("objects/*/*"))) == len(before)  # nothing deleted

@@ -14,6 +14,7 @@ entry the index lacks back into entries instead of deleting them.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from artifactstore.blobstores.base import BlobStore
@@ -203,10 +204,19 @@ def index_problem(parts: StoreParts) -> str | None:
     return None
 
 
+# A writer uploads an object, then commits its row: an object this young with no row may be
+# a put in flight (gc found it once beside writers on a store it had just emptied), so only
+# older ones say that the index was lost.
+IN_FLIGHT_SECS = 120.0
+
+
 def _holds_lost_entries(parts: StoreParts, sample: int = 20) -> bool:
-    """Whether any of the first `sample` objects carries an entry the index lacks
-    (objects that predate metadata, or a writer's orphan of an existing key, do not)."""
-    for n, info in enumerate(parts.blobs.iter_blobs()):
+    """Whether any of the first `sample` objects older than a put in flight carries an
+    entry the index lacks (objects that predate metadata, or a writer's orphan of an
+    existing key, do not)."""
+    young = time.time() - IN_FLIGHT_SECS
+    old = (info for info in parts.blobs.iter_blobs() if info.mtime < young)
+    for n, info in enumerate(old):
         if n >= sample:
             break
         try:
