@@ -14,6 +14,7 @@ ARTSTORE_TEST_FRESH=1 in the tests' environment.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import locale
 import os
@@ -110,7 +111,7 @@ def run(
 
 
 def forked(
-    kind: str, run: dict[str, str], args: list[str], env: dict[str, str], timeout: float
+    kind: str, target: dict[str, str], args: list[str], env: dict[str, str], timeout: float
 ) -> subprocess.CompletedProcess[str] | None:
     """Run {"module": M} or {"path": P} with `args` in a forked process, its output
     captured as subprocess.run(capture_output=True, text=True) would; None where it must
@@ -126,7 +127,7 @@ def forked(
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        request = {**run, "args": args, "env": env, "cwd": os.getcwd()}
+        request = {**target, "args": args, "env": env, "cwd": os.getcwd()}
         body = json.dumps(request).encode()
         socket.send_fds(sock, [struct.pack("!Q", len(body))], [stdin, out_w, err_w])
         sock.sendall(body)
@@ -139,10 +140,11 @@ def forked(
         os.close(fd)
     answer = sock.makefile("rb")
     pid = int(answer.readline())
-    argv = [run.get("module") or run["path"], *args]
+    argv = [target.get("module") or target["path"], *args]
     outputs = _read_both(out_r, err_r, time.monotonic() + timeout)
     if outputs is None:  # as subprocess.run: the process is killed, then TimeoutExpired
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it exited; a grandchild holds a pipe
+            os.kill(pid, signal.SIGKILL)
         answer.readline()
         sock.close()
         raise subprocess.TimeoutExpired(argv, timeout)
