@@ -16,6 +16,7 @@ import hashlib
 import os
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -275,6 +276,64 @@ def test_silent_endpoint_times_out_within_bound(moto: str) -> None:
     message = str(info.value)
     assert "did not answer" in message and "ReadTimeoutError" in message
     assert_no_secret(message)
+
+
+def _forward(accepted: socket.socket, upstream: tuple[str, int]) -> None:
+    """Pipe one accepted connection to `upstream` both ways until either side closes."""
+    out = socket.create_connection(upstream)
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    for src, dst in ((accepted, out), (out, accepted)):
+        threading.Thread(target=pipe, args=(src, dst), daemon=True).start()
+
+
+def test_full_accept_queue_is_waited_for_within_the_bound(moto: str, bucket: str) -> None:
+    """A server whose accept queue is full drops SYNs, so connects time out (hundreds of
+    readers starting at once against one endpoint, as CI's 200-reader test found): with
+    ARTSTORE_TIMEOUT raised, the call keeps connecting until the bound, not 3 x 2 s.
+
+    The endpoint is a forwarder to moto listening with a backlog of 0 and one connection
+    never accepted in it; it starts accepting (and forwarding) only after 8 s, when three
+    2 s connect attempts are long over."""
+    host, port = moto.removeprefix("http://").split(":")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    blocker = socket.create_connection(listener.getsockname())  # fills the queue
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+    def serve() -> None:
+        time.sleep(8)
+        first, _ = listener.accept()  # the blocker's: dropped
+        first.close()
+        while True:
+            try:
+                accepted, _ = listener.accept()
+            except OSError:
+                return
+            _forward(accepted, (host, int(port)))
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        store = make_store(endpoint, bucket, timeout_secs=40.0)
+        digest, data = blob(b"after the queue drained")
+        assert store.put(digest, data) is True
+        assert make_store(moto, bucket).get(digest) == data
+    finally:
+        blocker.close()
+        listener.close()
 
 
 def test_missing_bucket_names_it(moto: str) -> None:

@@ -115,7 +115,12 @@ def call_budget(bound_secs: float) -> CallBudget:
 class _Retries:
     """botocore's `needs-retry` hook: retry transient failures (connection errors,
     timeouts, 5xx, throttling) while another whole attempt fits before the call's
-    deadline, with a short jittered back-off; never past the bound."""
+    deadline, with a short jittered back-off; never past the bound.
+
+    A connect that timed out spent only `connect_secs` of its share: a server whose
+    accept queue is full drops SYNs (hundreds of readers starting at once), so those
+    are retried for as long as an attempt fits, not `attempts` times; otherwise a
+    raised ARTSTORE_TIMEOUT would give up after 3 x 2 s and say it waited the bound."""
 
     def __init__(self, budget: CallBudget) -> None:
         self.budget = budget
@@ -131,7 +136,10 @@ class _Retries:
         caught_exception: BaseException | None = None,
         **_: Any,
     ) -> float | None:
-        if attempts >= self.budget.attempts or not _transient(response, caught_exception):
+        if not _transient(response, caught_exception):
+            return None
+        connect = isinstance(caught_exception, bce.ConnectTimeoutError)
+        if attempts >= self.budget.attempts and not connect:
             return None
         deadline = ((request_dict or {}).get("context") or {}).get("artstore_deadline")
         delay = random.uniform(0, min(0.05 * 2**attempts, 0.5))
