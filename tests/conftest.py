@@ -128,20 +128,30 @@ def job_results() -> JobResults:
     return results
 
 
-def start_program(name: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(PROGRAMS / name)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+def start_program(name: str, env: dict[str, str], *, stdin: int | None = None) -> forks.Process:
+    """Start tests/programs/NAME with its stdout and stderr piped (as text), as Popen would
+    (job.py forked, as run_program does)."""
+    path = str(PROGRAMS / name)
+    pipe = subprocess.PIPE
+    return forks.popen(
+        "jax",
+        {"path": path},
+        [],
+        env,
+        fresh=name not in FORKED,
+        stdin=stdin,
+        stdout=pipe,
+        stderr=pipe,
     )
 
 
-def artstore(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the CLI as a user would, in a fresh process (forked from one that imported what
-    it imports: tests/forks.py)."""
-    return forks.run("cli", {"module": "artifactstore"}, list(args), env or clean_env(), 300)
+def artstore(
+    *args: str, env: dict[str, str] | None = None, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would, without a terminal (`input` its stdin, else none), in a
+    process of its own (forked from one that imported what it imports: tests/forks.py)."""
+    cli, env = {"module": "artifactstore"}, env or clean_env()
+    return forks.run("cli", cli, list(args), env, 300, input=input)
 
 
 # `artstore warm MODULE:FUNCTION`'s line per specialization ("warming: 3/5 compiled ..."):

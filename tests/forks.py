@@ -1,5 +1,6 @@
-"""How `conftest.artstore` and `conftest.run_program` start a process: forked by
-tests/fork_server.py, or, where that would not be the same, a fresh interpreter.
+"""How `conftest.artstore`, `conftest.run_program` and `conftest.start_program` start a
+process (`run`: to its end, as subprocess.run; `popen`: running, as subprocess.Popen):
+forked by tests/fork_server.py, or, where that would not be the same, a fresh interpreter.
 
 A fresh `python -m artifactstore` spends about a second of CPU starting and importing
 before it does anything, a JAX program more; the suite starts thousands, on CI's 2 cores.
@@ -15,10 +16,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import json
 import locale
 import os
-import selectors
+import select
 import shutil
 import signal
 import socket
@@ -26,8 +28,10 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 SERVER = Path(__file__).resolve().parent / "fork_server.py"
 # Read as an interpreter, JAX or artifactstore_startup (the .pth) start: a call must agree
@@ -35,6 +39,7 @@ SERVER = Path(__file__).resolve().parent / "fork_server.py"
 START_PREFIXES = ("PYTHON", "JAX_", "XLA_", "TF_", "TPU_", "LD_", "OMP_", "OPENBLAS_", "MKL_")
 START_NAMES = ("ARTSTORE_ACTIVATE", "ARTSTORE_URL", "ARTSTORE_WARM", "MALLOC_ARENA_MAX")
 _servers: dict[str, tuple[int, str | None, dict[str, str]]] = {}  # kind -> pid, socket, env
+_starting = threading.Lock()
 
 
 def _at_start(kind: str, env: dict[str, str]) -> dict[str, str]:
@@ -49,10 +54,11 @@ def _at_start(kind: str, env: dict[str, str]) -> dict[str, str]:
 def _server(kind: str, env: dict[str, str]) -> str | None:
     """The socket of this process's `kind` server (started on first use with `env`), if
     it runs and `env` agrees with its own on what is read at start-up."""
-    known = _servers.get(kind)
-    if known is None or known[0] != os.getpid():
-        known = (os.getpid(), _start(kind, env), env)
-        _servers[kind] = known
+    with _starting:  # tests call from threads too: one server per kind
+        known = _servers.get(kind)
+        if known is None or known[0] != os.getpid():
+            known = (os.getpid(), _start(kind, env), env)
+            _servers[kind] = known
     _, path, started = known
     agrees = _at_start(kind, env) == _at_start(kind, started)
     return path if path is not None and agrees else None
@@ -92,17 +98,20 @@ def run(
     timeout: float,
     *,
     fresh: bool = False,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`python -m MODULE ARGS` ({"module": MODULE}) or `python PATH ARGS` ({"path": PATH}),
     forked from the `kind` server where that is the same, else (or if `fresh`) in a fresh
-    interpreter; its output captured as text, as subprocess.run would."""
-    done = None if fresh else forked(kind, target, args, env, timeout)
+    interpreter; its output captured as text, as subprocess.run would (`input` on its
+    stdin, else none)."""
+    done = None if fresh else forked(kind, target, args, env, timeout, input)
     if done is not None:
         return done
-    where = ["-m", target["module"]] if "module" in target else [target["path"]]
     return subprocess.run(
-        [sys.executable, *where, *args],
+        _fresh(target, args),
         env=env,
+        input=input,
+        stdin=subprocess.DEVNULL if input is None else None,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -111,70 +120,216 @@ def run(
 
 
 def forked(
-    kind: str, target: dict[str, str], args: list[str], env: dict[str, str], timeout: float
+    kind: str,
+    target: dict[str, str],
+    args: list[str],
+    env: dict[str, str],
+    timeout: float,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str] | None:
     """Run {"module": M} or {"path": P} with `args` in a forked process, its output
     captured as subprocess.run(capture_output=True, text=True) would; None where it must
     run in a fresh interpreter."""
+    stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
+    how = (stdin, subprocess.PIPE, subprocess.PIPE)
+    proc = _spawn(kind, target, args, env, how, text=False)
+    if proc is None:
+        return None
+    try:
+        data = None if input is None else input.encode(locale.getpreferredencoding(False))
+        out, err = proc.communicate(data, timeout=timeout)
+    except subprocess.TimeoutExpired:  # as subprocess.run: killed, then raised
+        proc.kill()
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.wait(), _text(out), _text(err))
+
+
+class Forked:
+    """A forked process with subprocess.Popen's face (pid, stdin, stdout, stderr, poll,
+    wait, communicate, send_signal, kill), for tests that talk to a running program; its
+    wait status comes from the server, whose child it is."""
+
+    def __init__(
+        self, argv: list[str], pid: int, answer: socket.socket, streams: dict[int, int], text: bool
+    ) -> None:
+        self.args = argv
+        self.pid = pid
+        self.returncode: int | None = None
+        self._answer = answer
+        self._status = b""
+        opened: list[Any] = []
+        for fd, mode in ((streams.get(0), "wb"), (streams.get(1), "rb"), (streams.get(2), "rb")):
+            if fd is None:
+                opened.append(None)
+            elif text and mode == "wb":  # as Popen(text=True) wraps them
+                raw = open(fd, mode)
+                opened.append(io.TextIOWrapper(raw, write_through=True))
+            elif text:
+                opened.append(io.TextIOWrapper(open(fd, mode)))
+            else:
+                opened.append(open(fd, mode))
+        self.stdin, self.stdout, self.stderr = opened
+
+    def __enter__(self) -> Forked:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self.wait()
+
+    def _collect(self, timeout: float | None) -> bool:
+        """Read the wait status if it comes within `timeout` (None: however long)."""
+        if self.returncode is not None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._status.endswith(b"\n"):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._answer], [], [], left)
+            if not ready:
+                return False
+            chunk = self._answer.recv(64)
+            if not chunk:  # the server is gone: as if killed
+                self._status += b"\n"
+                break
+            self._status += chunk
+        self._answer.close()
+        status = self._status.strip()
+        self.returncode = os.waitstatus_to_exitcode(int(status)) if status else -signal.SIGKILL
+        return True
+
+    def poll(self) -> int | None:
+        self._collect(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._collect(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # not once the server has reaped it: its pid may be reused
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
+        """As Popen.communicate: `input` written and stdin closed, stdout and stderr read to
+        their end, then the exit waited for; TimeoutExpired past `timeout`."""
+        if self.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                if input:
+                    self.stdin.write(input)
+                self.stdin.close()
+        got: dict[str, Any] = {}
+        readers = [
+            threading.Thread(target=lambda n=name, s=stream: got.__setitem__(n, s.read()))
+            for name, stream in (("out", self.stdout), ("err", self.stderr))
+            if stream is not None
+        ]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in readers:
+            thread.daemon = True
+            thread.start()
+        for thread in readers:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self.wait(left)
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        return got.get("out"), got.get("err")
+
+
+Process = Forked | subprocess.Popen[Any]
+
+
+def popen(
+    kind: str,
+    target: dict[str, str],
+    args: list[str],
+    env: dict[str, str],
+    *,
+    fresh: bool = False,
+    stdin: int | None = None,
+    stdout: int | None = None,
+    stderr: int | None = None,
+    text: bool = True,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Process:
+    """Start `python -m MODULE ARGS` or `python PATH ARGS` as subprocess.Popen would
+    (stdin/stdout/stderr: subprocess.PIPE, DEVNULL, a descriptor, or None to share the
+    caller's), forked from the `kind` server where that is the same, else fresh."""
+    how = (stdin, stdout, stderr)
+    started = None if fresh else _spawn(kind, target, args, env, how, text, cwd)
+    if started is not None:
+        return started
+    return subprocess.Popen(
+        _fresh(target, args),
+        env=env, stdin=stdin, stdout=stdout, stderr=stderr, text=text, cwd=cwd,
+    )  # fmt: skip
+
+
+def _spawn(
+    kind: str,
+    target: dict[str, str],
+    args: list[str],
+    env: dict[str, str],
+    how: tuple[int | None, int | None, int | None],
+    text: bool,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Forked | None:
     if os.environ.get("ARTSTORE_TEST_FRESH") == "1":
         return None
     path = _server(kind, env)
     if path is None:
         return None
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    stdin = os.open(os.devnull, os.O_RDONLY)
+    theirs: list[int] = []
+    ours: dict[int, int] = {}
+    for number, spec in enumerate(how):
+        if spec == subprocess.PIPE:
+            read, write = os.pipe()
+            theirs.append(read if number == 0 else write)
+            ours[number] = write if number == 0 else read
+        elif spec == subprocess.DEVNULL:
+            theirs.append(os.open(os.devnull, os.O_RDONLY if number == 0 else os.O_WRONLY))
+        else:
+            theirs.append(os.dup(number if spec is None else spec))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        request = {**target, "args": args, "env": env, "cwd": os.getcwd()}
-        body = json.dumps(request).encode()
-        socket.send_fds(sock, [struct.pack("!Q", len(body))], [stdin, out_w, err_w])
+        body = json.dumps(
+            {**target, "args": args, "env": env, "cwd": os.fspath(cwd or os.getcwd())}
+        ).encode()
+        socket.send_fds(sock, [struct.pack("!Q", len(body))], theirs)
         sock.sendall(body)
-    except OSError:
+        pid = int(sock.makefile("rb", buffering=0).readline())
+    except (OSError, ValueError):
         sock.close()
-        for fd in (out_r, out_w, err_r, err_w, stdin):
+        for fd in ours.values():
             os.close(fd)
         return None
-    for fd in (out_w, err_w, stdin):
-        os.close(fd)
-    answer = sock.makefile("rb")
-    pid = int(answer.readline())
-    argv = [target.get("module") or target["path"], *args]
-    outputs = _read_both(out_r, err_r, time.monotonic() + timeout)
-    if outputs is None:  # as subprocess.run: the process is killed, then TimeoutExpired
-        with contextlib.suppress(ProcessLookupError):  # it exited; a grandchild holds a pipe
-            os.kill(pid, signal.SIGKILL)
-        answer.readline()
-        sock.close()
-        raise subprocess.TimeoutExpired(argv, timeout)
-    status = answer.readline()
-    sock.close()
-    code = os.waitstatus_to_exitcode(int(status)) if status.strip() else -signal.SIGKILL
-    return subprocess.CompletedProcess(argv, code, *outputs)
-
-
-def _read_both(out: int, err: int, deadline: float) -> tuple[str, str] | None:
-    """Both pipes read to their end (None past the deadline), as text."""
-    got = {out: b"", err: b""}
-    try:
-        with selectors.DefaultSelector() as sel:
-            for fd in got:
-                sel.register(fd, selectors.EVENT_READ)
-            while sel.get_map():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                for key, _ in sel.select(min(left, 1.0)):
-                    chunk = os.read(key.fd, 65536)
-                    if chunk:
-                        got[key.fd] += chunk
-                    else:
-                        sel.unregister(key.fd)
     finally:
-        for fd in got:
+        for fd in theirs:  # the child's now (or nobody's)
             os.close(fd)
-    return _text(got[out]), _text(got[err])
+    return Forked([target.get("module") or target["path"], *args], pid, sock, ours, text)
+
+
+def _fresh(target: dict[str, str], args: list[str]) -> list[str]:
+    """The command line of a fresh interpreter running `target` with `args`."""
+    where = ["-m", target["module"]] if "module" in target else [target["path"]]
+    return [sys.executable, *where, *args]
 
 
 def _text(data: bytes) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -70,3 +71,31 @@ def test_a_call_that_differs_in_what_starts_jax_runs_fresh(tmp_path: Path) -> No
     assert forks._server("jax", {**env, "ARTSTORE_ACTIVATE": "1"}) is None
     assert forks._server("cli", {**env, "PYTHONPATH": os.fspath(tmp_path)}) is None
     assert forks._server("cli", {**env, "JAX_PLATFORMS": "tpu"}) is not None  # read later
+
+
+def test_a_started_fork_talks_and_ends_as_a_popen_does(tmp_path: Path) -> None:
+    """forks.popen: job.py paused at `open` answers on its stdout, resumes on a stdin line,
+    and ends with its exit status; another is killed as Popen kills (-SIGKILL), and
+    communicate reads both streams to their end."""
+    program = {"path": str(PROGRAMS / "job.py")}
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), JOB_PAUSE="open")
+    pipe = subprocess.PIPE
+    job = forks.popen("jax", program, [], env, stdin=pipe, stdout=pipe, stderr=pipe)
+    assert isinstance(job, forks.Forked), "job.py was not forked"
+    assert job.stdout is not None and job.stdin is not None
+    assert json.loads(job.stdout.readline())["paused"] == "open"
+    assert job.poll() is None
+    out, err = job.communicate("go\n", timeout=300)
+    assert job.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["store"]["stored"] > 0
+    killed = forks.popen("jax", program, [], env, stdin=pipe, stdout=pipe, stderr=pipe)
+    assert killed.stdout is not None and killed.stdout.readline()
+    killed.kill()
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    paused = forks.popen("jax", program, [], env, stdin=pipe, stdout=pipe, stderr=pipe)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):  # paused until its stdin says go
+            paused.wait(0.5)
+    finally:
+        paused.kill()
+        paused.wait()

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import forks
 import pytest
 from conftest import JobResults, OpenStore, artstore, clean_env, run_program, start_program
 
@@ -290,9 +291,9 @@ def test_second_gc_is_refused_or_waits(any_env: dict[str, str], open_store: Open
     assert len(lines) == 1 and "ci-host:4242" in lines[0] and "--wait" in lines[0]
     assert "Traceback" not in proc.stderr
 
-    waiting = subprocess.Popen([sys.executable, "-m", "artifactstore", "gc", "--wait", "--json"],
-                               env=any_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)  # fmt: skip
+    pipe = subprocess.PIPE
+    waiting = forks.popen("cli", {"module": "artifactstore"}, ["gc", "--wait", "--json"],
+                          any_env, stdout=pipe, stderr=pipe)  # fmt: skip
     time.sleep(3)
     assert waiting.poll() is None  # still waiting for the lease
     lease.release()

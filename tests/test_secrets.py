@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_AWS, clean_env, devstack
+from conftest import FAKE_AWS, artstore, clean_env, devstack
 
 from artifactstore.redact import redact, remember_secrets_in
 
@@ -143,10 +143,6 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "artifactstore", *args]
-
-
 def check_cli(
     case: str, args: tuple[str, ...], proc: subprocess.CompletedProcess[str], must_fail: bool
 ) -> list[str]:
@@ -230,7 +226,7 @@ def test_cli_failures_never_show_secrets(case: str, world: World) -> None:
     env = world.envs[case]
     commands = CASES[case]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        procs = list(pool.map(lambda c: run(cli(*c[0]), env), commands))
+        procs = list(pool.map(lambda c: artstore(*c[0], env=env), commands))
     problems = [
         p
         for (args, must_fail), proc in zip(commands, procs, strict=True)
@@ -275,7 +271,7 @@ def test_bad_signing_keys_are_one_line_errors_without_contents(
     def one(item: tuple[str, tuple[str, ...], str, str]) -> subprocess.CompletedProcess[str]:
         _, command, value, _ = item
         env = clean_env(ARTSTORE_URL=store, ARTSTORE_SIGNING_KEY=value, ARTSTORE_TIMEOUT=TIMEOUT)
-        return run(cli(*command), env)
+        return artstore(*command, env=env)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         procs = list(pool.map(one, runs))

@@ -13,14 +13,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROGRAMS, OpenStore, clean_env, run_program
+from conftest import OpenStore, clean_env, run_program, start_program
 from faultproxy import FaultProxy
+from forks import Process
 
 from artifactstore import config
 from artifactstore.blobstores.base import LEASES
@@ -32,18 +32,11 @@ pytestmark = pytest.mark.slow
 MLP = '"jit_mlp"'  # as job.py reports XLA compiles (a quoted StringAttr)
 
 
-def start(env: dict[str, str], **extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(PROGRAMS / "job.py")],
-        env={**env, **extra},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def start(env: dict[str, str], **extra: str) -> Process:
+    return start_program("job.py", {**env, **extra}, stdin=subprocess.PIPE)
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 240) -> dict[str, Any]:
+def finish(proc: Process, timeout: float = 240) -> dict[str, Any]:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err[-3000:]
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
@@ -51,14 +44,14 @@ def finish(proc: subprocess.Popen[str], timeout: float = 240) -> dict[str, Any]:
     return result
 
 
-def paused(proc: subprocess.Popen[str]) -> None:
+def paused(proc: Process) -> None:
     """Wait for job.py's `open` pause (JOB_PAUSE=open): JAX imported, store configured."""
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert json.loads(line)["paused"] == "open", line
 
 
-def resume(*procs: subprocess.Popen[str]) -> None:
+def resume(*procs: Process) -> None:
     for proc in procs:
         assert proc.stdin is not None
         proc.stdin.write("\n")
@@ -95,7 +88,7 @@ def wait_for_lease(open_store: OpenStore, env: dict[str, str], pid: int) -> str:
     raise AssertionError("the holder never took a lease for its slow compile")
 
 
-def waiting_on(proc: subprocess.Popen[str], key: str) -> None:
+def waiting_on(proc: Process, key: str) -> None:
     """Read `proc`'s stderr until it says it waits on `key`'s holder (flight.py says each
     wait in one line; JOB_LOG_INFO shows the ones after the first), instead of sleeping
     for long enough on a loaded machine."""

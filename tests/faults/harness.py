@@ -30,7 +30,6 @@ import json
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -41,8 +40,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import FAKE_AWS, PROGRAMS, TEAM_SIGNING, artstore, clean_env, s3_client
+from conftest import FAKE_AWS, TEAM_SIGNING, artstore, clean_env, s3_client, start_program
 from faultproxy import FaultProxy
+from forks import Process
 
 from artifactstore import config
 from artifactstore.formats.sizes import parse_duration
@@ -277,7 +277,8 @@ class Timed:
 
 
 class Job:
-    """tests/programs/job.py in a fresh interpreter, paused where JOB_PAUSE says."""
+    """tests/programs/job.py in a process of its own (forked: conftest.start_program), paused
+    where JOB_PAUSE says."""
 
     def stop(self) -> None:
         """Kill it if it is still running (a test that failed before its end)."""
@@ -287,7 +288,7 @@ class Job:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: Process | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stdout: list[str] = []
         self._stderr: list[str] = []
@@ -298,14 +299,7 @@ class Job:
 
     def start(self) -> Job:
         RUNNING.append(self)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(PROGRAMS / "job.py")],
-            env=self.env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.proc = start_program("job.py", self.env, stdin=subprocess.PIPE)
         self.go_at = time.monotonic()
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()

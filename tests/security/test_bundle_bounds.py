@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import zstandard
-from conftest import TEAM_SIGNING, OpenStore, clean_env
+from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env
 from test_bundles import FP, _empty, _refused
 
 from artifactstore.formats.put import Put
@@ -295,10 +295,7 @@ def _genuine(tmp_path: Path, open_store: OpenStore, entries: int = 3) -> Path:
             Put(key, os.urandom(300 * 1024), FP, named_keys.module_name(f"foo{i}", "1"), 1.0)
         )
     bundle = tmp_path / "genuine.tzst"
-    done = subprocess.run(
-        [sys.executable, "-m", "artifactstore", "export", str(bundle), "--all"],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    done = artstore("export", str(bundle), "--all", env=env)
     assert done.returncode == 0, done.stderr
     return bundle
 

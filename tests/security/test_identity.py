@@ -239,9 +239,7 @@ def test_gc_still_drops_a_few_lost_objects(any_env: dict[str, str], open_store: 
 
 # -- rm of several entries needs a person's yes ----------------------------------------
 def _rm(env: dict[str, str], *args: str, stdin: str = "n\n") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "artifactstore", "rm", *args], env=env,
-                          input=stdin, capture_output=True, text=True, timeout=120,
-                          check=False)  # fmt: skip
+    return artstore("rm", *args, env=env, input=stdin)
 
 
 def test_rm_without_a_terminal_removes_nothing_without_yes(

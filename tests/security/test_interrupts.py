@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import forks
 import pytest
 from conftest import PROGRAMS, OpenStore, _team, artstore, clean_env, devstack, without_warm_lines
 from faultproxy import FaultProxy
@@ -55,9 +56,12 @@ class Running:
     """A command started as a user starts it; its output collected as it comes."""
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
-        self.proc = subprocess.Popen(
-            argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        pipe = subprocess.PIPE
+        # `artstore run` starts the program fresh, as a user's: conftest.run_program's rule
+        fresh = argv[3] == "run"
+        cli = {"module": "artifactstore"}
+        self.proc = forks.popen("cli", cli, argv[3:], env, fresh=fresh, stdout=pipe, stderr=pipe,
+                                cwd=cwd)  # fmt: skip
         self.out: list[str] = []
         self.err: list[str] = []
         self._readers = [
@@ -96,6 +100,7 @@ class Running:
 
 
 def command(*args: str) -> list[str]:
+    """`artstore ARGS` as its command line (Running forks it: tests/forks.py)."""
     return [sys.executable, "-m", "artifactstore", *args]
 
 

@@ -75,15 +75,7 @@ def _sign(
 ) -> subprocess.CompletedProcess[str]:
     """`artstore sign ARGS` as an operator runs it, without a terminal."""
     run_env = _env(env, ARTSTORE_SIGNING_KEY=str(new_key), ARTSTORE_TRUSTED_KEYS=trusted)
-    return subprocess.run(
-        [sys.executable, "-m", "artifactstore", "sign", *args],
-        env=run_env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return artstore("sign", *args, env=run_env)
 
 
 def _load(open_store: OpenStore, env: dict[str, str], trusted: Path, key: str) -> str:
