@@ -57,9 +57,13 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-# The programs run_program forks (tests/forks.py): they import JAX first, and only then,
-# configured by their environment, the store.
-FORKED = ("job.py",)
+forks.BASE = clean_env()  # what the fork servers start with
+
+
+# The programs run_program and start_program fork (tests/forks.py): they import JAX first,
+# and only then, configured by their environment, the store.
+FORKED = ("job.py", "named_job.py", "callbacks.py", "metrics_job.py", "named_rollback.py",
+          "plain_jax.py")  # fmt: skip
 
 
 def run_program(
@@ -73,12 +77,11 @@ def run_program(
     """Run tests/programs/NAME in a fresh process (under `artstore run` if `under_run`;
     job.py forked from one that imported JAX: tests/forks.py); its last stdout line as
     JSON."""
-    path = str(PROGRAMS / name)
     if under_run:
-        cmd = ["run", "--", sys.executable, path]
+        cmd = ["run", "--", sys.executable, str(PROGRAMS / name)]
         proc = forks.run("cli", {"module": "artifactstore"}, cmd, env, timeout, fresh=True)
     else:
-        proc = forks.run("jax", {"path": path}, [], env, timeout, fresh=name not in FORKED)
+        proc = program(name, env, timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     lines = proc.stdout.strip().splitlines()
@@ -86,6 +89,14 @@ def run_program(
     out["_stderr"] = proc.stderr
     out["_returncode"] = proc.returncode
     return out
+
+
+def program(
+    name: str, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """tests/programs/NAME run to its end, its output captured (forked if in FORKED)."""
+    path = str(PROGRAMS / name)
+    return forks.run("jax", {"path": path}, [], env, timeout, fresh=name not in FORKED)
 
 
 def skip_unless_importable(
@@ -152,6 +163,19 @@ def artstore(
     process of its own (forked from one that imported what it imports: tests/forks.py)."""
     cli, env = {"module": "artifactstore"}, env or clean_env()
     return forks.run("cli", cli, list(args), env, 300, input=input)
+
+
+def artstore_warm(
+    *args: str, env: dict[str, str], tmp_path: Path
+) -> tuple[int, dict[str, Any], str]:
+    """`artstore warm --report-json FILE ARGS` run from tests/programs (MODULE is found as
+    `python -m` finds it): exit code, the report (empty if none), stdout + stderr."""
+    report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}.json"
+    args = ("warm", "--report-json", str(report), *args)
+    proc = forks.run("cli", {"module": "artifactstore"}, list(args), env, 600, cwd=PROGRAMS)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    data = json.loads(report.read_text()) if report.exists() else {}
+    return proc.returncode, data, proc.stdout + proc.stderr
 
 
 # `artstore warm MODULE:FUNCTION`'s line per specialization ("warming: 3/5 compiled ..."):

@@ -45,7 +45,7 @@ def _preload(kind: str) -> None:
         import jax.numpy  # noqa: F401
 
 
-def _serve(path: str) -> None:
+def _serve(path: str, set_by_imports: dict[str, str]) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path + ".new")
     server.listen(64)
@@ -69,7 +69,7 @@ def _serve(path: str) -> None:
             if pid == 0:  # the new process; its SystemExit ends it as it ends any
                 server.close()
                 conn.close()
-                _become(request, fds)
+                _become(request, fds, set_by_imports)
                 return
             for fd in fds:
                 os.close(fd)
@@ -88,8 +88,10 @@ def _serve(path: str) -> None:
                 conn.close()
 
 
-def _become(request: dict[str, object], fds: list[int]) -> None:
-    """Turn this forked child into `python -m MODULE ARGS` or `python PATH ARGS`."""
+def _become(request: dict[str, object], fds: list[int], set_by_imports: dict[str, str]) -> None:
+    """Turn this forked child into `python -m MODULE ARGS` or `python PATH ARGS`; what the
+    server's imports set in the environment (`import jax`: TF_CPP_MIN_LOG_LEVEL, unless
+    set) is set as a fresh process's imports would."""
     import runpy
 
     for target, fd in enumerate(fds):
@@ -98,6 +100,8 @@ def _become(request: dict[str, object], fds: list[int]) -> None:
     os.chdir(str(request["cwd"]))
     os.environ.clear()
     os.environ.update(request["env"])  # type: ignore[arg-type]
+    for name, value in set_by_imports.items():
+        os.environ.setdefault(name, value)
     args = [str(a) for a in request["args"]]  # type: ignore[attr-defined]
     if "module" in request:
         sys.argv = ["-m", *args]
@@ -111,5 +115,6 @@ def _become(request: dict[str, object], fds: list[int]) -> None:
 
 
 if __name__ == "__main__":
+    before = dict(os.environ)
     _preload(sys.argv[2])
-    _serve(sys.argv[1])
+    _serve(sys.argv[1], {k: v for k, v in os.environ.items() if k not in before})

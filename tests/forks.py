@@ -38,7 +38,15 @@ SERVER = Path(__file__).resolve().parent / "fork_server.py"
 # with its server on these; ARTSTORE_URL and _WARM too unless ARTSTORE_ACTIVATE=0.
 START_PREFIXES = ("PYTHON", "JAX_", "XLA_", "TF_", "TPU_", "LD_", "OMP_", "OPENBLAS_", "MKL_")
 START_NAMES = ("ARTSTORE_ACTIVATE", "ARTSTORE_URL", "ARTSTORE_WARM", "MALLOC_ARENA_MAX")
+# What JAX writes into the environment itself: `import jax` sets the first unless it is set
+# (the server's children get it as a fresh import would), the backend's start the second
+# (in the child): once a test's process imported JAX, its environments carry both.
+JAX_SETS = {"TF_CPP_MIN_LOG_LEVEL": "1", "TPU_SKIP_MDS_QUERY": "1"}
 _servers: dict[str, tuple[int, str | None, dict[str, str]]] = {}  # kind -> pid, socket, env
+# The environment servers start with (conftest sets the suite's plain one), not whichever
+# call comes first: one that activates the store or sets PYTHONPATH would make every
+# later call disagree, and run fresh.
+BASE: dict[str, str] = {}
 _starting = threading.Lock()
 
 
@@ -48,16 +56,18 @@ def _at_start(kind: str, env: dict[str, str]) -> dict[str, str]:
     if kind == "cli":
         return {k: v for k, v in env.items() if k.startswith("PYTHON")}
     names = START_NAMES if env.get("ARTSTORE_ACTIVATE") != "0" else ("ARTSTORE_ACTIVATE",)
+    env = {**JAX_SETS, **env}
     return {k: v for k, v in env.items() if k.startswith(START_PREFIXES) or k in names}
 
 
 def _server(kind: str, env: dict[str, str]) -> str | None:
-    """The socket of this process's `kind` server (started on first use with `env`), if
-    it runs and `env` agrees with its own on what is read at start-up."""
+    """The socket of this process's `kind` server (started on first use, with BASE or
+    else `env`), if it runs and `env` agrees with its own on what is read at start-up."""
     with _starting:  # tests call from threads too: one server per kind
         known = _servers.get(kind)
         if known is None or known[0] != os.getpid():
-            known = (os.getpid(), _start(kind, env), env)
+            started = BASE or env
+            known = (os.getpid(), _start(kind, started), started)
             _servers[kind] = known
     _, path, started = known
     agrees = _at_start(kind, env) == _at_start(kind, started)
@@ -99,12 +109,13 @@ def run(
     *,
     fresh: bool = False,
     input: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`python -m MODULE ARGS` ({"module": MODULE}) or `python PATH ARGS` ({"path": PATH}),
     forked from the `kind` server where that is the same, else (or if `fresh`) in a fresh
     interpreter; its output captured as text, as subprocess.run would (`input` on its
-    stdin, else none)."""
-    done = None if fresh else forked(kind, target, args, env, timeout, input)
+    stdin, else none), in `cwd` (else this one)."""
+    done = None if fresh else forked(kind, target, args, env, timeout, input, cwd)
     if done is not None:
         return done
     return subprocess.run(
@@ -112,6 +123,7 @@ def run(
         env=env,
         input=input,
         stdin=subprocess.DEVNULL if input is None else None,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -126,13 +138,14 @@ def forked(
     env: dict[str, str],
     timeout: float,
     input: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[str] | None:
     """Run {"module": M} or {"path": P} with `args` in a forked process, its output
     captured as subprocess.run(capture_output=True, text=True) would; None where it must
     run in a fresh interpreter."""
     stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
     how = (stdin, subprocess.PIPE, subprocess.PIPE)
-    proc = _spawn(kind, target, args, env, how, text=False)
+    proc = _spawn(kind, target, args, env, how, False, cwd)
     if proc is None:
         return None
     try:

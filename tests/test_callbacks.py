@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 import tamper
-from conftest import PROGRAMS, artstore
+from conftest import artstore, program
 
 # The jitted function with callbacks in each case of tests/programs/callbacks.py.
 MODULES = {"pure": "jit_f", "io": "jit_g", "debug": "jit_d", "eqx": "jit_checked"}
 
 
 def run_case(case: str, env: dict[str, str], **extra: str) -> dict[str, Any]:
-    """Run one case in a fresh interpreter: its JSON report, plus stdout and stderr."""
-    proc = subprocess.run(
-        [sys.executable, str(PROGRAMS / "callbacks.py")],
-        env={**env, "CALLBACKS_CASE": case, **extra},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    """Run one case in a process of its own: its JSON report, plus stdout and stderr."""
+    proc = program("callbacks.py", {**env, "CALLBACKS_CASE": case, **extra})
     assert proc.returncode == 0, f"{case} failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     out["_stdout"], out["_stderr"] = proc.stdout, proc.stderr

@@ -99,3 +99,21 @@ def test_a_started_fork_talks_and_ends_as_a_popen_does(tmp_path: Path) -> None:
     finally:
         paused.kill()
         paused.wait()
+
+
+def test_what_importing_jax_sets_is_set_as_in_a_fresh_process(tmp_path: Path) -> None:
+    """`import jax` sets TF_CPP_MIN_LOG_LEVEL unless set: a forked child (the server
+    imported JAX) has it as a fresh one does; and a test process that imported JAX, so
+    that its environments carry what JAX set, still forks."""
+    program = tmp_path / "env.py"
+    program.write_text("import os, jax\nprint(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))\n")
+    env = {k: v for k, v in clean_env().items() if k not in forks.JAX_SETS}
+    assert forks._server("jax", env) is not None
+    assert forks._server("jax", {**env, **forks.JAX_SETS}) is not None
+    for given in (None, "3"):
+        run_env = env if given is None else {**env, "TF_CPP_MIN_LOG_LEVEL": given}
+        forked, fresh = (
+            forks.run("jax", {"path": str(program)}, [], run_env, 300, fresh=f)
+            for f in (False, True)
+        )
+        assert forked.stdout == fresh.stdout == f"{given or 1}\n", forked.stderr + fresh.stderr

@@ -11,7 +11,6 @@ import json
 import re
 import socket
 import subprocess
-import sys
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import IN_CI, PROGRAMS, REPO, clean_env, run_program
+from conftest import IN_CI, REPO, clean_env, run_program, start_program
 
 from artifactstore import config, metrics
 from artifactstore.formats.counters import NAMES
@@ -71,10 +70,7 @@ def scrape_while_running(env: dict[str, str], port: int, **extra: str) -> tuple[
     program then waits), let it exit; the samples and its JSON line."""
     env = {**env, "METRICS_N": str(N), "METRICS_WAIT": "1",
            "ARTSTORE_METRICS_PORT": str(port), **extra}  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, str(PROGRAMS / "metrics_job.py")], env=env, text=True,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    proc = start_program("metrics_job.py", env, stdin=subprocess.PIPE)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

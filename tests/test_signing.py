@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import tamper
-from conftest import REPO, JobResults, artstore, clean_env, run_program
+from conftest import REPO, JobResults, artstore, artstore_warm, clean_env, run_program
 
 import artifactstore
 from artifactstore import config
@@ -596,35 +596,27 @@ def test_migration_0003_keeps_entries_written_at_0002(
 
 
 # -- artstore warm: its presence check is a load ----------------------------------
-def _warm(*args: str, env: dict[str, str], tmp_path: Path) -> tuple[int, dict[str, Any], str]:
-    report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "artifactstore", "warm", "--report-json", str(report), *args],
-        env=env,
-        cwd=REPO / "tests" / "programs",
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    data = json.loads(report.read_text()) if report.exists() else {}
-    return proc.returncode, data, proc.stdout + proc.stderr
 
 
 def test_warm_does_not_call_a_refused_entry_present(
     tmp_path: Path, keys: dict[str, tuple[Path, Path]]
 ) -> None:
     plain = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
-    code, report, output = _warm("warm_specs:specializations", env=plain, tmp_path=tmp_path)
+    code, report, output = artstore_warm("warm_specs:specializations", env=plain, tmp_path=tmp_path)
     assert code == 0 and report["added"] == 5, output  # unsigned
     trusting = {**plain, "ARTSTORE_TRUSTED_KEYS": str(keys["ci-1"][1])}
-    code, again, output = _warm("warm_specs:specializations", env=trusting, tmp_path=tmp_path)
+    code, again, output = artstore_warm(
+        "warm_specs:specializations", env=trusting, tmp_path=tmp_path
+    )
     assert code != 0 and again["present"] == 0, output
     assert "present but refused here (unsigned" in output
     signing_env = {**trusting, "ARTSTORE_SIGNING_KEY": str(keys["ci-1"][0])}
-    code, third, output = _warm("warm_specs:specializations", env=signing_env, tmp_path=tmp_path)
+    code, third, output = artstore_warm(
+        "warm_specs:specializations", env=signing_env, tmp_path=tmp_path
+    )
     assert code == 0 and third["added"] == 5, output  # replaced by signed entries
-    code, fourth, output = _warm("warm_specs:specializations", env=trusting, tmp_path=tmp_path)
+    code, fourth, output = artstore_warm(
+        "warm_specs:specializations", env=trusting, tmp_path=tmp_path
+    )
     assert code == 0 and fourth["present"] == 5, output
     assert _secret(keys["ci-1"][0]) not in output

@@ -10,30 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROGRAMS, artstore, clean_env, run_program
+from conftest import PROGRAMS, artstore, artstore_warm, clean_env, run_program
 
 from artifactstore import config
 from artifactstore.runtime.run import STARTUP_DIR as ACTIVATE_DIR
 from artifactstore.warm import ENV_VAR
 
 SCRIPT = str(PROGRAMS / "warm_script.py")
-
-
-def warm(*args: str, env: dict[str, str], tmp_path: Path) -> tuple[int, dict[str, Any], str]:
-    """Run `artstore warm ARGS` from tests/programs (MODULE is found like `python -m` finds it)."""
-    report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "artifactstore", "warm", "--report-json", str(report), *args],
-        env=env,
-        cwd=PROGRAMS,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    data = json.loads(report.read_text()) if report.exists() else {}
-    return proc.returncode, data, proc.stdout + proc.stderr
 
 
 def reader(env: dict[str, str], **extra: str) -> dict[str, str]:
@@ -50,7 +33,7 @@ def _all_compiles(out: dict[str, Any]) -> list[str]:
 def test_warm_command_then_fresh_process_loads_everything(
     store_env: dict[str, str], tmp_path: Path
 ) -> None:
-    code, report, output = warm(
+    code, report, output = artstore_warm(
         "--", sys.executable, SCRIPT, "--child", env=store_env, tmp_path=tmp_path
     )
     assert code == 0, output
@@ -78,7 +61,7 @@ def test_warm_command_then_fresh_process_loads_everything(
 
 
 def test_warm_command_propagates_the_exit_code(store_env: dict[str, str], tmp_path: Path) -> None:
-    code, report, output = warm(
+    code, report, output = artstore_warm(
         "--", sys.executable, SCRIPT, "--exit", "3", env=store_env, tmp_path=tmp_path
     )
     assert code == 3, output
@@ -87,7 +70,9 @@ def test_warm_command_propagates_the_exit_code(store_env: dict[str, str], tmp_pa
 
     crash = tmp_path / "crash.py"
     crash.write_text("import jax.numpy as jnp\njnp.ones(3).sum()\nraise SystemExit('boom')\n")
-    code, report, output = warm("--", sys.executable, str(crash), env=store_env, tmp_path=tmp_path)
+    code, report, output = artstore_warm(
+        "--", sys.executable, str(crash), env=store_env, tmp_path=tmp_path
+    )
     assert code == 1 and report["exit_code"] == 1
     assert "boom" in output
 
@@ -96,7 +81,7 @@ def test_warm_command_on_a_team_store(team_env: dict[str, str], tmp_path: Path) 
     # The script configures artifactstore itself, as the README suggests: still warmed,
     # still counted.
     env = {**team_env, "WARM_SCRIPT_STORE": "1"}
-    code, report, output = warm("--", sys.executable, SCRIPT, env=env, tmp_path=tmp_path)
+    code, report, output = artstore_warm("--", sys.executable, SCRIPT, env=env, tmp_path=tmp_path)
     assert code == 0, output
     warmed = json.loads(output.splitlines()[0])
     assert report["problems"] == [] and report["added"] == len(warmed["xla_compiles"]) > 0
@@ -128,7 +113,9 @@ def test_warm_command_counts_multiprocessing_workers_that_are_terminated(
 ) -> None:
     script = tmp_path / "pool.py"
     script.write_text(POOL)
-    code, report, output = warm("--", sys.executable, str(script), env=store_env, tmp_path=tmp_path)
+    code, report, output = artstore_warm(
+        "--", sys.executable, str(script), env=store_env, tmp_path=tmp_path
+    )
     assert code == 0, output
     assert output.startswith("[18.0, 30.0]\n")
     assert report["processes"] == 2 and report["added"] > 0 and report["problems"] == []
@@ -138,12 +125,12 @@ def test_warm_command_counts_multiprocessing_workers_that_are_terminated(
 
 
 def test_warm_command_that_warms_nothing_fails(store_env: dict[str, str], tmp_path: Path) -> None:
-    code, report, output = warm(
+    code, report, output = artstore_warm(
         "--", sys.executable, "-c", "print('no jax here')", env=store_env, tmp_path=tmp_path
     )
     assert code == 1
     assert report["processes"] == 0 and "nothing was warmed" in output
-    code, _, output = warm("--", "no-such-command-xyz", env=store_env, tmp_path=tmp_path)
+    code, _, output = artstore_warm("--", "no-such-command-xyz", env=store_env, tmp_path=tmp_path)
     assert code == 1
     assert output.strip() == "artstore: error: command not found: 'no-such-command-xyz'"
 
@@ -231,7 +218,7 @@ def test_activation_hook_reads_the_same_variables_as_the_package() -> None:
 def test_warm_specializations_in_parallel_then_skip_then_fresh_hits(
     store_env: dict[str, str], tmp_path: Path
 ) -> None:
-    code, report, output = warm(
+    code, report, output = artstore_warm(
         "warm_specs:specializations", "-j", "2", env=store_env, tmp_path=tmp_path
     )
     assert code == 0, output
@@ -242,7 +229,9 @@ def test_warm_specializations_in_parallel_then_skip_then_fresh_hits(
     assert len(json.loads(artstore("ls", "--json", env=store_env).stdout)) == 5
     assert "warming: 5/5" in output  # progress, one line per specialization off a terminal
 
-    code, again, output = warm("warm_specs:specializations", env=store_env, tmp_path=tmp_path)
+    code, again, output = artstore_warm(
+        "warm_specs:specializations", env=store_env, tmp_path=tmp_path
+    )
     assert code == 0, output
     assert (again["added"], again["present"]) == (0, 5)
     assert all(i["status"] == "present" and i["xla_compiles"] == 0 for i in again["items"])
@@ -257,7 +246,9 @@ def test_warm_specializations_in_parallel_then_skip_then_fresh_hits(
 def test_a_failing_specialization_is_named_and_the_rest_continue(
     store_env: dict[str, str], tmp_path: Path
 ) -> None:
-    code, report, output = warm("warm_specs:one_fails", "-j", "2", env=store_env, tmp_path=tmp_path)
+    code, report, output = artstore_warm(
+        "warm_specs:one_fails", "-j", "2", env=store_env, tmp_path=tmp_path
+    )
     assert code == 1, output
     status = {i["name"]: i["status"] for i in report["items"]}
     assert status == {
@@ -270,13 +261,15 @@ def test_a_failing_specialization_is_named_and_the_rest_continue(
     assert "FAILED mismatched: does not lower" in output
 
     # A specialization that takes its worker down: a fresh worker does the rest.
-    code, crashed, output = warm("warm_specs:one_crashes", env=store_env, tmp_path=tmp_path)
+    code, crashed, output = artstore_warm(
+        "warm_specs:one_crashes", env=store_env, tmp_path=tmp_path
+    )
     assert code == 1, output
     assert [i["status"] for i in crashed["items"]] == ["present", "failed", "present"]
     assert crashed["items"][1]["error"].startswith("worker process exited with code 3")
     assert "worker logs kept in" in output
 
-    code, named, output = warm("warm_specs:named", env=store_env, tmp_path=tmp_path)
+    code, named, output = artstore_warm("warm_specs:named", env=store_env, tmp_path=tmp_path)
     assert code == 0, output
     assert [i["name"] for i in named["items"]] == ["embed-16", "embed-32"]
     assert named["duplicates"] == 1 and named["present"] == 2  # stored by the run above
@@ -299,7 +292,7 @@ def test_a_failing_specialization_is_named_and_the_rest_continue(
 def test_bad_targets_get_one_line_errors(
     store_env: dict[str, str], tmp_path: Path, target: str, message: str
 ) -> None:
-    code, report, output = warm(target, env=store_env, tmp_path=tmp_path)
+    code, report, output = artstore_warm(target, env=store_env, tmp_path=tmp_path)
     assert code != 0 and report == {}
     [line] = output.strip().splitlines()
     assert line.startswith("artstore: error: ") and message in line, line
@@ -312,7 +305,7 @@ def test_usage_errors(store_env: dict[str, str], tmp_path: Path) -> None:
         (("warm_specs:specializations", "--", "python"), "give MODULE:FUNCTION or -- CMD"),
         (("--",), "no command after --"),
     ]:
-        code, _, output = warm(*args, env=store_env, tmp_path=tmp_path)
+        code, _, output = artstore_warm(*args, env=store_env, tmp_path=tmp_path)
         assert code == 2 and message in output, output
 
 
@@ -323,7 +316,7 @@ def test_expect_fingerprint(store_env: dict[str, str], tmp_path: Path) -> None:
     target.write_text(json.dumps({**here, "device_kind": "NVIDIA H200", "device_count": 8}))
     marker = tmp_path / "ran"
     cmd = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
-    code, _, output = warm(
+    code, _, output = artstore_warm(
         "--expect-fingerprint", str(target), *cmd, env=store_env, tmp_path=tmp_path
     )
     assert code == 1 and not marker.exists()  # refused before running anything
@@ -335,7 +328,7 @@ def test_expect_fingerprint(store_env: dict[str, str], tmp_path: Path) -> None:
     absent = next(f for f in ("amx_tile", "avx512_fp16", "sme2", "zz_future_isa")
                   if f not in here["cpu_features"])  # fmt: skip
     other_cpu = {**here, "cpu_features": [*here["cpu_features"], absent]}
-    code, _, output = warm(
+    code, _, output = artstore_warm(
         "--expect-fingerprint",
         json.dumps(other_cpu),
         "warm_specs:specializations",
@@ -346,7 +339,7 @@ def test_expect_fingerprint(store_env: dict[str, str], tmp_path: Path) -> None:
     assert json.loads(artstore("stats", "--json", env=store_env).stdout)["entries"] == 0
 
     target.write_text(json.dumps(here))
-    code, report, output = warm(
+    code, report, output = artstore_warm(
         "--expect-fingerprint", str(target), "warm_specs:named", env=store_env, tmp_path=tmp_path
     )
     assert code == 0, output
@@ -357,5 +350,7 @@ def test_expect_fingerprint(store_env: dict[str, str], tmp_path: Path) -> None:
         (str(tmp_path / "nope.json"), "cannot read --expect-fingerprint file"),
         ('{"a": 1}', "not a fingerprint"),
     ]:
-        code, _, output = warm("--expect-fingerprint", bad, *cmd, env=store_env, tmp_path=tmp_path)
+        code, _, output = artstore_warm(
+            "--expect-fingerprint", bad, *cmd, env=store_env, tmp_path=tmp_path
+        )
         assert code == 1 and message in output and output.count("\n") == 1, output
