@@ -74,12 +74,12 @@ def run_program(
     timeout: float = 300,
     under_run: bool = False,
 ) -> dict[str, Any]:
-    """Run tests/programs/NAME in a fresh process (under `artstore run` if `under_run`;
-    job.py forked from one that imported JAX: tests/forks.py); its last stdout line as
-    JSON."""
+    """Run tests/programs/NAME in a process of its own (under `artstore run` if `under_run`;
+    FORKED ones forked from one that imported JAX: tests/forks.py); its last stdout line
+    as JSON."""
     if under_run:
         cmd = ["run", "--", sys.executable, str(PROGRAMS / name)]
-        proc = forks.run("cli", {"module": "artifactstore"}, cmd, env, timeout, fresh=True)
+        proc = forks.run("cli", forks.CLI, cmd, env, timeout, fresh=True)
     else:
         proc = program(name, env, timeout)
     if check and proc.returncode != 0:
@@ -141,7 +141,7 @@ def job_results() -> JobResults:
 
 def start_program(name: str, env: dict[str, str], *, stdin: int | None = None) -> forks.Process:
     """Start tests/programs/NAME with its stdout and stderr piped (as text), as Popen would
-    (job.py forked, as run_program does)."""
+    (FORKED ones forked, as run_program does)."""
     path = str(PROGRAMS / name)
     pipe = subprocess.PIPE
     return forks.popen(
@@ -157,12 +157,16 @@ def start_program(name: str, env: dict[str, str], *, stdin: int | None = None) -
 
 
 def artstore(
-    *args: str, env: dict[str, str] | None = None, input: str | None = None
+    *args: str,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would, without a terminal (`input` its stdin, else none), in a
     process of its own (forked from one that imported what it imports: tests/forks.py)."""
-    cli, env = {"module": "artifactstore"}, env or clean_env()
-    return forks.run("cli", cli, list(args), env, 300, input=input)
+    env = env or clean_env()
+    return forks.run("cli", forks.CLI, list(args), env, timeout, input=input, cwd=cwd)
 
 
 def artstore_warm(
@@ -171,8 +175,7 @@ def artstore_warm(
     """`artstore warm --report-json FILE ARGS` run from tests/programs (MODULE is found as
     `python -m` finds it): exit code, the report (empty if none), stdout + stderr."""
     report = tmp_path / f"report-{len(list(tmp_path.glob('report-*')))}.json"
-    args = ("warm", "--report-json", str(report), *args)
-    proc = forks.run("cli", {"module": "artifactstore"}, list(args), env, 600, cwd=PROGRAMS)
+    proc = artstore("warm", "--report-json", str(report), *args, env=env, cwd=PROGRAMS, timeout=600)
     assert "Traceback" not in proc.stderr, proc.stderr
     data = json.loads(report.read_text()) if report.exists() else {}
     return proc.returncode, data, proc.stdout + proc.stderr

@@ -48,6 +48,7 @@ _servers: dict[str, tuple[int, str | None, dict[str, str]]] = {}  # kind -> pid,
 # later call disagree, and run fresh.
 BASE: dict[str, str] = {}
 _starting = threading.Lock()
+CLI = {"module": "artifactstore"}  # the target of `python -m artifactstore`
 
 
 def _at_start(kind: str, env: dict[str, str]) -> dict[str, str]:

@@ -16,7 +16,7 @@ from conftest import PROGRAMS, clean_env
 def _cli(*args: str, env: dict[str, str], fresh: bool) -> subprocess.CompletedProcess[str]:
     if not fresh:
         assert forks._server("cli", env) is not None, "the CLI's fork server did not start"
-    return forks.run("cli", {"module": "artifactstore"}, list(args), env, 300, fresh=fresh)
+    return forks.run("cli", forks.CLI, list(args), env, 300, fresh=fresh)
 
 
 @pytest.mark.parametrize(

@@ -292,7 +292,7 @@ def test_second_gc_is_refused_or_waits(any_env: dict[str, str], open_store: Open
     assert "Traceback" not in proc.stderr
 
     pipe = subprocess.PIPE
-    waiting = forks.popen("cli", {"module": "artifactstore"}, ["gc", "--wait", "--json"],
+    waiting = forks.popen("cli", forks.CLI, ["gc", "--wait", "--json"],
                           any_env, stdout=pipe, stderr=pipe)  # fmt: skip
     time.sleep(3)
     assert waiting.poll() is None  # still waiting for the lease

@@ -55,13 +55,12 @@ MANIFEST_PUT = re.compile(r"^PUT /[^ ]*/keys/")
 class Running:
     """A command started as a user starts it; its output collected as it comes."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
+        """`artstore ARGS` (forked: tests/forks.py; `artstore run` fresh, as
+        conftest.run_program runs it)."""
         pipe = subprocess.PIPE
-        # `artstore run` starts the program fresh, as a user's: conftest.run_program's rule
-        fresh = argv[3] == "run"
-        cli = {"module": "artifactstore"}
-        self.proc = forks.popen("cli", cli, argv[3:], env, fresh=fresh, stdout=pipe, stderr=pipe,
-                                cwd=cwd)  # fmt: skip
+        self.proc = forks.popen("cli", forks.CLI, args, env, fresh=args[0] == "run",
+                                stdout=pipe, stderr=pipe, cwd=cwd)  # fmt: skip
         self.out: list[str] = []
         self.err: list[str] = []
         self._readers = [
@@ -97,11 +96,6 @@ class Running:
         for reader in self._readers:
             reader.join(10)
         return code, "".join(self.err)
-
-
-def command(*args: str) -> list[str]:
-    """`artstore ARGS` as its command line (Running forks it: tests/forks.py)."""
-    return [sys.executable, "-m", "artifactstore", *args]
 
 
 def assert_stopped(code: int, stderr: str, which: str, tmpdir: Path) -> None:
@@ -192,7 +186,7 @@ def signal_when(team: Team, running: Running, pattern: re.Pattern[str], which: s
 
 @pytest.mark.parametrize("which", SIGNALS)
 def test_verify(team: Team, which: str, open_store: OpenStore) -> None:
-    running = Running(command("verify"), team.env)
+    running = Running(["verify"], team.env)
     signal_when(team, running, OBJECT_GET, which)
     assert_stopped(*running.finish(), which, team.tmpdir)
     assert_whole(open_store(team.direct))
@@ -201,7 +195,7 @@ def test_verify(team: Team, which: str, open_store: OpenStore) -> None:
 @pytest.mark.parametrize("which", SIGNALS)
 def test_export_leaves_no_partial_bundle(team: Team, which: str) -> None:
     bundle = team.work / "all.tzst"
-    running = Running(command("export", str(bundle), "--all"), team.env)
+    running = Running(["export", str(bundle), "--all"], team.env)
     signal_when(team, running, OBJECT_GET, which)
     assert_stopped(*running.finish(), which, team.tmpdir)
     assert sorted(p.name for p in team.work.iterdir()) == [], "a partial bundle was left"
@@ -234,7 +228,7 @@ def test_import_leaves_whole_entries_and_no_spool(
             assert data is not None
             store.blobs.put(entry.digest, data)
         team.proxy.set_mode("freeze-writes")
-        running = Running(command("import", str(bundle)), {**team.env, **where})
+        running = Running(["import", str(bundle)], {**team.env, **where})
         signal_when(team, running, MANIFEST_PUT, which)
         assert_stopped(*running.finish(), which, team.tmpdir)
         assert_whole(store)
@@ -246,7 +240,7 @@ def test_import_leaves_whole_entries_and_no_spool(
 
 @pytest.mark.parametrize("which", SIGNALS)
 def test_pull_leaves_no_partial_tier_file(team: Team, which: str) -> None:
-    running = Running(command("pull", "--fingerprint", FP.digest, "-j", "2"), team.env)
+    running = Running(["pull", "--fingerprint", FP.digest, "-j", "2"], team.env)
     signal_when(team, running, OBJECT_GET, which)
     assert_stopped(*running.finish(), which, team.tmpdir)
     tier = Path(team.env["XDG_CACHE_HOME"])
@@ -273,7 +267,7 @@ def test_sign_moves_whole_entries(
         signed = codec.sign(data, signing_key, store.namespace)
         store.blobs.put(signed.digest, signed.data)
     team.proxy.set_mode("freeze-writes")
-    running = Running(command("sign"), env)
+    running = Running(["sign"], env)
     signal_when(team, running, MANIFEST_PUT, which)
     assert_stopped(*running.finish(), which, team.tmpdir)
     store = open_store(team.direct)
@@ -287,7 +281,7 @@ def test_gc_releases_its_lease_and_withdraws_what_it_removed(
 ) -> None:
     # Its first upload is the withdrawal of the manifests of the rows it deleted: held.
     team.proxy.set_mode("freeze-writes")
-    running = Running(command("gc", "--max-size", "0", "--grace", "0s"), team.env)
+    running = Running(["gc", "--max-size", "0", "--grace", "0s"], team.env)
     signal_when(team, running, re.compile(r"^(DELETE [^ ]*/keys/|POST [^ ]*\?delete)"), which)
     assert_stopped(*running.finish(), which, team.tmpdir)
     store = open_store(team.direct)
@@ -300,7 +294,7 @@ def test_db_rebuild(team: Team, which: str, open_store: OpenStore) -> None:
     store = open_store(team.direct)
     with store.engine.begin() as conn:  # the index lost its entries: rebuild reads them back
         conn.execute(text("DELETE FROM entries"))
-    running = Running(command("db", "rebuild"), team.env)
+    running = Running(["db", "rebuild"], team.env)
     signal_when(team, running, OBJECT_GET, which)
     assert_stopped(*running.finish(), which, team.tmpdir)
     assert_whole(store, every_manifest_has_a_row=False)  # rows restored so far are whole
@@ -322,7 +316,7 @@ def test_warm_specs_stops_its_workers_and_their_leases(
 ) -> None:
     """Measured before: a thread's traceback (`FileNotFoundError ... worker0.log`), exit 1."""
     env, tmpdir = _local(tmp_path)
-    running = Running(command("warm", "warm_specs:specializations", "-j", "2"), env, PROGRAMS)
+    running = Running(["warm", "warm_specs:specializations", "-j", "2"], env, PROGRAMS)
 
     def compiled_one() -> bool:
         return any(line.startswith("warming: 1/") for line in running.err)
@@ -354,7 +348,7 @@ def test_run_passes_the_signal_on_and_exits_as_interrupted(
     """Before: SIGINT to artstore alone left CMD running (and artstore waiting); SIGTERM
     ended with CMD's code and the summary line."""
     env, tmpdir = _local(tmp_path)
-    running = Running(command(verb, "--", sys.executable, "-c", CHILD), env)
+    running = Running([verb, "--", sys.executable, "-c", CHILD], env)
 
     def said() -> list[str]:  # CMD's line "running PID"
         return [line for line in running.out if line.startswith("running ")]
