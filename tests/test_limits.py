@@ -103,8 +103,8 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
 # -- settings -----------------------------------------------------------------
 def test_limits_have_defaults_and_parse_sizes() -> None:
     s = config.resolve({"url": "/tmp/x"}, {})
-    assert s.max_object_bytes == config.DEFAULT_MAX_OBJECT_BYTES == 4 * GiB
-    assert s.max_executable_bytes == config.DEFAULT_MAX_EXECUTABLE_BYTES == 8 * GiB
+    assert s.max_object_bytes == config.defaults.DEFAULT_MAX_OBJECT_BYTES == 4 * GiB
+    assert s.max_executable_bytes == config.defaults.DEFAULT_MAX_EXECUTABLE_BYTES == 8 * GiB
     env = {"ARTSTORE_MAX_OBJECT_SIZE": "500M", "ARTSTORE_MAX_EXECUTABLE_SIZE": "4GiB"}
     s = config.resolve({"url": "/tmp/x"}, env)
     assert (s.max_object_bytes, s.max_executable_bytes) == (500 * 1000**2, 4 * GiB)

@@ -222,19 +222,13 @@ def pull(
             return
         if not reserve(manifest.size):
             return
-        if dry_run:
-            with lock:
-                report.fetched += 1
-                report.fetched_bytes += manifest.size
-                if on_fetch is not None:
-                    on_fetch(manifest)
-            return
-        kept = False
-        try:
-            kept = _fetch(store, tier, manifest, fingerprint, count, halt)
-        finally:
-            if not kept:
-                release(manifest.size)
+        kept = dry_run
+        if not dry_run:
+            try:
+                kept = _fetch(store, tier, manifest, fingerprint, count, halt)
+            finally:
+                if not kept:
+                    release(manifest.size)
         if kept:
             with lock:
                 report.fetched += 1

@@ -10,29 +10,8 @@ booleans, numbers, sizes, names), `urls` (where objects and the index live), `se
 
 from __future__ import annotations
 
-from artifactstore.config.defaults import (
-    DEFAULT_BREAKER_COOLDOWN_SECS,
-    DEFAULT_BREAKER_FAILURES,
-    DEFAULT_BUNDLE_MAX_ENTRIES,
-    DEFAULT_DB_IDLE_SECS,
-    DEFAULT_DB_POOL_SIZE,
-    DEFAULT_FLUSH_SECS,
-    DEFAULT_JOURNAL_SECS,
-    DEFAULT_LEASE_MAX_HOLD_SECS,
-    DEFAULT_LEASE_READER_WAIT_SECS,
-    DEFAULT_LEASE_TTL_SECS,
-    DEFAULT_LOCAL_TIER_BYTES,
-    DEFAULT_MAX_EXECUTABLE_BYTES,
-    DEFAULT_MAX_OBJECT_BYTES,
-    DEFAULT_METRICS_ADDR,
-    DEFAULT_MIN_COMPILE_SECS,
-    DEFAULT_NAMESPACE,
-    DEFAULT_PREFETCH_BYTES,
-    DEFAULT_TIMEOUT_SECS,
-    ENV_PREFIX,
-    MAX_SECS,
-    SINGLE_FLIGHT_MODES,
-)
+from artifactstore.config import defaults
+from artifactstore.config.defaults import ENV_PREFIX
 from artifactstore.config.settings import Settings, default_cache_dir, resolve
 from artifactstore.config.table import SETTINGS, Var, help_text
 from artifactstore.config.urls import BlobLocation, parse_blob_url, parse_index_url
@@ -41,28 +20,8 @@ from artifactstore.config.variables import VARIABLES, from_environment, to_envir
 from artifactstore.errors import ConfigError
 
 __all__ = [
-    "DEFAULT_BREAKER_COOLDOWN_SECS",
-    "DEFAULT_BREAKER_FAILURES",
-    "DEFAULT_BUNDLE_MAX_ENTRIES",
-    "DEFAULT_DB_IDLE_SECS",
-    "DEFAULT_DB_POOL_SIZE",
-    "DEFAULT_FLUSH_SECS",
-    "DEFAULT_JOURNAL_SECS",
-    "DEFAULT_LEASE_MAX_HOLD_SECS",
-    "DEFAULT_LEASE_READER_WAIT_SECS",
-    "DEFAULT_LEASE_TTL_SECS",
-    "DEFAULT_LOCAL_TIER_BYTES",
-    "DEFAULT_MAX_EXECUTABLE_BYTES",
-    "DEFAULT_MAX_OBJECT_BYTES",
-    "DEFAULT_METRICS_ADDR",
-    "DEFAULT_MIN_COMPILE_SECS",
-    "DEFAULT_NAMESPACE",
-    "DEFAULT_PREFETCH_BYTES",
-    "DEFAULT_TIMEOUT_SECS",
     "ENV_PREFIX",
-    "MAX_SECS",
     "SETTINGS",
-    "SINGLE_FLIGHT_MODES",
     "VARIABLES",
     "BlobLocation",
     "ConfigError",
@@ -70,6 +29,7 @@ __all__ = [
     "Var",
     "check_namespace",
     "default_cache_dir",
+    "defaults",
     "from_environment",
     "help_text",
     "parse_blob_url",

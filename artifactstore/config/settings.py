@@ -16,26 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
-from artifactstore.config.defaults import (
-    DEFAULT_BREAKER_COOLDOWN_SECS,
-    DEFAULT_BREAKER_FAILURES,
-    DEFAULT_BUNDLE_MAX_ENTRIES,
-    DEFAULT_DB_IDLE_SECS,
-    DEFAULT_DB_POOL_SIZE,
-    DEFAULT_FLUSH_SECS,
-    DEFAULT_JOURNAL_SECS,
-    DEFAULT_LEASE_MAX_HOLD_SECS,
-    DEFAULT_LEASE_READER_WAIT_SECS,
-    DEFAULT_LEASE_TTL_SECS,
-    DEFAULT_LOCAL_TIER_BYTES,
-    DEFAULT_MAX_EXECUTABLE_BYTES,
-    DEFAULT_MAX_OBJECT_BYTES,
-    DEFAULT_METRICS_ADDR,
-    DEFAULT_MIN_COMPILE_SECS,
-    DEFAULT_NAMESPACE,
-    DEFAULT_PREFETCH_BYTES,
-    DEFAULT_TIMEOUT_SECS,
-)
+from artifactstore.config import defaults as d
 from artifactstore.config.table import BY_KEYWORD, SETTINGS
 from artifactstore.config.urls import BlobLocation, parse_blob_url, parse_index_url
 from artifactstore.config.values import parse_metrics
@@ -53,24 +34,24 @@ class Settings:
 
     blobs: BlobLocation
     index_url: str
-    namespace: str = DEFAULT_NAMESPACE
+    namespace: str = d.DEFAULT_NAMESPACE
     read_only: bool = False
-    min_compile_secs: float = DEFAULT_MIN_COMPILE_SECS
-    timeout_secs: float = DEFAULT_TIMEOUT_SECS
-    flush_secs: float = DEFAULT_FLUSH_SECS
-    db_pool_size: int = DEFAULT_DB_POOL_SIZE
-    db_idle_secs: float = DEFAULT_DB_IDLE_SECS
-    journal_secs: float = DEFAULT_JOURNAL_SECS
+    min_compile_secs: float = d.DEFAULT_MIN_COMPILE_SECS
+    timeout_secs: float = d.DEFAULT_TIMEOUT_SECS
+    flush_secs: float = d.DEFAULT_FLUSH_SECS
+    db_pool_size: int = d.DEFAULT_DB_POOL_SIZE
+    db_idle_secs: float = d.DEFAULT_DB_IDLE_SECS
+    journal_secs: float = d.DEFAULT_JOURNAL_SECS
     s3_endpoint_url: str | None = None
     cache_callbacks: bool = True
     local_tier: str | None = None  # a directory, "off", or None for the default place
-    local_tier_bytes: int = DEFAULT_LOCAL_TIER_BYTES
+    local_tier_bytes: int = d.DEFAULT_LOCAL_TIER_BYTES
     enforce_quota: bool = False  # a background gc pass after this process's writes
-    breaker_failures: int = DEFAULT_BREAKER_FAILURES
-    breaker_cooldown_secs: float = DEFAULT_BREAKER_COOLDOWN_SECS
-    max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES  # a stored object, compressed
-    max_executable_bytes: int = DEFAULT_MAX_EXECUTABLE_BYTES  # the executable it inflates to
-    bundle_max_entries: int = DEFAULT_BUNDLE_MAX_ENTRIES  # entries of one imported bundle
+    breaker_failures: int = d.DEFAULT_BREAKER_FAILURES
+    breaker_cooldown_secs: float = d.DEFAULT_BREAKER_COOLDOWN_SECS
+    max_object_bytes: int = d.DEFAULT_MAX_OBJECT_BYTES  # a stored object, compressed
+    max_executable_bytes: int = d.DEFAULT_MAX_EXECUTABLE_BYTES  # the executable it inflates to
+    bundle_max_entries: int = d.DEFAULT_BUNDLE_MAX_ENTRIES  # entries of one imported bundle
     bundle_max_bytes: int | None = None  # what a bundle unpacks to; None: from its size
     # Signed entries (artifactstore.formats.signing): the key this writer signs with (read from
     # the .key file ARTSTORE_SIGNING_KEY names), and the keys this reader accepts: those
@@ -88,14 +69,14 @@ class Settings:
     # a waiter waits at most (None: from the key's last known compile time), the lease TTL.
     single_flight: str = "auto"
     lease_wait_secs: float | None = None
-    lease_ttl_secs: float = DEFAULT_LEASE_TTL_SECS
-    lease_max_hold_secs: float = DEFAULT_LEASE_MAX_HOLD_SECS
+    lease_ttl_secs: float = d.DEFAULT_LEASE_TTL_SECS
+    lease_max_hold_secs: float = d.DEFAULT_LEASE_MAX_HOLD_SECS
     # How long a read-only reader waits for a writer's compile at most (store.lease).
-    lease_reader_wait_secs: float = DEFAULT_LEASE_READER_WAIT_SECS
+    lease_reader_wait_secs: float = d.DEFAULT_LEASE_READER_WAIT_SECS
     # Prometheus metrics (artifactstore.metrics): serve this process's counters on this
     # port (None: not served), bound to `metrics_addr`.
     metrics_port: int | None = None
-    metrics_addr: str = DEFAULT_METRICS_ADDR
+    metrics_addr: str = d.DEFAULT_METRICS_ADDR
     # Why the metrics settings were refused: metrics are optional, so a typo there turns
     # off metrics alone (one log line), never the store.
     metrics_error: str | None = None
@@ -104,7 +85,7 @@ class Settings:
     # own tracing for the same cores); the bound on what it holds, and the program's name
     # for its record (None: the script's resolved path).
     prefetch: bool | None = None
-    prefetch_max_bytes: int = DEFAULT_PREFETCH_BYTES
+    prefetch_max_bytes: int = d.DEFAULT_PREFETCH_BYTES
     program: str | None = None
 
     @property

@@ -13,28 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from artifactstore.config import defaults as d
 from artifactstore.config import values as v
-from artifactstore.config.defaults import (
-    DEFAULT_BREAKER_COOLDOWN_SECS,
-    DEFAULT_BREAKER_FAILURES,
-    DEFAULT_BUNDLE_MAX_ENTRIES,
-    DEFAULT_DB_IDLE_SECS,
-    DEFAULT_DB_POOL_SIZE,
-    DEFAULT_FLUSH_SECS,
-    DEFAULT_JOURNAL_SECS,
-    DEFAULT_LEASE_MAX_HOLD_SECS,
-    DEFAULT_LEASE_READER_WAIT_SECS,
-    DEFAULT_LEASE_TTL_SECS,
-    DEFAULT_LOCAL_TIER_BYTES,
-    DEFAULT_MAX_EXECUTABLE_BYTES,
-    DEFAULT_MAX_OBJECT_BYTES,
-    DEFAULT_METRICS_ADDR,
-    DEFAULT_MIN_COMPILE_SECS,
-    DEFAULT_NAMESPACE,
-    DEFAULT_PREFETCH_BYTES,
-    DEFAULT_TIMEOUT_SECS,
-    ENV_PREFIX,
-)
 
 
 @dataclass(frozen=True)
@@ -56,7 +36,7 @@ class Var:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.name
+        return d.ENV_PREFIX + self.name
 
     @property
     def attr(self) -> str:
@@ -90,7 +70,7 @@ SETTINGS: tuple[Var, ...] = (
         "NAMESPACE",
         "namespace",
         "name",
-        DEFAULT_NAMESPACE,
+        d.DEFAULT_NAMESPACE,
         "A team's or project's partition of one store, with its own quota.",
         v.namespace,
     ),
@@ -107,7 +87,7 @@ SETTINGS: tuple[Var, ...] = (
         "MIN_COMPILE_SECS",
         "min_compile_secs",
         "seconds",
-        DEFAULT_MIN_COMPILE_SECS,
+        d.DEFAULT_MIN_COMPILE_SECS,
         "Compiles faster than this are not stored: they cost about what a store round trip "
         "costs. JAX's own cache uses 1 s; a team store amortises each entry over many "
         "processes, so it keeps more. `artstore warm` stores everything.",
@@ -117,7 +97,7 @@ SETTINGS: tuple[Var, ...] = (
         "TIMEOUT",
         "timeout_secs",
         "seconds",
-        DEFAULT_TIMEOUT_SECS,
+        d.DEFAULT_TIMEOUT_SECS,
         "Bound, in seconds, on any one store operation (S3 retries included) before the "
         "program compiles instead (0.01 to 86400).",
         v.seconds(minimum=0.01),
@@ -126,7 +106,7 @@ SETTINGS: tuple[Var, ...] = (
         "FLUSH_TIMEOUT",
         "flush_secs",
         "seconds",
-        DEFAULT_FLUSH_SECS,
+        d.DEFAULT_FLUSH_SECS,
         "Bound, in seconds, on finishing pending uploads at exit.",
         v.seconds(),
     ),
@@ -134,7 +114,7 @@ SETTINGS: tuple[Var, ...] = (
         "DB_POOL_SIZE",
         "db_pool_size",
         "count",
-        DEFAULT_DB_POOL_SIZE,
+        d.DEFAULT_DB_POOL_SIZE,
         "PostgreSQL connections a process keeps while it writes (as many again in bursts; 1 "
         "to 100). Keep it at 1-2 on large fleets, behind PgBouncer.",
         v.count(100),
@@ -143,7 +123,7 @@ SETTINGS: tuple[Var, ...] = (
         "DB_IDLE_SECS",
         "db_idle_secs",
         "seconds",
-        DEFAULT_DB_IDLE_SECS,
+        d.DEFAULT_DB_IDLE_SECS,
         "A process closes its PostgreSQL connections after this long unused, so one that "
         "compiled and then trains for a day holds none.",
         v.seconds(),
@@ -152,7 +132,7 @@ SETTINGS: tuple[Var, ...] = (
         "JOURNAL_SECS",
         "journal_secs",
         "seconds",
-        DEFAULT_JOURNAL_SECS,
+        d.DEFAULT_JOURNAL_SECS,
         "On a team store, how often a running process writes its hits as a hit journal "
         "object (and once at exit); `artstore fold` or `gc` apply them to the index.",
         v.seconds(),
@@ -189,7 +169,7 @@ SETTINGS: tuple[Var, ...] = (
         "LOCAL_TIER_SIZE",
         "local_tier_size",
         "size",
-        DEFAULT_LOCAL_TIER_BYTES,
+        d.DEFAULT_LOCAL_TIER_BYTES,
         "Bound on that copy; the least recently used go first.",
         v.tier_size,
         field="local_tier_bytes",
@@ -207,7 +187,7 @@ SETTINGS: tuple[Var, ...] = (
         "BREAKER_FAILURES",
         "breaker_failures",
         "count",
-        DEFAULT_BREAKER_FAILURES,
+        d.DEFAULT_BREAKER_FAILURES,
         "Consecutive store failures (each bounded by `ARTSTORE_TIMEOUT`) before that backend "
         "is bypassed.",
         v.count(1000),
@@ -216,7 +196,7 @@ SETTINGS: tuple[Var, ...] = (
         "BREAKER_COOLDOWN",
         "breaker_cooldown_secs",
         "seconds",
-        DEFAULT_BREAKER_COOLDOWN_SECS,
+        d.DEFAULT_BREAKER_COOLDOWN_SECS,
         "How long it is bypassed (calls cost nothing) before one probe tries it again.",
         v.seconds(),
     ),
@@ -224,7 +204,7 @@ SETTINGS: tuple[Var, ...] = (
         "MAX_OBJECT_SIZE",
         "max_object_size",
         "size",
-        DEFAULT_MAX_OBJECT_BYTES,
+        d.DEFAULT_MAX_OBJECT_BYTES,
         "Largest stored (compressed) object this process reads; a bigger one is a miss, "
         "refused before it is downloaded.",
         v.limit,
@@ -234,7 +214,7 @@ SETTINGS: tuple[Var, ...] = (
         "MAX_EXECUTABLE_SIZE",
         "max_executable_size",
         "size",
-        DEFAULT_MAX_EXECUTABLE_BYTES,
+        d.DEFAULT_MAX_EXECUTABLE_BYTES,
         "Largest executable this process inflates an object to; an object must declare its "
         "size before a byte is inflated, so a decompression bomb is refused before any "
         "allocation.",
@@ -245,7 +225,7 @@ SETTINGS: tuple[Var, ...] = (
         "BUNDLE_MAX_ENTRIES",
         "bundle_max_entries",
         "count",
-        DEFAULT_BUNDLE_MAX_ENTRIES,
+        d.DEFAULT_BUNDLE_MAX_ENTRIES,
         "Most entries `artstore import` accepts in one bundle (`--max-entries`).",
         v.count(10**9),
     ),
@@ -322,7 +302,7 @@ SETTINGS: tuple[Var, ...] = (
         "LEASE_TTL",
         "lease_ttl_secs",
         "seconds",
-        DEFAULT_LEASE_TTL_SECS,
+        d.DEFAULT_LEASE_TTL_SECS,
         "A compile lease's lifetime, renewed every third of it; a holder that stops "
         "renewing is taken over after it (at once when it died on the same host).",
         v.seconds(minimum=0.5, maximum=3600),
@@ -331,7 +311,7 @@ SETTINGS: tuple[Var, ...] = (
         "LEASE_MAX_HOLD",
         "lease_max_hold_secs",
         "seconds",
-        DEFAULT_LEASE_MAX_HOLD_SECS,
+        d.DEFAULT_LEASE_MAX_HOLD_SECS,
         "No lease (compile or gc) stands further ahead than this: a row expiring later "
         "(forged, or a clock far ahead) is taken over as expired.",
         v.seconds(minimum=1),
@@ -340,7 +320,7 @@ SETTINGS: tuple[Var, ...] = (
         "LEASE_READER_WAIT",
         "lease_reader_wait_secs",
         "seconds",
-        DEFAULT_LEASE_READER_WAIT_SECS,
+        d.DEFAULT_LEASE_READER_WAIT_SECS,
         "Longest a read-only process (which cannot take a lease over) waits for a writer's "
         "compile before compiling itself: what a lease record, which anyone who may write "
         "the bucket can forge, costs a reader at most per missed key. A record whose holder "
@@ -360,7 +340,7 @@ SETTINGS: tuple[Var, ...] = (
         "METRICS_ADDR",
         "metrics_addr",
         "address",
-        DEFAULT_METRICS_ADDR,
+        d.DEFAULT_METRICS_ADDR,
         "The address that port is bound to (`0.0.0.0`: every interface).",
     ),
     Var(
@@ -380,7 +360,7 @@ SETTINGS: tuple[Var, ...] = (
         "PREFETCH_MAX_SIZE",
         "prefetch_max_size",
         "size",
-        DEFAULT_PREFETCH_BYTES,
+        d.DEFAULT_PREFETCH_BYTES,
         "Bound on the executables loaded ahead and not yet asked for (serialized size): "
         "what a wrong prediction can cost in memory.",
         v.limit,

@@ -30,7 +30,7 @@ from artifactstore.index.models import Entry, LeaseRow, utcnow
 from artifactstore.index.sql import upsert
 
 DEFAULT_TTL_SECS = 300.0
-# Keep in step with config.DEFAULT_LEASE_MAX_HOLD_SECS (index/ does not read settings).
+# Keep in step with config.defaults.DEFAULT_LEASE_MAX_HOLD_SECS (index/ does not read settings).
 DEFAULT_MAX_HOLD_SECS = 600.0
 
 

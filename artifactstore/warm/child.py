@@ -32,7 +32,7 @@ from artifactstore.warm import ENV_VAR, SUMMARY_FIELDS
 log = logging.getLogger("artifactstore")
 
 # How long a warming process waits at exit for its uploads (unless
-# ARTSTORE_FLUSH_TIMEOUT says otherwise): ten times config.DEFAULT_FLUSH_SECS,
+# ARTSTORE_FLUSH_TIMEOUT says otherwise): ten times config.defaults.DEFAULT_FLUSH_SECS,
 # which bounds an ordinary program's exit, because here storing is the point.
 WARM_FLUSH_SECS = 600.0
 

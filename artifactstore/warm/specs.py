@@ -136,16 +136,12 @@ class SpecWorkerProcess:
             return False
 
     def close(self, timeout: float = 900) -> None:
+        """End the worker's input (it finishes what it has) and wait for it to exit."""
         try:
             self._stdin.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._log_file.close()
+        self.kill(timeout)
 
     def terminate(self) -> None:
         """Ask the worker to stop: it ends its compile and lets go of its leases."""

@@ -323,7 +323,7 @@ def test_a_holder_never_renews_past_the_maximum(
 
 def test_the_maximum_is_a_setting(tmp_path: Any) -> None:
     settings = config.resolve({"url": str(tmp_path)}, environ={})
-    assert settings.lease_max_hold_secs == config.DEFAULT_LEASE_MAX_HOLD_SECS
+    assert settings.lease_max_hold_secs == config.defaults.DEFAULT_LEASE_MAX_HOLD_SECS
     assert settings.lease_max_hold_secs >= 300  # gc's lease TTL fits under it
     mine = config.resolve({"url": str(tmp_path)}, environ={"ARTSTORE_LEASE_MAX_HOLD": "90"})
     assert mine.lease_max_hold_secs == 90.0
