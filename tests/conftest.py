@@ -246,6 +246,19 @@ def _unavailable(what: str, exc: BaseException) -> None:
     pytest.skip(message)
 
 
+def old_client(commit: str, root: Path, *paths: str) -> Path:
+    """This repository's `paths` as they were at `commit`, extracted under `root`: an earlier
+    client, for the tests that old and new clients share a store (or read a record) during
+    a rollout. Its absence (a shallow clone) fails in CI and skips elsewhere."""
+    try:
+        git = ["git", "-C", str(REPO), "archive", commit, *paths]
+        archive = subprocess.run(git, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        _unavailable(f"client {commit} (not in this checkout's history)", exc)
+    return root
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     try:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, REPO, JobResults, artstore, clean_env, run_program
+from conftest import JobResults, artstore, clean_env, old_client, run_program
 
 import artifactstore
 from artifactstore.index import db
@@ -24,22 +23,15 @@ PREVIOUS_RELEASE = "033a5c2"
 
 @pytest.fixture(scope="module")
 def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("artifactstore-0.1.0")
-    try:
-        archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", PREVIOUS_RELEASE, "artifactstore", "migrations"],
-            capture_output=True,
-            check=True,
-        )
-        subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
-        # Where an installed wheel has them: else `artifactstore.migrations` would be
-        # found through this checkout's editable install, with this version's scripts.
-        shutil.copytree(root / "migrations", root / "artifactstore" / "migrations")
-    except (OSError, subprocess.CalledProcessError) as exc:
-        message = f"previous release {PREVIOUS_RELEASE} not in this checkout's history: {exc}"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+    root = old_client(
+        PREVIOUS_RELEASE,
+        tmp_path_factory.mktemp("artifactstore-0.1.0"),
+        "artifactstore",
+        "migrations",
+    )
+    # Where an installed wheel has them: else `artifactstore.migrations` would be
+    # found through this checkout's editable install, with this version's scripts.
+    shutil.copytree(root / "migrations", root / "artifactstore" / "migrations")
     return root
 
 

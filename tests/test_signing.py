@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import tamper
-from conftest import REPO, JobResults, artstore, artstore_warm, clean_env, run_program
+from conftest import REPO, JobResults, artstore, artstore_warm, clean_env, old_client, run_program
 
 import artifactstore
 from artifactstore import config
@@ -539,17 +539,7 @@ def test_rebuild_carries_the_signer(tmp_path: Path, keys: dict[str, tuple[Path, 
 @pytest.fixture(scope="module")
 def schema_0002_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("artifactstore-0002")
-    try:
-        archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", SCHEMA_0002_COMMIT, "artifactstore", "migrations",
-             "pyproject.toml"],
-            capture_output=True,
-            check=True,
-        )  # fmt: skip
-        subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.fail(f"commit {SCHEMA_0002_COMMIT} not in this checkout's history: {exc}")
-    return root
+    return old_client(SCHEMA_0002_COMMIT, root, "artifactstore", "migrations", "pyproject.toml")
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, OpenStore, artstore, clean_env, run_program
+from conftest import REPO, OpenStore, artstore, clean_env, old_client, run_program
 from faultproxy import FaultProxy
 
 from artifactstore.blobstores.base import JOURNALS
@@ -393,17 +393,7 @@ def test_index_only_commands_do_not_open_the_object_store(
 @pytest.fixture(scope="module")
 def schema_0003_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("artifactstore-0003")
-    try:
-        archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", SCHEMA_0003_COMMIT, "artifactstore", "migrations",
-             "pyproject.toml"],
-            capture_output=True,
-            check=True,
-        )  # fmt: skip
-        subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.fail(f"commit {SCHEMA_0003_COMMIT} not in this checkout's history: {exc}")
-    return root
+    return old_client(SCHEMA_0003_COMMIT, root, "artifactstore", "migrations", "pyproject.toml")
 
 
 OLD_WORKLOAD = """

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO, OpenStore, artstore, clean_env, s3_client
+from conftest import OpenStore, artstore, clean_env, old_client, s3_client
 
 from artifactstore.config import host
 from artifactstore.formats.put import Put
@@ -277,14 +277,7 @@ def test_rm_without_a_terminal_removes_nothing_without_yes(
 @pytest.fixture(scope="module")
 def schema_0004_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("artifactstore-0004")
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", SCHEMA_0004_COMMIT, "artifactstore", "migrations",
-         "pyproject.toml"],
-        capture_output=True,
-        check=True,
-    )  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
-    return root
+    return old_client(SCHEMA_0004_COMMIT, root, "artifactstore", "migrations", "pyproject.toml")
 
 
 OLD_WORKLOAD = """

@@ -26,14 +26,13 @@ from typing import Any
 import devstack
 import pytest
 from conftest import (
-    IN_CI,
     PROGRAMS,
-    REPO,
     TEAM_PUB,
     _team,
     artstore,
     bucket_of,
     clean_env,
+    old_client,
     s3_client,
 )
 from conftest import run_program as _run
@@ -315,15 +314,7 @@ def test_an_unsigned_client_reads_a_signed_set(tmp_path: Path) -> None:
     decoder, from this repository's history), which reads the same prediction."""
     root = tmp_path / "old"
     root.mkdir()
-    try:
-        git = ["git", "-C", str(REPO), "archive", UNSIGNED_CLIENT, "artifactstore"]
-        archive = subprocess.run(git, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        message = f"client {UNSIGNED_CLIENT} not in this checkout's history: {exc}"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+    old_client(UNSIGNED_CLIENT, root, "artifactstore")
     key, _ = keyfiles.generate("rollout", tmp_path)
     name = program_id("p", "ab" * 32)
     entries = (
