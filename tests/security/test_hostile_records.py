@@ -16,12 +16,11 @@ import string
 
 import pytest
 import zstandard
-from conftest import TEAM_KEY, TEAM_PUB
+from conftest import TEAM_PUB
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from artifactstore.config import keyfiles
-from artifactstore.config.host import compute
 from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.formats import codec, identity, named, quick
 from artifactstore.formats.bundle import BundleError, member_digest, parse_manifest
@@ -42,18 +41,9 @@ from artifactstore.named import container
 from artifactstore.store import removed
 from security import hostile
 
-FP = compute(
-    platform_name="cpu",
-    platform_version="v",
-    device_kind="cpu-test",
-    device_count=1,
-    jax_version="1",
-    jaxlib_version="1",
-)
-KEY, OTHER = "k" * 64, "o" * 64
+FP, KEY, OTHER, SIGNER = hostile.FP, hostile.KEY, hostile.OTHER, hostile.SIGNER
 PROGRAM = "c" * 40
 HEX = set(string.hexdigits.lower())
-SIGNER = keyfiles.load_signing_key(str(TEAM_KEY))
 TRUSTED = keyfiles.load_trusted_keys(str(TEAM_PUB))
 PAYLOAD = b"the executable stored for KEY" * 8
 
