@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import OpenStore
 
 from artifactstore import config
 from artifactstore.blobstores import LocalBlobStore, ReadOnlyBlobStore
@@ -163,10 +164,13 @@ def test_migrations_concurrent_and_idempotent(tmp_path: Path) -> None:
     errors: list[BaseException] = []
 
     def migrate() -> None:
+        engine = db.open_engine(url)
         try:
-            db.upgrade(db.open_engine(url))
+            db.upgrade(engine)
         except BaseException as exc:
             errors.append(exc)
+        finally:
+            engine.dispose()
 
     threads = [threading.Thread(target=migrate) for _ in range(4)]
     for t in threads:
@@ -174,7 +178,11 @@ def test_migrations_concurrent_and_idempotent(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    assert db.schema_status(db.open_engine(url)).state is db.SchemaState.CURRENT
+    engine = db.open_engine(url)
+    try:
+        assert db.schema_status(engine).state is db.SchemaState.CURRENT
+    finally:
+        engine.dispose()
 
 
 def _fp(**changes: object) -> fingerprint.Fingerprint:
@@ -196,9 +204,10 @@ class CountingBlobs(LocalBlobStore):
         return super().get(digest, max_bytes=max_bytes)
 
 
-def test_store_refuses_forged_fingerprint_without_reading_bytes(tmp_path: Path) -> None:
-    settings = config.resolve({"url": str(tmp_path)}, environ={})
-    store = Store.open(settings)
+def test_store_refuses_forged_fingerprint_without_reading_bytes(
+    tmp_path: Path, open_store: OpenStore
+) -> None:
+    store = open_store({}, url=str(tmp_path))
     here, there = _fp(), _fp(cpu_features=("avx512f",))
     assert here.digest != there.digest
     store.put(Put("k" * 64, b"payload", fingerprint=there, module_name="m", compile_secs=1.0))
@@ -220,12 +229,12 @@ def _snapshot(root: Path) -> tuple[list[str], list[str]]:
     return sorted(str(p) for p in (root / "default").rglob("*")), rows
 
 
-def test_read_only_store_writes_nothing(tmp_path: Path) -> None:
+def test_read_only_store_writes_nothing(tmp_path: Path, open_store: OpenStore) -> None:
     rw = Store.open(config.resolve({"url": str(tmp_path)}, environ={}))
     rw.put(Put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
     rw.close()
     before = _snapshot(tmp_path)
-    ro = Store.open(config.resolve({"url": str(tmp_path), "read_only": True}, environ={}))
+    ro = open_store({}, url=str(tmp_path), read_only=True)
     assert ro.put(Put("k" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1)) is False
     assert ro.get("k" * 64, _fp().digest) is None
     assert ro.get("a" * 64, _fp().digest) is not None
@@ -234,9 +243,9 @@ def test_read_only_store_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_missing_object_is_a_counted_miss_with_one_log_line(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, open_store: OpenStore
 ) -> None:
-    store = Store.open(config.resolve({"url": str(tmp_path)}, environ={}))
+    store = open_store({}, url=str(tmp_path))
     store.put(Put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
     entry = store.index.lookup("a" * 64)
     assert entry is not None
@@ -250,14 +259,14 @@ def test_missing_object_is_a_counted_miss_with_one_log_line(
 
 
 def test_read_only_reader_does_not_claim_to_quarantine(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, open_store: OpenStore
 ) -> None:
     rw = Store.open(config.resolve({"url": str(tmp_path)}, environ={}))
     rw.put(Put("a" * 64, b"payload", fingerprint=_fp(), module_name="m", compile_secs=1))
     rw.close()
     (obj,) = (tmp_path / "default" / "objects").rglob("*/*")
     obj.write_bytes(obj.read_bytes()[:-3] + b"xyz")
-    ro = Store.open(config.resolve({"url": str(tmp_path), "read_only": True}, environ={}))
+    ro = open_store({}, url=str(tmp_path), read_only=True)
     with caplog.at_level("WARNING", logger="artifactstore"):
         assert ro.get("a" * 64, _fp().digest) is None
     said = " ".join(r.getMessage() for r in caplog.records)
@@ -309,6 +318,7 @@ def test_each_backend_has_its_own_breaker(tmp_path: Path) -> None:
     session._used = ["index"]
     session.ok()  # a miss: the index answered
     assert not session.breakers["object store"].closed
+    session.close()
 
 
 def test_a_probe_that_misses_lets_the_next_call_probe(tmp_path: Path) -> None:
@@ -340,6 +350,7 @@ def test_a_probe_that_misses_lets_the_next_call_probe(tmp_path: Path) -> None:
     session._used = ["object store", "index"]
     session.ok()  # a call that asked the index: it answers again
     assert session.active
+    session.close()
 
 
 BREAKER_PROGRAM = """
