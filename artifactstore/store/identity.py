@@ -211,7 +211,6 @@ class WriteGate:
         self._pair = pair
         self._count = count  # told `store_mismatch` for each write refused
         self._found: Binding | None = None
-        self._unchecked = False  # `allows_within` could not check: the writes decide
         self._lock = threading.Lock()
 
     def admits(self, *, quietly: bool = False) -> bool:
@@ -251,12 +250,9 @@ class WriteGate:
         be made says yes (the lease then holds or fails as any other would)."""
         if self._found is not None:
             return self._found.ok
-        if self._unchecked:  # failed once from here: not paid again per compile
-            return True
         try:
             return call_with_timeout(self.allows, timeout_secs)
         except Exception as exc:
-            self._unchecked = True
             log.debug("artifactstore: store identity not checked: %s", one_line(exc))
             return True
 

@@ -16,7 +16,6 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from conftest import OpenStore, artstore, clean_env, run_program, s3_client
@@ -225,27 +224,3 @@ def test_writer_on_another_directory_drops_and_stores_nothing(
     assert len(said) == 1 and str(tmp_path / "wrong") in said[0], said
     assert _rows(right) == before  # nothing dropped, nothing added
     assert not (tmp_path / "wrong" / "default" / "identity").exists()
-
-
-def test_a_lease_check_that_cannot_be_made_is_not_paid_per_compile(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Where the identity check fails (a backend down), the lease path lets the lease be
-    taken as before and does not ask again on each compile; the writes still decide."""
-    from artifactstore.store import identity
-
-    asked: list[int] = []
-
-    def down(*_args: object) -> None:
-        asked.append(1)
-        raise ConnectionError("object store down")
-
-    monkeypatch.setattr(identity, "bind", down)
-    settings = SimpleNamespace(index_url="sqlite:///unused.db")
-    pair = SimpleNamespace(blobs=None, engine=None, namespace="default", settings=settings)
-    gate = identity.WriteGate(pair, lambda _name: None)
-    assert gate.allows_within(5.0) and gate.allows_within(5.0)
-    assert len(asked) == 1
-    with pytest.raises(ConnectionError):
-        gate.allows()  # a write asks again, and fails as any write would
-    assert len(asked) == 2
