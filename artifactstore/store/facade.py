@@ -124,15 +124,8 @@ class Store:
         if self._flight is False:
             on = enabled(self.settings)[0]
             accounts = self.accounts
-            gate, bound = self.writes.gate, self.settings.timeout_secs
             self._flight = (
-                SingleFlight(
-                    self.backends,
-                    self.counters,
-                    accounts.found_nothing,
-                    accounts.served,
-                    may_write=lambda: gate.allows_within(bound),
-                )
+                SingleFlight(self.backends, self.counters, accounts.found_nothing, accounts.served)
                 if on
                 else None
             )

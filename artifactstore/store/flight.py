@@ -93,19 +93,14 @@ class SingleFlight:
         counters: Counters,
         found_nothing: Callable[[str], bool],
         served: Callable[[str], None] = lambda _key: None,
-        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         """`found_nothing(key)`: whether this process's last lookup of `key` found no
         entry at all (the accounts'), the only misses worth waiting for. `served(key)`:
-        that miss was then loaded from another process's compile (a hit, not a miss).
-        `may_write()`: whether this writer's object store and index belong together (the
-        write gate's); one that will store nothing there takes no lease for others to
-        wait on, and writes no lease record into a bucket that is not the index's."""
+        that miss was then loaded from another process's compile (a hit, not a miss)."""
         self.backends = backends
         self.counters = counters
         self.found_nothing = found_nothing
         self.served = served
-        self.may_write = may_write
         self.settings = backends.settings
         self.ttl = min(self.settings.lease_ttl_secs, self.settings.lease_max_hold_secs)
         self._held: dict[str, Held] = {}
@@ -287,8 +282,6 @@ class SingleFlight:
             # An entry this process cannot use (refused, another platform, over a limit):
             # nothing to wait for, and its compile may replace it (see Store.put).
             return None, None
-        if writer and not self.may_write():
-            return None, None  # this writer stores nothing here: compile, and hold nothing
         try:
             if writer:
                 held = self.try_hold(key)

