@@ -124,8 +124,15 @@ class Store:
         if self._flight is False:
             on = enabled(self.settings)[0]
             accounts = self.accounts
+            gate = self.writes.gate
             self._flight = (
-                SingleFlight(self.backends, self.counters, accounts.found_nothing, accounts.served)
+                SingleFlight(
+                    self.backends,
+                    self.counters,
+                    accounts.found_nothing,
+                    accounts.served,
+                    may_write=lambda: not gate.refused,
+                )
                 if on
                 else None
             )

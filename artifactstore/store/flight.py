@@ -93,14 +93,20 @@ class SingleFlight:
         counters: Counters,
         found_nothing: Callable[[str], bool],
         served: Callable[[str], None] = lambda _key: None,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         """`found_nothing(key)`: whether this process's last lookup of `key` found no
         entry at all (the accounts'), the only misses worth waiting for. `served(key)`:
-        that miss was then loaded from another process's compile (a hit, not a miss)."""
+        that miss was then loaded from another process's compile (a hit, not a miss).
+        `may_write()`: False once this writer's write gate refused it (its object store and
+        index do not belong together; free to ask): it will store nothing, so it takes no
+        compile lease for the index's writers to wait on, and lets go of one it took before
+        the gate decided (`_announce`)."""
         self.backends = backends
         self.counters = counters
         self.found_nothing = found_nothing
         self.served = served
+        self.may_write = may_write
         self.settings = backends.settings
         self.ttl = min(self.settings.lease_ttl_secs, self.settings.lease_max_hold_secs)
         self._held: dict[str, Held] = {}
@@ -186,9 +192,24 @@ class SingleFlight:
 
     def _announce(self, held: Held) -> None:
         """Publish the lease record, with the key's last known compile time (for older
-        clients: waiters here ask their own index)."""
+        clients: waiters here ask their own index); a writer its gate refused meanwhile
+        lets the lease go instead and writes no record into a bucket not the index's."""
+        if not self.may_write():
+            self._let_go_unrecorded(held)
+            return
         held.record = replace(held.record, hint=self._known_compile_secs(held.key))
         self._put_record(held)
+
+    def _let_go_unrecorded(self, held: Held) -> None:
+        """Let `held` go now, writing no record (a writer that stores nothing here): its
+        own release, when its compile ends, then has nothing to do."""
+        held.lost = True
+        with self._lock:
+            self._held.pop(held.key, None)
+        try:
+            call_with_timeout(held.lease.release, self.settings.timeout_secs)
+        except Exception as exc:  # it expires after one TTL
+            log.debug("artifactstore: lease not released: %s", one_line(exc))
 
     def _known_compile_secs(self, key: str) -> float | None:
         """The key's last known compile time in the index (a writer's), or None."""
@@ -235,6 +256,9 @@ class SingleFlight:
         with self._lock:
             held = list(self._held.values())
         for one in held:
+            if not self.may_write():  # refused since it was taken: waiters go on
+                self._let_go_unrecorded(one)
+                continue
             try:
                 call_with_timeout(one.lease.renew, self.settings.timeout_secs)
             except LeaseHeld:
@@ -282,6 +306,8 @@ class SingleFlight:
             # An entry this process cannot use (refused, another platform, over a limit):
             # nothing to wait for, and its compile may replace it (see Store.put).
             return None, None
+        if writer and not self.may_write():
+            return None, None  # it stores nothing here: compile, and hold nothing
         try:
             if writer:
                 held = self.try_hold(key)

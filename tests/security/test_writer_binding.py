@@ -99,9 +99,11 @@ def test_writer_program_on_another_bucket_stores_nothing_and_says_so(
         assert len(said) == 1, out["_stderr"]
         assert wrong["ARTSTORE_URL"] in said[0] and _index_shown(team_env) in said[0]
         assert "testing-secret" not in out["_stderr"] and "password" not in said[0]
-    # Nothing re-pointed, nothing added; nothing written into the wrong bucket.
+    # Nothing re-pointed, nothing added; nothing written into the wrong bucket but its hit
+    # journals (what a reader writes too): no compile lease either, for the team's writers
+    # to wait on while this one compiles what it cannot store.
     assert _rows(team_env) == before
-    assert not [k for k in _listing(wrong) if "/journals/" not in k and "/leases/" not in k]
+    assert not [k for k in _listing(wrong) if "/journals/" not in k]
     assert _listing(team_env) == bucket_before or all(
         "/journals/" in k for k in set(_listing(team_env)) - set(bucket_before)
     )
@@ -113,6 +115,31 @@ def test_writer_program_on_another_bucket_stores_nothing_and_says_so(
     verify = artstore("verify", "--json", env=team_env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert _rows(team_env) == before
+
+
+def test_a_refused_writer_holds_no_compile_lease(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """Once its write gate refused it (its bucket is not its index's), a writer takes no
+    compile lease: the team's writers would wait on it for a result that never arrives,
+    and its record would go into the wrong bucket. The gate decides at its first write,
+    in the background, so the check never waits on the compile path."""
+    _fill(team_env, open_store, n=1)  # the team's pair, bound
+    wrong = _wrong_bucket(team_env)
+    stray = open_store(wrong)
+    first = Put("cd" * 32, b"x" * 600, fingerprint=FP, module_name="jit_a", compile_secs=1)
+    assert stray.put(first) is False  # its first write: refused, the gate decided
+    key = "ab" * 32
+    assert stray.get(key, FP.digest) is None  # a miss: nothing stored under the key
+    assert stray.flight is not None
+    assert stray.flight.turn(key, lambda: None) == (None, None)  # compile, hold nothing
+    team = open_store(team_env)
+    assert team.flight is not None
+    taken = team.flight.try_hold(key)  # the team's writer is not kept waiting
+    assert taken is not None
+    taken.release(stored=True)
+    team.flight.drain(30)
+    assert [k for k in _listing(wrong) if "/leases/" in k] == []
 
 
 # -- (b) doctor --------------------------------------------------------------------
