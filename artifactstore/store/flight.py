@@ -233,7 +233,7 @@ class SingleFlight:
             self._held.pop(held.key, None)
 
         def job() -> None:
-            if held.lost:  # taken over: the record and the row are the new holder's
+            if held.lost:  # taken over (the row is the new holder's), or let go unrecorded
                 return
             if stored:
                 try:
