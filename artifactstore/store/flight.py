@@ -101,7 +101,7 @@ class SingleFlight:
         `may_write()`: False once this writer's write gate refused it (its object store and
         index do not belong together; free to ask): it will store nothing, so it takes no
         compile lease for the index's writers to wait on, and lets go of one it took before
-        the gate decided (`_announce`)."""
+        the gate decided (`_announce`, `_beat`)."""
         self.backends = backends
         self.counters = counters
         self.found_nothing = found_nothing
@@ -195,17 +195,29 @@ class SingleFlight:
         clients: waiters here ask their own index); a writer its gate refused meanwhile
         lets the lease go instead and writes no record into a bucket not the index's."""
         if not self.may_write():
-            self._let_go_unrecorded(held)
+            self._let_go_refused(held)
             return
         held.record = replace(held.record, hint=self._known_compile_secs(held.key))
         self._put_record(held)
 
-    def _let_go_unrecorded(self, held: Held) -> None:
-        """Let `held` go now, writing no record (a writer that stores nothing here): its
-        own release, when its compile ends, then has nothing to do."""
+    def _let_go_refused(self, held: Held) -> None:
+        """Let `held` go now (a writer its gate refused: it stores nothing here), deleting
+        the record it wrote before the refusal rather than marking it abandoned; its own
+        release, when its compile ends, then has nothing to do."""
         held.lost = True
         with self._lock:
             self._held.pop(held.key, None)
+        if held.record.at is not None:  # written (`_put_record` stamps it)
+            self._delete_record(held)
+        self._release_row(held)
+
+    def _delete_record(self, held: Held) -> None:
+        try:
+            self.backends.blobs.delete_records(LEASES, [held.key])
+        except Exception as exc:
+            log.debug("artifactstore: lease record not deleted: %s", one_line(exc))
+
+    def _release_row(self, held: Held) -> None:
         try:
             call_with_timeout(held.lease.release, self.settings.timeout_secs)
         except Exception as exc:  # it expires after one TTL
@@ -233,21 +245,15 @@ class SingleFlight:
             self._held.pop(held.key, None)
 
         def job() -> None:
-            if held.lost:  # taken over (the row is the new holder's), or let go unrecorded
+            if held.lost:  # taken over (the row is the new holder's), or let go refused
                 return
             if stored:
-                try:
-                    self.backends.blobs.delete_records(LEASES, [held.key])
-                except Exception as exc:
-                    log.debug("artifactstore: lease record not deleted: %s", one_line(exc))
+                self._delete_record(held)
             else:
                 held.record = replace(held.record, state="abandoned", beat=held.record.beat + 1)
                 self._put_record(held)
                 self._abandoned.append(held.key)
-            try:
-                call_with_timeout(held.lease.release, self.settings.timeout_secs)
-            except Exception as exc:  # it expires after one TTL
-                log.debug("artifactstore: lease not released: %s", one_line(exc))
+            self._release_row(held)
 
         self._submit(job)
 
@@ -257,7 +263,7 @@ class SingleFlight:
             held = list(self._held.values())
         for one in held:
             if not self.may_write():  # refused since it was taken: waiters go on
-                self._let_go_unrecorded(one)
+                self._let_go_refused(one)
                 continue
             try:
                 call_with_timeout(one.lease.renew, self.settings.timeout_secs)

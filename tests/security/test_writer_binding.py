@@ -142,6 +142,36 @@ def test_a_refused_writer_holds_no_compile_lease(
     assert [k for k in _listing(wrong) if "/leases/" in k] == []
 
 
+def test_a_lease_taken_before_the_refusal_is_let_go_and_its_record_deleted(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """A lease a writer took (and announced, into its bucket) before its first write was
+    refused is let go at its next renewal, and its record deleted, not left behind."""
+    _fill(team_env, open_store, n=1)
+    wrong = _wrong_bucket(team_env)
+    stray = open_store(wrong)
+    key = "ef" * 32
+    assert stray.get(key, FP.digest) is None
+    assert stray.flight is not None
+    loaded, held = stray.flight.turn(key, lambda: None)  # the gate has not decided yet
+    assert loaded is None and held is not None
+    stray.flight.drain(30)
+    assert [k for k in _listing(wrong) if "/leases/" in k]  # announced
+    first = Put("cd" * 32, b"x" * 600, fingerprint=FP, module_name="jit_a", compile_secs=1)
+    assert stray.put(first) is False  # refused: the gate decided
+    stray.flight._beat()  # its next renewal
+    assert [k for k in _listing(wrong) if "/leases/" in k] == []
+    team = open_store(team_env)
+    assert team.flight is not None
+    taken = team.flight.try_hold(key)
+    assert taken is not None
+    taken.release(stored=True)
+    team.flight.drain(30)
+    held.release(stored=False)  # its compile ends: nothing more is written
+    stray.flight.drain(30)
+    assert [k for k in _listing(wrong) if "/leases/" in k] == []
+
+
 # -- (b) doctor --------------------------------------------------------------------
 def test_doctor_exits_nonzero_on_a_binding_failure(
     team_env: dict[str, str], open_store: OpenStore
