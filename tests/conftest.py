@@ -95,8 +95,13 @@ def program(
     name: str, env: dict[str, str], timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """tests/programs/NAME run to its end, its output captured (forked if in FORKED)."""
-    path = str(PROGRAMS / name)
-    return forks.run("jax", {"path": path}, [], env, timeout, fresh=name not in FORKED)
+    target, fresh = _program_target(name)
+    return forks.run("jax", target, [], env, timeout, fresh=fresh)
+
+
+def _program_target(name: str) -> tuple[dict[str, str], bool]:
+    """tests/programs/NAME as forks' target, and whether it needs a fresh interpreter."""
+    return {"path": str(PROGRAMS / name)}, name not in FORKED
 
 
 def skip_unless_importable(
@@ -142,14 +147,14 @@ def job_results() -> JobResults:
 def start_program(name: str, env: dict[str, str], *, stdin: int | None = None) -> forks.Process:
     """Start tests/programs/NAME with its stdout and stderr piped (as text), as Popen would
     (FORKED ones forked, as run_program does)."""
-    path = str(PROGRAMS / name)
+    target, fresh = _program_target(name)
     pipe = subprocess.PIPE
     return forks.popen(
         "jax",
-        {"path": path},
+        target,
         [],
         env,
-        fresh=name not in FORKED,
+        fresh=fresh,
         stdin=stdin,
         stdout=pipe,
         stderr=pipe,
