@@ -132,3 +132,10 @@ def test_warm_on_another_bucket_fails_and_claims_nothing_present(
     assert "0 (loaded from the store, not compiled)" in output
     assert "testing-secret" not in output
     assert _stats(s3_sqlite_env)["entries"] == first["added"]  # nothing changed there
+
+    # The same through MODULE:FUNCTION's workers: each specialization failed, and why.
+    code, specs, output = artstore_warm("warm_specs:specializations", env=wrong, tmp_path=tmp_path)
+    assert code == 1, output
+    assert (specs["added"], specs["present"], specs["failed"]) == (0, 0, 5), output
+    assert specs["not_stored"] == {"write gate": 5}
+    assert all("write gate refused them" in i["error"] for i in specs["items"])
