@@ -1,15 +1,28 @@
-"""CI pre-warm compiles are counted apart (issue 38.6): `warm_compiles`, not misses, so a
-store freshly warmed by `artstore warm` shows the hit rate of the programs that read it."""
+"""What `artstore warm` counts. CI pre-warm compiles are counted apart (issue 38.6):
+`warm_compiles`, not misses, so a store freshly warmed by `artstore warm` shows the hit rate
+of the programs that read it. And its report is what its processes did (issue 46): loaded,
+stored, or compiled but not stored and why, never what the index says exists."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
-from conftest import PROGRAMS, artstore, clean_env, run_program
+import devstack
+import pytest
+from conftest import (
+    FAKE_AWS,
+    PROGRAMS,
+    TEAM_SIGNING,
+    artstore,
+    artstore_warm,
+    clean_env,
+    run_program,
+)
 
 
 def _stats(env: dict[str, str]) -> dict[str, Any]:
@@ -40,3 +53,89 @@ def test_a_warmed_store_counts_warm_compiles_apart(tmp_path: Path) -> None:
     assert after["hits"] == warmed["entries"] and after["misses"] == 0
     assert after["hit_rate"] == 1.0  # was 50%: the warm compiles counted as misses
     assert "warm compiles" in artstore("stats", env=env).stdout
+
+
+# -- what `artstore warm` reports is what its processes did ---------------------------------
+WARM_SCRIPT = str(PROGRAMS / "warm_script.py")
+
+
+@pytest.fixture
+def s3_sqlite_env(moto_endpoint: str, tmp_path: Path) -> dict[str, str]:
+    """CI writer settings as docs/operations.md has them: a bucket (moto), an index (SQLite),
+    writer credentials and the signing key."""
+    bucket = "artstore-" + uuid.uuid4().hex[:12]
+    devstack.create_bucket(moto_endpoint, bucket)
+    return clean_env(
+        ARTSTORE_URL=f"s3://{bucket}/cache",
+        ARTSTORE_INDEX=f"sqlite:///{tmp_path / 'index.db'}",
+        AWS_ENDPOINT_URL_S3=moto_endpoint,
+        **FAKE_AWS,
+        **TEAM_SIGNING,
+    )
+
+
+def _warm(env: dict[str, str], tmp_path: Path, *options: str) -> tuple[int, dict[str, Any], str]:
+    return artstore_warm(*options, "--", sys.executable, WARM_SCRIPT, env=env, tmp_path=tmp_path)
+
+
+def test_warm_counts_outcomes_and_min_entries(
+    s3_sqlite_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Slow: three warms of a JAX program. Stored, then loaded: each count is what the
+    program's process did (its own counters say the same), and --min-entries holds or not."""
+    code, first, output = _warm(s3_sqlite_env, tmp_path)
+    assert code == 0, output
+    ran = json.loads(output.splitlines()[0])
+    entries = _stats(s3_sqlite_env)["entries"]
+    assert first["added"] == ran["store"]["stored"] == entries == first["entries"] > 0, output
+    assert (first["present"], first["not_stored"], first["problems"]) == (0, {}, [])
+    assert first["compile_secs_saved"] == 0.0  # nothing loaded: nothing saved in this run
+    assert first["compile_secs_saved_per_process"] == pytest.approx(first["compile_secs_added"])
+
+    code, again, output = _warm(s3_sqlite_env, tmp_path, "--min-entries", str(entries))
+    assert code == 0, output
+    ran = json.loads(output.splitlines()[0])
+    assert ran["xla_compiles"] == [] and ran["store"]["hits"] == entries
+    assert (again["added"], again["present"], again["entries"]) == (0, entries, entries)
+    assert again["compile_secs_saved"] == pytest.approx(first["compile_secs_added"])
+    assert f"{entries} (loaded from the store, not compiled)" in output
+
+    code, short, output = _warm(s3_sqlite_env, tmp_path, "--min-entries", str(entries + 1))
+    assert code == 1, output
+    [line] = [p for p in short["problems"] if p.startswith("--min-entries")]
+    assert line.startswith(f"--min-entries {entries + 1}: only {entries} entries were stored")
+    assert f"problem: {line}" in output
+
+
+def test_warm_on_another_bucket_fails_and_claims_nothing_present(
+    s3_sqlite_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Slow: the issue's measured case. The index is bound to the team's bucket (a warm
+    filled it); ARTSTORE_URL then names another bucket that exists: the write gate
+    refuses every write, and warm must say so and exit 1, claiming nothing present."""
+    code, first, output = _warm(s3_sqlite_env, tmp_path)
+    assert code == 0 and first["added"] > 0, output
+    bucket = "artstore-other-" + uuid.uuid4().hex[:8]
+    devstack.create_bucket(s3_sqlite_env["AWS_ENDPOINT_URL_S3"], bucket)
+    wrong = {**s3_sqlite_env, "ARTSTORE_URL": f"s3://{bucket}/cache"}
+
+    code, report, output = _warm(wrong, tmp_path)
+    assert code == 1, output
+    ran = json.loads(output.splitlines()[0])
+    assert ran["xla_compiles"] and ran["store"]["store_mismatch"] >= 1  # the gate refused
+    assert (report["added"], report["present"], report["entries"]) == (0, 0, 0), output
+    assert report["not_stored"] == {"write gate": len(ran["xla_compiles"])}
+    assert report["compile_secs_saved"] == 0 and report["compile_secs_saved_per_process"] == 0
+    gate = [p for p in report["problems"] if "compiled but not stored" in p]
+    assert len(gate) == 1 and "write gate refused them" in gate[0], report["problems"]
+    assert "do not belong together" in gate[0]
+    assert "0 (loaded from the store, not compiled)" in output
+    assert "testing-secret" not in output
+    assert _stats(s3_sqlite_env)["entries"] == first["added"]  # nothing changed there
+
+    # The same through MODULE:FUNCTION's workers: each specialization failed, and why.
+    code, specs, output = artstore_warm("warm_specs:specializations", env=wrong, tmp_path=tmp_path)
+    assert code == 1, output
+    assert (specs["added"], specs["present"], specs["failed"]) == (0, 0, 5), output
+    assert specs["not_stored"] == {"write gate": 5}
+    assert all("write gate refused them" in i["error"] for i in specs["items"])

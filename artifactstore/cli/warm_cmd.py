@@ -35,6 +35,13 @@ class _WarmCommand(PassThroughCommand):
     "output from a target node).",
 )
 @click.option(
+    "--min-entries",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Exit 1 unless at least N distinct entries were stored or loaded from the store by "
+    "this run (for CI: a job that stored nothing fails).",
+)
+@click.option(
     "--report-json",
     type=click.Path(dir_okay=False),
     help="Also write the report as JSON to this file.",
@@ -45,6 +52,7 @@ def warm_cmd(
     target: str | None,
     jobs: int,
     expect_fingerprint: str | None,
+    min_entries: int | None,
     report_json: str | None,
 ) -> None:
     """Fill the store for this host's target, from CI.
@@ -55,7 +63,10 @@ def warm_cmd(
     returns: (jax.jit function, argument specs) pairs, specs being pytrees of
     jax.ShapeDtypeStruct, or artifactstore.NamedSpec(fn, *specs, name=, version=) items,
     which build named executables (native and portable) for artifactstore.load.
-    Exits 1 if any failed or anything could not be stored.
+    The report counts what happened in those processes: entries compiled and stored,
+    loaded from the store, and compiled but not stored (and why: the write gate, the
+    writer's role, a quota, a failed upload). Exits 1 if any failed or anything compiled
+    was not stored, one line per reason, or with fewer entries than --min-entries.
     """
     from artifactstore import warm
 
@@ -80,6 +91,7 @@ def warm_cmd(
         assert target is not None
         with _SpecsProgress() as display:
             report = warm.run_specs(target, jobs, obj.overrides, expected, display.start)
+    report.conclude(min_entries)
     click.echo(report.render())
     if report_json:
         with open(report_json, "w") as out:

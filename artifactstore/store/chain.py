@@ -46,6 +46,7 @@ class Found:
     started: float = 0.0  # when the source was asked (load times are measured from here)
     origin: Found | None = None  # a load ahead: the tier or store hit it was peeked as
     request: Request | None = None  # what it was found for (its count needs it)
+    unloadable: bool = False  # verified, but the caller's `load` failed (counted all the same)
 
     @property
     def compile_secs(self) -> float:
@@ -105,6 +106,7 @@ class Chain:
                 try:
                     outcome.value = load(outcome.payload)
                 except Exception as exc:
+                    outcome.unloadable = True
                     if source.unusable(request, outcome, exc):
                         continue
                     return None

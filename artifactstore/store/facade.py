@@ -140,6 +140,12 @@ class Store:
         return self._flight
 
     @property
+    def writes_refused(self) -> bool:
+        """Whether this writer's write gate refused it: object store and index are not
+        one store, so it stores nothing (decided at its first write; False before)."""
+        return self.writes.gate.refused
+
+    @property
     def journals_hits(self) -> bool:
         """Whether hits go to a hit journal in the object store: on a database server
         that this process has not opened (a reader, or a writer that only read so far)."""

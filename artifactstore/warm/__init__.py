@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_VAR",
+    "NOT_STORED",
     "SUMMARY_FIELDS",
     "TARGET_RE",
     "Report",
@@ -53,6 +54,26 @@ SUMMARY_FIELDS = (
     "jaxlib_version",
     "cpu_arch",
 )
+
+# Why something a warming process compiled is not in the store (its records' `why`), and
+# what the report says of it: a CI job that warmed nothing must not go green.
+NOT_STORED = {
+    "write gate": "the write gate refused them: object store and index do not belong "
+    "together (ARTSTORE_URL names another store's bucket? the warning above and "
+    "`artstore doctor` say why)",
+    "role": "the writer's role may not write them (the index's grants or the bucket's "
+    "policy): warm with the writer role's credentials",
+    "read-only": "the process stores nothing (ARTSTORE_READ_ONLY, or configure(read_only=True) "
+    "in the command)",
+    "quota": "a quota of the object store or database refused them",
+    "upload": "their upload failed (the warning above says why)",
+    "threshold": "compiled under ARTSTORE_MIN_COMPILE_SECS (the command configured a "
+    "threshold: warm stores everything unless told otherwise)",
+    "unloadable": "an entry of their key is stored but JAX could not load it here, and a "
+    "compile does not replace it (`artstore rm KEY`, then warm again)",
+    "signature": "an entry of their key is stored but refused here for its signature: set "
+    "ARTSTORE_SIGNING_KEY to replace it with a signed one",
+}
 
 _LAZY = {
     "run_command": "command",

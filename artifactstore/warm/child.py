@@ -3,7 +3,8 @@
 Used by the startup hook (`artifactstore/startup`) in every Python process
 under `artstore warm -- CMD`, and by the `MODULE:FUNCTION` worker processes.
 The record exists so that the report is exact: which entries this process added
-(with their compile time), which it found present, and for which fingerprint.
+(with their compile time), which it loaded, what it compiled but did not store and
+why, and for which fingerprint.
 It wraps the `get`/`put` methods of this process's own Store instance instead
 of adding bookkeeping to the hot path every program pays for.
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 from artifactstore.blobstores.local import write_atomic
 from artifactstore.config import from_environment
-from artifactstore.errors import ArtstoreError, one_line
+from artifactstore.errors import ArtstoreError, ReadOnlyError, one_line
 from artifactstore.formats.put import Put
 from artifactstore.jaxhook import api as _ji
 from artifactstore.warm import ENV_VAR, SUMMARY_FIELDS
@@ -49,7 +50,12 @@ def summarize_fingerprint(source: Any) -> dict[str, Any]:
 
 @dataclass
 class Recorder:
-    """What this process's store did: entries added and entries found present.
+    """What this process did with each executable, as it happened: `added` (compiled and
+    stored here), `present` (loaded from the store and used), `concurrent` (compiled
+    here while another process stored the same key), `unloadable` (found, but JAX could
+    not load it) and `not_stored` (compiled, not stored, and `why`: a key of
+    `warm.NOT_STORED`). Never what the index says exists: an entry counts once this
+    process has loaded it or a put created it.
 
     With a journal, every event is also appended to it as one JSON line at once,
     so a process killed without running atexit (multiprocessing's
@@ -57,18 +63,18 @@ class Recorder:
     """
 
     journal: Path | None = None
-    added: list[dict[str, Any]] = field(default_factory=list)
-    present: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unloadable: set[str] = field(default_factory=set)  # keys found but not loadable here
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def mark(self) -> tuple[int, int]:
+    def mark(self) -> int:
         with self.lock:
-            return len(self.added), len(self.present)
+            return len(self.events)
 
-    def since(self, mark: tuple[int, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def since(self, mark: int) -> list[dict[str, Any]]:
         with self.lock:
-            return self.added[mark[0] :], self.present[mark[1] :]
+            return self.events[mark:]
 
     def _write(self, lines: list[dict[str, Any]]) -> None:
         if self.journal is not None:
@@ -76,79 +82,85 @@ class Recorder:
                 out.write("".join(json.dumps(line) + "\n" for line in lines))
 
     def _note(self, kind: str, item: dict[str, Any], fp: Any) -> None:
-        summary = summarize_fingerprint(fp)
+        """`fp`: a Fingerprint or an index entry (its facts are recorded once), or a digest."""
+        summary = {"digest": fp} if isinstance(fp, str) else summarize_fingerprint(fp)
         event = {"kind": kind, **item, "fingerprint": summary["digest"]}
         with self.lock:
-            (self.added if kind == "added" else self.present).append(event)
+            self.events.append(event)
             lines = [event]
-            if summary["digest"] not in self.fingerprints:
+            if len(summary) > 1 and summary["digest"] not in self.fingerprints:
                 self.fingerprints[summary["digest"]] = summary
                 lines.insert(0, {"kind": "fingerprint", **summary})
             self._write(lines)
 
     def attach(self, store: Any) -> None:
-        """Record through `store`'s count and put (instance attributes shadow the methods):
-        the lookup chain counts each hit there, once. Puts are made synchronous: warming is
-        the point, so a compile returns once its entry is stored, and a process that is
-        killed later loses nothing."""
+        """Record through `store`'s count, put and compiled_below_threshold (instance
+        attributes shadow the methods): the lookup chain counts each hit there, once.
+        Puts are made synchronous: warming is the point, so a compile returns once its
+        entry is stored, and a process that is killed later loses nothing."""
         store.accounts.warming = True  # its compiles are warm_compiles, not misses
         real_count, real_put = store.count, store.put
+        real_quick = store.compiled_below_threshold
 
         def count(key: str, fingerprint_digest: str, outcome: Any) -> None:
             real_count(key, fingerprint_digest, outcome)
             entry = getattr(outcome, "entry", None)  # a hit (a miss carries none)
-            if entry is not None:
-                if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
-                    entry = store.lookup(key) or entry
-                item = {
-                    "key": key,
-                    "module": entry.module_name,
-                    "bytes": 0,
-                    "compile_secs": float(entry.compile_secs),
-                    "how": "loaded",
-                }
+            if entry is None:
+                return
+            if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
+                entry = store.lookup(key) or entry
+            item = {"key": key, "module": entry.module_name, "bytes": 0}
+            item["compile_secs"] = float(entry.compile_secs)
+            if getattr(outcome, "unloadable", False):  # counted a hit, but compiled here
+                with self.lock:
+                    self.unloadable.add(key)
+                self._note("unloadable", item, entry)
+            else:
                 self._note("present", item, entry)
 
         def put(one: Put) -> bool:
             key = one.key
+            item = {"key": key, "module": one.module_name, "bytes": 0}
+            item["compile_secs"] = float(one.compile_secs)
             before = store.counters.snapshot().get("bytes_uploaded", 0)
-            created = bool(real_put(one))
-            why = store.refused(key) if not created else None
-            if why is not None:
-                # Present, but not what readers that trust these keys load: not "present".
-                raise ArtstoreError(
-                    f"entry {key[:12]} is present but refused here ({why}, "
-                    "ARTSTORE_TRUSTED_KEYS): set ARTSTORE_SIGNING_KEY to replace it with a "
-                    "signed one"
-                )
-            uploaded = store.counters.snapshot().get("bytes_uploaded", 0) - before
-            item = {
-                "key": key,
-                "module": one.module_name,
-                "bytes": uploaded,
-                "compile_secs": float(one.compile_secs),
-                "how": "stored" if created else "stored concurrently",
-            }
-            self._note("added" if created else "present", item, one.fingerprint)
-            return created
+            try:
+                created = bool(real_put(one))
+                refused = store.refused(key) if not created else None
+                if refused is not None:
+                    # Present, but not what readers that trust these keys load.
+                    raise ArtstoreError(
+                        f"entry {key[:12]} is present but refused here ({refused}, "
+                        "ARTSTORE_TRUSTED_KEYS): set ARTSTORE_SIGNING_KEY to replace it "
+                        "with a signed one"
+                    )
+            except Exception as exc:
+                why = "signature" if refused_here(store, key) else not_stored_why(exc)
+                event = {**item, "why": why, "error": one_line(exc)}
+                self._note("not_stored", event, one.fingerprint)
+                raise
+            item["bytes"] = store.counters.snapshot().get("bytes_uploaded", 0) - before
+            if created:
+                self._note("added", item, one.fingerprint)
+                return True
+            reason = _why_not_created(store, key, self.unloadable)
+            if reason is None:  # another process stored the key meanwhile: it is in the store
+                self._note("concurrent", item, one.fingerprint)
+            else:
+                self._note("not_stored", {**item, "why": reason}, one.fingerprint)
+            return False
+
+        def compiled_below_threshold(key: str, fingerprint: str, compile_secs: float = 0.0) -> None:
+            real_quick(key, fingerprint, compile_secs)
+            item = {"key": key, "module": "", "bytes": 0, "compile_secs": float(compile_secs)}
+            self._note("not_stored", {**item, "why": "threshold"}, fingerprint)
 
         def submit_put(one: Put, *, then: Callable[[bool], None] | None = None) -> None:
             published = False
             try:
-                put(one)
+                put(one)  # recorded there, stored or not
                 published = True
             except Exception as exc:  # as the background writer would: count, say once
                 store.counters.add("put_errors")
-                with self.lock:
-                    self._write(
-                        [
-                            {
-                                "kind": "put_error",
-                                "module": one.module_name,
-                                "error": one_line(exc),
-                            }
-                        ]
-                    )
                 log.warning(
                     "artifactstore: could not store %s: %s",
                     one.module_name,
@@ -159,8 +171,36 @@ class Recorder:
                     then(published)
 
         store.count, store.put = count, put
+        store.compiled_below_threshold = compiled_below_threshold
         if not store.read_only:
             store.submit_put = submit_put
+
+
+def refused_here(store: Any, key: str) -> bool:
+    """Whether this process refused `key`'s stored entry for its signature."""
+    return store.refused(key) is not None
+
+
+def not_stored_why(exc: BaseException) -> str:
+    """Which `warm.NOT_STORED` reason a failed put is: the role, a quota, or the upload."""
+    text = str(exc).lower()
+    if isinstance(exc, ReadOnlyError) or "access denied" in text or "permission denied" in text:
+        return "role"
+    if "quota" in text:
+        return "quota"
+    return "upload"
+
+
+def _why_not_created(store: Any, key: str, unloadable: set[str]) -> str | None:
+    """Why a put that raised nothing created no entry, or None where the key is stored
+    (by another process, between this one's lookup and its put)."""
+    if store.writes_refused:
+        return "write gate"
+    if store.read_only:
+        return "read-only"
+    if key in unloadable:  # the stored entry stays, and it does not load here
+        return "unloadable"
+    return None
 
 
 def configure_for_warming(journal: Path | None = None) -> Recorder | None:

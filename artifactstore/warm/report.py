@@ -13,19 +13,28 @@ from pathlib import Path
 from typing import Any
 
 from artifactstore.formats.sizes import format_seconds, format_size
+from artifactstore.runtime import summary
+from artifactstore.warm import NOT_STORED
 
 
 @dataclass
 class Report:
-    """What one `artstore warm` run did."""
+    """What one `artstore warm` run did: outcomes in its processes (`add_event`), never
+    what the index says exists."""
 
     what: str
-    added: int = 0
-    present: int = 0
+    added: int = 0  # compiled and stored by a process of this run
+    present: int = 0  # loaded from the store and used (a hit), not compiled
+    concurrent: int = 0  # compiled, while another process stored the same key
+    unloadable: int = 0  # found in the store, but JAX could not load it: compiled
     failed: int = 0
     bytes_uploaded: int = 0
     compile_secs_added: float = 0.0
-    compile_secs_present: float = 0.0
+    compile_secs_present: float = 0.0  # saved in this run: the loads' compile times
+    not_stored: dict[str, int] = field(default_factory=dict)  # NOT_STORED reason -> count
+    examples: dict[str, str] = field(default_factory=dict)  # a reason's first module (error)
+    in_store: dict[str, float] = field(default_factory=dict)  # key -> compile secs
+    min_entries: int | None = None
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     expected_digest: str | None = None
     problems: list[str] = field(default_factory=list)  # each makes `warm` exit 1
@@ -36,6 +45,49 @@ class Report:
     duplicates: int = 0
     elapsed_secs: float = 0.0
 
+    def add_event(self, event: dict[str, Any]) -> None:
+        """Count one record of a warming process (`child.Recorder`)."""
+        kind, secs = event.get("kind"), float(event.get("compile_secs", 0.0))
+        if kind == "fingerprint":
+            self.fingerprints[event["digest"]] = {k: v for k, v in event.items() if k != "kind"}
+            return
+        self.bytes_uploaded += int(event.get("bytes", 0))
+        if kind in ("added", "present", "concurrent"):  # the key is in the store now
+            self.in_store.setdefault(str(event.get("key")), secs)
+        if kind == "added":
+            self.added += 1
+            self.compile_secs_added += secs
+        elif kind == "present":
+            self.present += 1
+            self.compile_secs_present += secs
+        elif kind == "concurrent":
+            self.concurrent += 1
+        elif kind == "unloadable":
+            self.unloadable += 1
+        elif kind == "not_stored":
+            why = str(event.get("why", "upload"))
+            self.not_stored[why] = self.not_stored.get(why, 0) + 1
+            error = f" ({event['error']})" if event.get("error") else ""
+            self.examples.setdefault(why, f"{event.get('module') or event.get('key')}{error}")
+
+    def conclude(self, min_entries: int | None = None) -> None:
+        """The problems of what happened: one line per reason something compiled was not
+        stored, and fewer entries stored or loaded than `min_entries` (`--min-entries`)."""
+        for why, n in sorted(self.not_stored.items(), key=lambda kv: -kv[1]):
+            said = NOT_STORED.get(why, why)
+            self.problems.append(
+                f"{n} compiled but not stored: {said}; e.g. {self.examples.get(why, '?')}"
+            )
+        self.min_entries = min_entries
+        have = len(self.in_store)
+        if min_entries is not None and have < min_entries:
+            why = ", ".join(f"{n} {w}" for w, n in self.not_stored.items()) or "none refused"
+            self.problems.append(
+                f"--min-entries {min_entries}: only {have} entries were stored or loaded by "
+                f"this run ({self.added} stored, {self.present} loaded, {self.concurrent} "
+                f"stored by another process; not stored: {why})"
+            )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "what": self.what,
@@ -43,12 +95,18 @@ class Report:
             "processes": self.processes,
             "added": self.added,
             "present": self.present,
+            "concurrent": self.concurrent,
+            "unloadable": self.unloadable,
+            "not_stored": dict(self.not_stored),
             "failed": self.failed,
             "duplicates": self.duplicates,
+            "entries": len(self.in_store),
+            "min_entries": self.min_entries,
             "bytes_uploaded": self.bytes_uploaded,
             "compile_secs_added": self.compile_secs_added,
             "compile_secs_present": self.compile_secs_present,
-            "compile_secs_saved_per_process": self.compile_secs_added + self.compile_secs_present,
+            "compile_secs_saved": self.compile_secs_present,
+            "compile_secs_saved_per_process": sum(self.in_store.values()),
             "fingerprints": list(self.fingerprints.values()),
             "expected_fingerprint": self.expected_digest,
             "problems": self.problems,
@@ -63,19 +121,28 @@ class Report:
             lines.append(f"  {'command exit code':<20}{self.exit_code}")
             lines.append(f"  {'processes':<20}{self.processes} with JAX and the store active")
         dup = f" ({self.duplicates} duplicates skipped)" if self.duplicates else ""
-        saved = self.compile_secs_added + self.compile_secs_present
         rows = [
             ("entries added", f"{self.added} (compiled and stored)"),
-            ("already present", f"{self.present} (loaded, not compiled){dup}"),
+            ("already present", f"{self.present} (loaded from the store, not compiled){dup}"),
+        ]
+        if self.concurrent:
+            rows.append(("stored by another", f"{self.concurrent} (compiled here meanwhile)"))
+        if self.unloadable:
+            rows.append(("not loadable", f"{self.unloadable} (found, JAX could not load them)"))
+        if self.not_stored:
+            whys = ", ".join(f"{w} {n}" for w, n in self.not_stored.items())
+            rows.append(("not stored", f"{sum(self.not_stored.values())} (compiled: {whys})"))
+        if self.items:
+            rows.append(("failed", str(self.failed)))
+        rows += [
             ("bytes uploaded", format_size(self.bytes_uploaded)),
             (
                 "compile time saved",
-                f"{format_seconds(saved)} per fresh process on this "
-                f"target ({format_seconds(self.compile_secs_added)} added now)",
+                f"{format_seconds(self.compile_secs_present)} in this run (loads); "
+                f"{format_seconds(sum(self.in_store.values()))} per fresh process on this "
+                f"target ({len(self.in_store)} entries stored or loaded)",
             ),
         ]
-        if self.items:
-            rows.insert(2, ("failed", str(self.failed)))
         lines += [f"  {k:<20}{v}" for k, v in rows]
         if not self.fingerprints:
             lines.append(f"  {'fingerprint':<20}(nothing compiled or loaded)")
@@ -125,28 +192,9 @@ def aggregate(report_dir: Path, *, what: str) -> Report:
         started = _read_json(report_dir / f"{pid}.started") or {}
         final = _read_json(report_dir / f"{pid}.json")
         argv = shlex.join(started.get("argv", []))[:80]
-        put_errors = []
+        gated = report.not_stored.get("write gate", 0)
         for event in _read_events(report_dir / f"{pid}.events"):
-            kind = event.get("kind")
-            if kind == "fingerprint":
-                report.fingerprints[event["digest"]] = {
-                    k: v for k, v in event.items() if k != "kind"
-                }
-            elif kind in ("added", "present"):
-                report.bytes_uploaded += int(event.get("bytes", 0))
-                if kind == "added":
-                    report.added += 1
-                    report.compile_secs_added += float(event.get("compile_secs", 0.0))
-                else:
-                    report.present += 1
-                    report.compile_secs_present += float(event.get("compile_secs", 0.0))
-            elif kind == "put_error":
-                put_errors.append(f"{event.get('module')}: {event.get('error')}")
-        if put_errors:
-            report.problems.append(
-                f"pid {pid} ({argv}): {len(put_errors)} upload(s) failed, "
-                f"e.g. {put_errors[0]} (writer credentials?)"
-            )
+            report.add_event(event)
         if final is None:
             silent.append(pid)
             continue
@@ -155,6 +203,11 @@ def aggregate(report_dir: Path, *, what: str) -> Report:
                 f"pid {pid} ({argv}): the store was unavailable; its "
                 "compiles were not stored (see its warning above)"
             )
+        elif (
+            summary.Summary.of([final.get("stats") or {}]).mismatched  # as `artstore run` says
+            and report.not_stored.get("write gate", 0) == gated
+        ):  # refused where no put saw it (a named build, a record): said all the same
+            report.problems.append(f"pid {pid} ({argv}): {NOT_STORED['write gate']}")
         if not final.get("flushed", True):
             report.problems.append(
                 f"pid {pid} ({argv}): uploads did not finish within "

@@ -85,15 +85,10 @@ def run_specs(
             "bytes": 0,
             "error": "not attempted: no worker left",
         }
+        for event in res.pop("events", ()):  # what its worker did, counted as `-- CMD`'s
+            report.add_event(event)
         report.items.append(res)
-        if res["status"] == "compiled":
-            report.added += 1
-            report.compile_secs_added += res["compile_secs"]
-            report.bytes_uploaded += res["bytes"]
-        elif res["status"] == "present":
-            report.present += 1
-            report.compile_secs_present += res["compile_secs"]
-        else:
+        if res["status"] == "failed":
             report.failed += 1
     if report.failed:  # the workers' own output, for whoever debugs the failures
         report.problems.append(f"worker logs kept in {logs}")

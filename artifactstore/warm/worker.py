@@ -27,7 +27,7 @@ from artifactstore import interrupts
 from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.jaxhook import api as _ji
 from artifactstore.named.spec import NamedSpec
-from artifactstore.warm import TARGET_RE, child
+from artifactstore.warm import NOT_STORED, TARGET_RE, child
 
 _SHORT_DTYPES = {
     "float32": "f32",
@@ -292,31 +292,42 @@ def warm_one(item: Item, recorder: child.Recorder, warnings: Warnings) -> dict[s
     flushed = _ji.flush(child.flush_secs())
     after = _ji.process_stats()
     result["secs"] = time.monotonic() - started
-    added, present = recorder.since(mark)
+    events = recorder.since(mark)
     compiles = after.get("compiles", 0) - before.get("compiles", 0)
     loads = after.get("loads", 0) - before.get("loads", 0)
-    put_errors = after.get("put_errors", 0) - before.get("put_errors", 0)
     result["xla_compiles"] = compiles
-    if added:
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        kinds.setdefault(event["kind"], []).append(event)
+    added, present = kinds.get("added", []), kinds.get("present", [])
+    stored = added + kinds.get("concurrent", [])
+    if not events and loads and not compiles:  # served by a source in front of the store
+        events = [{"kind": "present", "key": item.name, "module": item.name}]
+        present = events
+    result["events"] = events  # what the parent's report counts (Report.add_event)
+    if kinds.get("not_stored"):
+        first = kinds["not_stored"][0]
+        why = NOT_STORED.get(first["why"], first["why"])
+        detail = f" ({first['error']})" if first.get("error") else ""
+        result.update(error=f"compiled, but not stored: {why}{detail}", why=first["why"])
+    elif stored:
         result.update(
             status="compiled",
-            compile_secs=sum(a["compile_secs"] for a in added),
-            bytes=sum(a["bytes"] for a in added),
-            fingerprint=added[0]["fingerprint"],
+            compile_secs=sum(a["compile_secs"] for a in stored),
+            bytes=sum(a["bytes"] for a in stored),
+            fingerprint=stored[0]["fingerprint"],
         )
+        if not added:
+            result["stored_by"] = "another process"
     elif present:
         result.update(
             status="present",
-            compile_secs=sum(p["compile_secs"] for p in present),
-            fingerprint=present[0]["fingerprint"],
+            compile_secs=sum(p.get("compile_secs", 0.0) for p in present),
+            fingerprint=present[0].get("fingerprint"),
             compiled=compiles > 0,
         )
-    elif loads and not compiles:  # served by a tier in front of the store
-        result.update(status="present")
     elif not flushed:
         result["error"] = "compiled, but the upload did not finish within the flush bound"
-    elif put_errors:
-        result["error"] = "compiled, but not stored: " + warnings.since(warned, "upload failed")
     else:
         why = "the store did not handle this compile (PGLE, or a program it cannot hold)"
         result["error"] = "compiled, but not stored: " + warnings.since(warned, why)
