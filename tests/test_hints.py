@@ -55,3 +55,52 @@ def test_an_unsigned_bundle_under_trusted_keys_names_the_next_step(
     imported = artstore("import", str(again), env=target)
     assert imported.returncode == 0, imported.stderr
     assert imported.stdout.startswith("imported 1 entry"), imported.stdout
+
+
+def _fenced(page: str, after: str) -> list[str]:
+    """The lines of the first ``` block after the text `after` on docs page `page`."""
+    text = (REPO / "docs" / page).read_text()
+    block = re.search(r"```\w*\n(.*?)```", text[text.index(after) :], re.S)
+    assert block is not None, after
+    return block.group(1).splitlines()
+
+
+def test_team_setup_doctor_reads_the_fingerprint_it_says_it_checks(tmp_path: Path) -> None:
+    """team-setup.md says the writer's doctor checks this host's fingerprint; measured
+    before: its `artstore doctor` printed "not read" there (JAX's backend is opened only
+    with --device). The page's command, run as written, reads it."""
+    [command] = [c for c in _fenced("team-setup.md", "## 4. Writers") if "artstore doctor" in c]
+    args = command.split()[1:]
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "s"))
+    del env["JAX_PLATFORMS"]  # JAX's default backend, as on the writer's host
+    proc = artstore(*args, "--json", env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    row = json.loads(proc.stdout)["checks"]["fingerprint"]
+    assert row["status"] == "ok" and row["opened"] is True, row
+    plain = artstore(*args[:1], "--json", env=env)  # without --device: it says how
+    row = json.loads(plain.stdout)["checks"]["fingerprint"]
+    assert row["status"] == "skip" and "`artstore doctor --device`" in row["detail"], row
+
+
+def test_a_reader_without_the_postgres_extra_is_told_what_to_install(
+    tmp_path: Path, team_env: dict[str, str]
+) -> None:
+    """team-setup.md said readers need only the base package; `ls --named` (as `ls` and
+    `stats`) reads the index and needs the extra: the page says so, and without it the
+    command exits 1 with one line naming the install."""
+    page = (REPO / "docs" / "team-setup.md").read_text()
+    assert "Readers need only the base package" not in page
+    reader = page[page.index("Readers' programs need only the base package") :][:400]
+    assert "`ls --named`" in reader and INSTALL in reader, reader
+
+    blocked = tmp_path / "no_driver" / "psycopg"  # the base install: no psycopg
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'psycopg'\", name='psycopg')\n"
+    )
+    env = dict(team_env, ARTSTORE_READ_ONLY="1", PYTHONPATH=str(blocked.parent))
+    for args in (["ls", "--named"], ["stats"]):
+        proc = _cli(env, *args)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        [line] = proc.stderr.splitlines()
+        assert "driver is not installed" in line and line.endswith(INSTALL), line
