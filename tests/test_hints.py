@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from conftest import REPO, OpenStore, artstore, clean_env
+from sqlalchemy.engine import make_url
+from test_doctor_truth import POLICIES, _as, _psql, login  # noqa: F401 (login: a fixture)
 
 from artifactstore.config import host
 from artifactstore.formats.put import Put
@@ -18,6 +20,7 @@ from artifactstore.formats.put import Put
 FP = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu-hints",
                   device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
 INSTALL = "pip install 'artifactstore[postgres]'"
+POLICIES_REL = "infra/policies/grant-namespace.sql"
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -104,3 +107,31 @@ def test_a_reader_without_the_postgres_extra_is_told_what_to_install(
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         [line] = proc.stderr.splitlines()
         assert "driver is not installed" in line and line.endswith(INSTALL), line
+
+
+def test_an_ungranted_namespace_is_said_once_with_its_name_and_the_whole_fix(
+    pg_url: str,
+    login: str,  # noqa: F811 (the fixture of test_doctor_truth, imported above)
+    tmp_path: Path,
+) -> None:
+    """A writer program whose login was never granted its namespace; measured before:
+    the lease, each upload and the hit flush each said it (a literal NAMESPACE in the
+    fix, the upload's line cut off at 300 characters). Now one line, doctor's words."""
+    admin = clean_env(ARTSTORE_URL=str(tmp_path / "s"), ARTSTORE_INDEX=pg_url)
+    assert artstore("db", "upgrade", env=admin).returncode == 0
+    database = str(make_url(pg_url).database)
+    _psql(database, "-f", str(POLICIES / "postgres-roles.sql"))
+    _psql(database, "-c", f'GRANT artstore_writer TO "{login}"')
+    ns = login
+    env = dict(admin, ARTSTORE_INDEX=_as(pg_url, login), ARTSTORE_NAMESPACE=ns)
+    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "ten_lines.py")],
+        env=env, capture_output=True, text=True, check=False, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [ln for ln in proc.stderr.splitlines() if "not granted namespace" in ln]
+    assert len(said) == 1, proc.stderr
+    fix = f"`psql -d {database} -v namespace={ns} -v role={login} -f {POLICIES_REL}`"
+    assert f"role {login} is not granted namespace {ns}:" in said[0] and fix in said[0], said
+    assert "NAMESPACE" not in proc.stderr
