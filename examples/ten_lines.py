@@ -25,4 +25,7 @@ def loss(w: jax.Array, x: jax.Array) -> jax.Array:
 
 
 print(jax.jit(jax.grad(loss))(jnp.eye(128), jnp.ones((32, 128))).sum())
+# Uploads run in the background (the program never waits for the store): wait for them
+# here, so that `stored` counts every executable stored, as `artstore ls` will list them.
+artifactstore.flush()
 print(artifactstore.process_stats())

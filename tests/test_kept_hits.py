@@ -83,3 +83,32 @@ def test_index_metrics_count_hits_and_misses_as_stats_does(
     text = artstore("metrics", env=env).stdout
     assert _metric(text, "artstore_index_misses") == stats["misses"]
     assert _metric(text, "artstore_index_hits") == stats["hits"]
+
+
+def test_hits_that_arrive_after_their_entry_was_removed_count_in_every_view(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """A reader's hits journalled before `rm`, folded after it (and a writer's flushed
+    after it) happened: stats, every --by view and metrics count them alike."""
+    writer = open_store(team_env)
+    assert writer.put(Put(K1, b"a" * 3000, FP, "jit_a", 2.0))
+    assert writer.put(Put(K2, b"b" * 1000, FP, "jit_b", 1.0))
+    reader = open_store(team_env, lazy_index=True, read_only=True)
+    assert reader.get(K1, FP.digest) is not None
+    assert reader.get(K3, FP.digest) is None  # an eligible miss
+    assert reader.journals_hits
+    reader.flush()  # a hit journal in the bucket
+    assert writer.get(K2, FP.digest) is not None  # a writer's hit, not yet flushed
+    removed = artstore("rm", K1, K2, "--yes", env=team_env)
+    assert removed.returncode == 0, removed.stderr
+    writer.flush_access()  # its entry is gone
+    assert artstore("fold", env=team_env).returncode == 0  # the reader's, after the rm
+
+    plain = _stats(team_env)
+    assert (plain["hits"], plain["misses"]) == (2, 1)
+    assert plain["hit_rate"] == pytest.approx(2 / 3)
+    for by in ("day", "fingerprint", "module"):
+        assert _stats(team_env, "--by", by)["total"]["hits"] == plain["hits"], by
+    assert _stats(team_env, "--by", "day")["total"]["hit_rate"] == plain["hit_rate"]
+    text = artstore("metrics", env=team_env).stdout
+    assert _metric(text, "artstore_index_hits") == plain["hits"]

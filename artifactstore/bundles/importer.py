@@ -202,6 +202,13 @@ def _verify(store: Store, record: Record, spool: Path) -> None:
         )
     try:
         store.verify(record.manifest(), data, record.fingerprint_digest, callbacks=record.callbacks)
+    except codec.Unsigned as exc:  # trusted keys here: the next step is the exporter's
+        raise BundleError(
+            f"entry {short} refused: {one_line(exc)}, and this store trusts only signed "
+            "entries (ARTSTORE_TRUSTED_KEYS): where the bundle was exported, sign its "
+            "entries with a key trusted here (`artstore sign --adopt-unsigned`, with "
+            "ARTSTORE_SIGNING_KEY and ARTSTORE_TRUSTED_KEYS set), then `artstore export` again"
+        ) from None
     except (CorruptObject, OverLimit) as exc:
         raise BundleError(f"entry {short} refused: {one_line(exc)}") from None
     meta = codec.read_meta(data)

@@ -104,7 +104,10 @@ def check_index(settings: _config.Settings) -> Check:
             empty = db.SchemaStatus(db.SchemaState.EMPTY, None, db.SCHEMA_HEAD)
             return empty, "sqlite", None, None
         engine = db.open_engine(
-            settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
+            settings.index_url,
+            timeout_secs=settings.timeout_secs,
+            read_only=settings.read_only,
+            namespace=settings.namespace,
         )
         try:
             status = db.schema_status(engine)

@@ -175,12 +175,13 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
     misses), and such compiles are counted as below-threshold instead.
 
     Without --by: the namespace's totals, from every client version (hits, bytes
-    fetched and compile time saved over the entries held now). --by fingerprint and
-    --by day read the usage rows that clients of this version write (per UTC day and
-    fingerprint, also from readers' hit journals once folded: `artstore fold`).
-    --by module reads the entries held now: their hits, bytes and compile time saved
-    per module, all time; misses, below-threshold compiles and lease counts are not
-    known per module. Reads only the index: works while the object store is down.
+    fetched and compile time saved of the entries held now and of those gc or rm
+    deleted, their later hits included). --by fingerprint and --by day read the usage
+    rows that clients of this version write (per UTC day and fingerprint, also from
+    readers' hit journals once folded: `artstore fold`). --by module reads the entries
+    held now, per module, all time, and one "(removed entries)" row; misses,
+    below-threshold compiles and lease counts are not known per module. Every view
+    counts the same hits. Reads only the index: works while the object store is down.
     """
     from datetime import timedelta
 

@@ -76,7 +76,10 @@ def _engine(obj: Ctx) -> tuple[_config.Settings, Engine]:
     settings = obj.settings()
     secure_local_dirs(settings)  # the directory the index is created in: ours, private
     return settings, db.open_engine(
-        settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
+        settings.index_url,
+        timeout_secs=settings.timeout_secs,
+        read_only=settings.read_only,
+        namespace=settings.namespace,
     )
 
 

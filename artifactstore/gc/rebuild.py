@@ -267,7 +267,10 @@ def check(settings: Settings) -> CheckReport:
             )
         return report
     engine = db.open_engine(
-        settings.index_url, timeout_secs=settings.timeout_secs, read_only=settings.read_only
+        settings.index_url,
+        timeout_secs=settings.timeout_secs,
+        read_only=settings.read_only,
+        namespace=settings.namespace,
     )
     try:
         damage = health.integrity_problem(engine)

@@ -21,15 +21,14 @@ from typing import Any
 from sqlalchemy import Engine, bindparam, case, delete, func, insert, select, update
 
 from artifactstore.index.engine import allow_access_append
-from artifactstore.index.models import Access, Entry, utcnow
+from artifactstore.index.kept_hits import keep_late_hits
+from artifactstore.index.models import BIGINT_MAX, Access, Entry, utcnow
 from artifactstore.index.sql import write_transaction
 
 # Most hits one access row may add: a reader's batch counts its compiles served, which
 # are far fewer (JAX keeps executables in memory). Keep in step with the trigger in
 # infra/policies/postgres-roles.sql (tests/test_roles.py checks that they agree).
 ROW_HITS_MAX = 1_000_000
-# The largest value of a BIGINT column: `entries.hits` saturates here.
-BIGINT_MAX = 2**63 - 1
 # No access row counts as earlier than this (an entry's own time is always later).
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -91,7 +90,8 @@ def fold_accesses(engine: Engine, namespace: str, batch: int = 1000) -> int:
     claim honestly too; after this fold the entry ages like any other. The sum is
     added saturating at BIGINT_MAX. Clamped in SQL, before summing and before any
     value reaches Python (SQLite's sum() raises on overflow; PostgreSQL's
-    'infinity' has no Python datetime)."""
+    'infinity' has no Python datetime). Hits of keys no entry holds (deleted before
+    their hits arrived) are kept as evicted entries' hits (index/kept_hits.py)."""
     now = datetime.now(UTC)
     t = bindparam("t", type_=Entry.last_access.type)
     n = bindparam("n", type_=Entry.hits.type)
@@ -132,6 +132,7 @@ def fold_accesses(engine: Engine, namespace: str, batch: int = 1000) -> int:
                 for k, total, last in rows
             ]
             conn.execute(apply, params)
+            keep_late_hits(conn, engine, namespace, {p["k"]: p["n"] for p in params})
             after = rows[-1][0]
         result = conn.execute(delete(Access).where(Access.namespace == namespace, Access.id <= top))
         return int(result.rowcount)

@@ -239,8 +239,8 @@ def _postgres(
     reason = _reason(orig)
     superuser = f"a superuser runs `psql -d {database} -f {_POLICIES}/postgres-roles.sql`"
     if state == "42501" or "permission denied" in text:
-        if "row-level security" in text:
-            return namespace_not_granted(url, namespace, reason)
+        if "row-level security" in text:  # the same words whichever table refused
+            return namespace_not_granted(url, namespace)
         if "for database" in text or "CONNECT privilege" in text:
             return Diagnosis(
                 "missing_grant",

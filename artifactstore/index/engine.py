@@ -32,7 +32,12 @@ log = logging.getLogger("artifactstore")
 
 
 def open_engine(
-    url: str, *, timeout_secs: float = 10.0, read_only: bool = False, pool_size: int = 4
+    url: str,
+    *,
+    timeout_secs: float = 10.0,
+    read_only: bool = False,
+    pool_size: int = 4,
+    namespace: str | None = None,
 ) -> Engine:
     """An engine with bounded waits: a dead database costs at most about timeout_secs.
 
@@ -40,7 +45,8 @@ def open_engine(
     also opened read-only, whatever the settings, when this process may not write
     it: see `_open_sqlite`. `read_only_reason` tells such engines apart.
     `pool_size`: PostgreSQL connections kept (as many again in overflow); see
-    `release_idle` for when they are closed.
+    `release_idle` for when they are closed. `namespace`: the one this process uses,
+    named in the fix when row-level security refuses it.
     """
     try:
         parsed = make_url(url)
@@ -103,7 +109,7 @@ def open_engine(
     why = _READ_ONLY_SETTING
     if read_only:
         _READ_ONLY[engine] = why
-    event.listen(engine, "handle_error", functools.partial(_refused_pg_write, why))
+    event.listen(engine, "handle_error", functools.partial(_refused_pg_write, why, namespace))
     return engine
 
 
@@ -230,7 +236,7 @@ def _refused_write(why: str, context: ExceptionContext) -> None:
         raise ReadOnlyError(why) from None
 
 
-def _refused_pg_write(why: str, context: ExceptionContext) -> None:
+def _refused_pg_write(why: str, namespace: str | None, context: ExceptionContext) -> None:
     """PostgreSQL refused a statement: this reader's READ ONLY transaction, or a role
     without the privilege or the namespace (infra/policies/). One line naming the fix:
     which grant is missing, for a read as for a write (index/diagnosis.py)."""
@@ -243,7 +249,7 @@ def _refused_pg_write(why: str, context: ExceptionContext) -> None:
         statement = (context.statement or "").lstrip().upper()
         write = not statement.startswith(("SELECT", "WITH", "SHOW"))
         url = context.engine.url.render_as_string(hide_password=True) if context.engine else ""
-        found = diagnose(context.original_exception, url, write=write)
+        found = diagnose(context.original_exception, url, namespace=namespace, write=write)
         raise PrivilegeRefused(str(found)) from None
 
 

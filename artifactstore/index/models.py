@@ -29,6 +29,10 @@ DIGEST = String(64)
 NAMESPACE = String(63)
 
 
+# The largest value of a BIGINT column: hit counts saturate here (index/accesses.py).
+BIGINT_MAX = 2**63 - 1
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every backend (SQLite stores naive text)."""
 

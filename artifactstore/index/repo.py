@@ -21,7 +21,7 @@ from artifactstore.formats.codec import Encoded
 from artifactstore.formats.put import Put
 from artifactstore.formats.usage import Usage
 from artifactstore.index.accesses import append_accesses, saturating_hits
-from artifactstore.index.kept_hits import evicted, keep_hits
+from artifactstore.index.kept_hits import evicted, keep_hits, keep_late_hits
 from artifactstore.index.models import CounterRow, Entry, FingerprintRow, StoredObject, utcnow
 from artifactstore.index.sql import upsert
 from artifactstore.index.totals import IndexStats
@@ -246,7 +246,8 @@ class EntryIndex:
 
     def record_access(self, touches: dict[str, tuple[int, datetime]]) -> None:
         """Apply batched hits: key -> (count, latest access time), in key order (as
-        fold_accesses does) so concurrent flushes lock rows alike and never deadlock."""
+        fold_accesses does) so concurrent flushes lock rows alike and never deadlock.
+        Hits of entries deleted meanwhile count as evicted entries' (index/kept_hits.py)."""
         if not touches:
             return
         stmt = (
@@ -260,6 +261,8 @@ class EntryIndex:
         params = [{"k": k, "n": max(n, 0), "t": t} for k, (n, t) in sorted(touches.items())]
         with self.engine.begin() as conn:
             conn.execute(stmt.execution_options(synchronize_session=False), params)
+            late = {k: n for k, (n, _) in touches.items()}
+            keep_late_hits(conn, self.engine, self.namespace, late)
 
     def record_reader_access(self, touches: dict[str, tuple[int, datetime]]) -> None:
         """Append a read-only reader's batched hits; `artstore gc` folds them into entries."""

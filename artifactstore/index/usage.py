@@ -17,7 +17,8 @@ from sqlalchemy import Connection, Engine, Float, cast, func, select
 
 from artifactstore.formats import usage as _usage
 from artifactstore.formats.counters import with_aliases
-from artifactstore.index.models import Entry, FingerprintRow, UsageRow
+from artifactstore.index.kept_hits import evicted
+from artifactstore.index.models import CounterRow, Entry, FingerprintRow, UsageRow
 from artifactstore.index.sql import upsert
 
 INT_FIELDS = tuple(f for f in _usage.FIELDS if f != "compile_secs_saved")
@@ -148,10 +149,15 @@ def by_fingerprint(engine: Engine, namespace: str, since: date | None = None) ->
     return sorted(groups, key=lambda g: (-g.hits, g.group))
 
 
+# The `--by module` row of entries no longer held (their module names left with them).
+REMOVED = "(removed entries)"
+
+
 def by_module(engine: Engine, namespace: str) -> list[UsageGroup]:
     """Per module name, from the entries the index holds now: their hits (all time),
-    the bytes and compile time those hits saved. Misses, below-threshold compiles and
-    leases are not known per module (None)."""
+    the bytes and compile time those hits saved; and one REMOVED row for the hits of
+    entries gc or `rm` deleted (index/kept_hits.py), so the rows add up to `stats`.
+    Misses, below-threshold compiles and leases are not known per module (None)."""
     stmt = (
         select(
             Entry.module_name,
@@ -165,7 +171,15 @@ def by_module(engine: Engine, namespace: str) -> list[UsageGroup]:
         .group_by(Entry.module_name)
     )
     with engine.connect() as conn:
-        rows = conn.execute(stmt).all()
+        rows: list[Any] = list(conn.execute(stmt).all())
+        counters = dict(
+            conn.execute(
+                select(CounterRow.name, CounterRow.value).where(CounterRow.namespace == namespace)
+            ).all()
+        )
+    gone_hits, gone_fetched, gone_saved = evicted(counters)
+    if gone_hits:
+        rows.append((REMOVED, 0, 0, gone_hits, gone_fetched, gone_saved))
     groups = [
         UsageGroup(
             str(module),

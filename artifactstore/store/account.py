@@ -26,7 +26,7 @@ from artifactstore.formats.journal import MAX_JOURNAL_KEYS, Journal, new_name
 from artifactstore.index.accesses import clean_touches
 from artifactstore.index.errors import ROW_REFUSED
 from artifactstore.index.models import utcnow
-from artifactstore.store.backends import Backends
+from artifactstore.store.backends import Backends, refused_topic
 from artifactstore.store.counters import Counters
 from artifactstore.store.tier import Accesses
 
@@ -272,7 +272,7 @@ class Accounts:
                 backends.index.add_counters(dict(counts), usage)
         except PrivilegeRefused as exc:  # the login's grants: asking again will not help
             backends.warn_once(
-                "access-rows", "hit counts of %s not recorded: %s", backends.namespace, exc
+                refused_topic(exc), "hit counts of %s not recorded: %s", backends.namespace, exc
             )
         except ReadOnlyError as exc:  # an index this process may not write (a read-only file)
             log.debug("artifactstore: hits not recorded: %s", exc)

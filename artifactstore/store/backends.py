@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from artifactstore.blobstores import BlobStore, safedir
 from artifactstore.blobstores.store_trust import store_trust
 from artifactstore.config import Settings, default_cache_dir
-from artifactstore.errors import ArtstoreError, StoreUnavailable, one_line
+from artifactstore.errors import ArtstoreError, PrivilegeRefused, StoreUnavailable, one_line
 from artifactstore.index import db
 from artifactstore.index.repo import EntryIndex
 from artifactstore.store import notices
@@ -109,6 +109,12 @@ class Backends:
             self._engine.dispose()
 
 
+def refused_topic(exc: PrivilegeRefused) -> str:
+    """The `warn_once` topic of a refusal by the login's grants: one per diagnosis, so a
+    lease, an upload and a hit flush refused alike say it once between them."""
+    return f"refused: {exc}"
+
+
 def open_index(settings: Settings) -> Engine:
     """The index's engine, its schema checked; the embedded default migrates itself."""
     engine = db.open_engine(
@@ -116,6 +122,7 @@ def open_index(settings: Settings) -> Engine:
         timeout_secs=settings.timeout_secs,
         read_only=settings.read_only,
         pool_size=settings.db_pool_size,
+        namespace=settings.namespace,
     )
     status = db.schema_status(engine)
     if status.state is not db.SchemaState.CURRENT:

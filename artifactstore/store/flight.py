@@ -48,7 +48,7 @@ from artifactstore.errors import LeaseHeld, PrivilegeRefused, StoreUnavailable, 
 from artifactstore.formats.lease import LeaseRecord
 from artifactstore.index.errors import UNAVAILABLE
 from artifactstore.index.leases import Lease, compile_hint, compile_lease_name, dead_here
-from artifactstore.store.backends import Backends
+from artifactstore.store.backends import Backends, refused_topic
 from artifactstore.store.background import call_with_timeout
 from artifactstore.store.breaker import describe
 from artifactstore.store.counters import Counters
@@ -118,7 +118,6 @@ class SingleFlight:
         # one its caller gave up on (Ctrl-C, SIGTERM) is let go before the process ends.
         self._taking = threading.Condition()
         self._being_taken = 0
-        self._refusal_said = False  # the index refused this login's compile leases
         self._waits_said = False  # a wait was said once as a warning (see _say_wait)
 
     # -- holding --------------------------------------------------------------
@@ -337,11 +336,13 @@ class SingleFlight:
                 return self._wait(key, load, writer, record)
             return self._wait(key, load, writer)
         except Exception as exc:
-            if isinstance(exc, PrivilegeRefused) and not self._refusal_said:
-                # The login's grants: single-flight must not be off unnoticed (said once).
-                self._refusal_said = True
+            if isinstance(exc, PrivilegeRefused):
+                # The login's grants: single-flight must not be off unnoticed (said once,
+                # with the upload and the hit flush that meet the same refusal).
                 fix = "(or re-run infra/policies/postgres-roles.sql)"
-                log.warning("artifactstore: compile leases refused, all compile: %s %s", exc, fix)
+                self.backends.warn_once(
+                    refused_topic(exc), "compile leases refused, all compile: %s %s", exc, fix
+                )
             # Else said once by the upload that follows (the index is the writer's to report).
             log.debug("artifactstore: compile leases unavailable (%s); compiling", one_line(exc))
             counters.add("lease_errors")

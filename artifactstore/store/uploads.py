@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from artifactstore.errors import StoreUnavailable, one_line
+from artifactstore.errors import PrivilegeRefused, StoreUnavailable, one_line
 from artifactstore.formats.put import Put
 from artifactstore.index.errors import UNAVAILABLE
 from artifactstore.store.account import Accounts
-from artifactstore.store.backends import Backends
+from artifactstore.store.backends import Backends, refused_topic
 from artifactstore.store.background import call_with_timeout
 from artifactstore.store.breaker import allow_all
 from artifactstore.store.flight import SingleFlight
@@ -75,7 +75,8 @@ class Uploads:
                 self.writes.put(put)
             except Exception as exc:
                 self.counters.add("put_errors")
-                cause = one_line(exc)
+                # Our own one-line refusal is said whole (its fix is a command).
+                cause = str(exc) if isinstance(exc, PrivilegeRefused) else one_line(exc)
                 if isinstance(exc, UNAVAILABLE):  # the driver's words
                     cause = f"index unavailable ({cause})"
                 paused = ""
@@ -91,8 +92,9 @@ class Uploads:
                 # Once per kind of cause, not once per process: a later, different
                 # failure (the bucket now denies writes) must not hide behind the first.
                 kind = re.sub(r"[0-9a-f]{12,}", "…", f"{type(exc).__name__}: {cause}")
+                topic = refused_topic(exc) if isinstance(exc, PrivilegeRefused) else f"put {kind}"
                 backends.warn_once(
-                    f"put {kind}", "could not store %s: %s%s", put.module_name, cause, paused
+                    topic, "could not store %s: %s%s", put.module_name, cause, paused
                 )
                 raise
             for breaker in breakers:
