@@ -46,6 +46,9 @@ class Found:
     started: float = 0.0  # when the source was asked (load times are measured from here)
     origin: Found | None = None  # a load ahead: the tier or store hit it was peeked as
     request: Request | None = None  # what it was found for (its count needs it)
+    # A compile under the store threshold that this host kept (runtime.sources): never
+    # the store's, so never in a hit journal or a working set.
+    below_threshold: bool = False
 
     @property
     def compile_secs(self) -> float:

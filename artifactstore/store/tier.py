@@ -33,7 +33,6 @@ number and expiring, so a warm process answers them without opening anything.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -45,11 +44,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from artifactstore.blobstores import safedir
 from artifactstore.blobstores.local import LocalBlobStore
-from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
 from artifactstore.formats import codec
 from artifactstore.formats.codec import check_digest
@@ -384,56 +382,3 @@ class LocalTier:
                     log.debug("artifactstore: dropping unreadable access journal %s", name)
         except UnsafeDirectory as exc:
             self._refused(exc)
-
-
-def open_tier(settings: Settings, counters: Counters | None = None) -> LocalTier | None:
-    """This host's tier for the store `settings` name, or None when turned off.
-
-    A writable local store is its own tier (key map and journal beside its
-    objects); a remote or read-only store gets a private, bounded tier under
-    the user's cache directory, named by a hash of the store's identity.
-    """
-    if settings.local_tier == "off":
-        return None
-    limits: dict[str, Any] = {
-        "max_object_bytes": settings.max_object_bytes,
-        "max_executable_bytes": settings.max_executable_bytes,
-        "trusted": settings.trusted_keys,
-        "namespace": settings.namespace,
-        "counters": counters,
-    }
-    if settings.blobs.scheme == "file" and not settings.read_only:
-        # Also read when the store is root's (published), as Store.open decides.
-        return LocalTier(
-            Path(settings.blobs.path),
-            settings.namespace,
-            owns_objects=False,
-            modes=safedir.store_modes(settings.group_readable),
-            trust="mine_or_root",
-            setting="ARTSTORE_URL",
-            **limits,
-        )
-    # One resolution of symbolic links, here; none below `top` is followed (safedir).
-    if settings.local_tier:
-        root = top = Path(os.path.realpath(settings.local_tier))
-    else:
-        top = Path(os.path.realpath(default_cache_dir()))
-        root = top / "tiers"
-    # Named by the bucket and namespace alone, so `artstore pull` (which needs no index)
-    # fills the tier that programs use. 0.3 also hashed the index URL: such a tier is
-    # renamed on first use (atomic; a race leaves one of the two, both valid).
-    name = _tier_name(f"{settings.blobs.describe()}|{settings.namespace}")
-    if settings.index_url:
-        old = root / _tier_name(
-            f"{settings.blobs.describe()}|{settings.index_url}|{settings.namespace}"
-        )
-        with contextlib.suppress(OSError):
-            if old.is_dir() and not (root / name).exists():
-                os.rename(old, root / name)
-    return LocalTier(
-        root, name, owns_objects=True, max_bytes=settings.local_tier_bytes, top=top, **limits
-    )
-
-
-def _tier_name(identity: str) -> str:
-    return hashlib.sha256(identity.encode()).hexdigest()[:24]
