@@ -12,12 +12,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import artstore, bucket_of, clean_env, run_program, s3_client
+from conftest import TEAM_KEY, TEAM_PUB, artstore, bucket_of, clean_env, run_program, s3_client
 
 from artifactstore.config import resolve
+from artifactstore.config.host import compute
+from artifactstore.formats.put import Put
+from artifactstore.runtime.session import Session
 from artifactstore.runtime.summary import Summary
-
-pytestmark = pytest.mark.slow
+from artifactstore.store.chain import Request
 
 SMALL = 24  # trivial jits, each compiling in milliseconds
 EVENTS = ("compile_requests_use_cache", "cache_hits", "cache_misses")
@@ -46,6 +48,7 @@ def _bucket_objects(env: dict[str, str]) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and "/objects/" in str(p)]
 
 
+@pytest.mark.slow
 def test_small_compiles_are_kept_on_this_host_and_loaded_by_the_next_process(
     any_env: dict[str, str],
 ) -> None:
@@ -100,6 +103,7 @@ def test_small_compiles_are_kept_on_this_host_and_loaded_by_the_next_process(
     assert report["quick_compiles"] == quick and report["entries"] == stored, report
 
 
+@pytest.mark.slow
 def test_store_events_match_jaxs_own_cache(tmp_path: Path) -> None:
     """The same program, cold then warm, under JAX's own persistent cache (thresholds 0)
     and under the store at its defaults: the same monitoring events, in both runs.
@@ -112,3 +116,44 @@ def test_store_events_match_jaxs_own_cache(tmp_path: Path) -> None:
         ours = run_program("job.py", store_env)
         assert _events(ours) == _events(theirs), run
         assert ours["results"] == theirs["results"]
+
+
+@pytest.mark.parametrize("case", ["signs", "listed", "required"])
+def test_a_process_that_requires_signatures_keeps_only_what_it_can_load(
+    tmp_path: Path, case: str
+) -> None:
+    """Signatures required (trusted keys listed, or required with none listed): a process
+    with a signing key keeps its quick compiles signed (and the next process loads them,
+    verified); one without keeps nothing, since it would refuse its own unsigned copies."""
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
+    if case == "required":
+        env["ARTSTORE_REQUIRE_SIGNATURES"] = "1"
+    else:
+        env["ARTSTORE_TRUSTED_KEYS"] = str(TEAM_PUB)
+    signs = case == "signs"
+    if signs:
+        env["ARTSTORE_SIGNING_KEY"] = str(TEAM_KEY)
+    fp = compute(platform_name="cpu", platform_version="v", device_kind="cpu",
+                 device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
+    key = "k" + "0" * 63
+    writer = Session(resolve(environ=env))
+    made: list[Put] = []
+
+    def make() -> Put:
+        made.append(Put(key, b"executable", fp, "jit_small", 0.01))
+        return made[-1]
+
+    writer.keep_below_threshold(make)
+    assert writer.flush(30)
+    assert writer.stats().get("quick_kept", 0) == int(signs) == len(made)
+    writer.close()
+
+    reader = Session(resolve(environ=env))
+    found = reader.chain.get(Request(key, fp.digest, 0))
+    assert (found is not None) == signs
+    if found is not None:
+        assert found.payload == b"executable" and found.below_threshold
+        stats = reader.stats()
+        assert stats["quick_loads"] == stats["hits"] == 1 and not stats.get("tier_hits")
+    assert not [k for k in reader.stats() if k.startswith("tier_")]  # nothing refused
+    reader.close()

@@ -252,7 +252,9 @@ class Session:
         its thresholds at 0); counted as `quick_kept`. Not where this process could not
         load it back: it requires signatures (ARTSTORE_TRUSTED_KEYS) and cannot sign."""
         tier = self.quick_tier
-        if tier is None or (self.settings.trusted_keys and self.settings.signing_key is None):
+        if tier is None or (
+            self.settings.trusted_keys is not None and self.settings.signing_key is None
+        ):
             return
 
         def keep() -> None:
