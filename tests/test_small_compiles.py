@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import TEAM_KEY, TEAM_PUB, artstore, bucket_of, clean_env, run_program, s3_client
 
-from artifactstore.config import resolve
+from artifactstore.config import keyfiles, resolve
 from artifactstore.config.host import compute
 from artifactstore.formats.put import Put
 from artifactstore.runtime.session import Session
@@ -157,3 +157,10 @@ def test_a_process_that_requires_signatures_keeps_only_what_it_can_load(
         assert stats["quick_loads"] == stats["hits"] == 1 and not stats.get("tier_hits")
     assert not [k for k in reader.stats() if k.startswith("tier_")]  # nothing refused
     reader.close()
+    if signs:  # another trust on the same host: this host's copy is a quiet miss
+        _, other_pub = keyfiles.generate("other", tmp_path)
+        other = Session(resolve(environ=dict(env, ARTSTORE_TRUSTED_KEYS=str(other_pub),
+                                             ARTSTORE_SIGNING_KEY="")))  # fmt: skip
+        assert other.chain.get(Request(key, fp.digest, 0)) is None
+        assert not [k for k in other.stats() if k.startswith("tier_")], other.stats()
+        other.close()

@@ -99,9 +99,12 @@ class LocalTier:
         trust: safedir.Trust = "mine",
         setting: str = "ARTSTORE_LOCAL_TIER",
         counters: Counters | None = None,
+        quiet: bool = False,
     ) -> None:
         """`top`, `modes`, `trust`, `setting`: see `safedir.Tree` (whose directories, the
-        option a refusal names); `counters`: where refusals count (a session's: the process's)."""
+        option a refusal names); `counters`: where refusals count (a session's: the process's);
+        `quiet`: a copy refused for its signature is a debug line, not counted (this host's
+        own quick compiles: the next compile replaces it)."""
         self.blobs = LocalBlobStore(root, name, modes=modes, top=top, trust=trust, setting=setting)
         self.tree = self.blobs.tree  # every file below is opened through it
         self._off = False  # a directory was refused: not used again by this process
@@ -117,6 +120,7 @@ class LocalTier:
         self.keys = self.base / "keys"
         self.journal = self.base / "access"
         self.owns_objects = owns_objects
+        self.quiet = quiet
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._accesses: Accesses = {}
@@ -255,7 +259,7 @@ class LocalTier:
         except codec.SignatureRefused as exc:
             # Not loaded; the store's path (asked next) decides what this key loads. A
             # local store's own object is counted and logged there; a private copy here.
-            if self.owns_objects:
+            if self.owns_objects and not self.quiet:
                 self.counters.add("tier_" + exc.reason)
                 warn_once(exc.reason, "tier copy of %s not loaded: %s", key[:12], exc)
             else:

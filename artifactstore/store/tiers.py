@@ -66,6 +66,7 @@ def open_quick_tier(settings: Settings, counters: Counters | None = None) -> Loc
         root / name,
         "below-threshold",
         owns_objects=True,
+        quiet=True,
         max_bytes=settings.local_tier_bytes,
         top=top,
         **_limits(settings, counters),
