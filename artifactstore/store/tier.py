@@ -27,7 +27,9 @@ Ordinary programs also compile small jits (`jnp.ones`, reshapes) faster than
 ARTSTORE_MIN_COMPILE_SECS; they are never stored, so looking them up is a
 certain miss that would open the index (and import SQLAlchemy) in every warm
 process. The tier remembers those keys with their compile time, bounded in
-number and expiring, so a warm process answers them without opening anything.
+number and expiring, so a warm process answers them without opening anything. Their
+executables are kept too, in a tier of this host's own (`below-threshold/`, store.tiers),
+so that a warm process here loads them instead of compiling.
 """
 
 from __future__ import annotations
