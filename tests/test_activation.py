@@ -24,7 +24,9 @@ pytestmark = pytest.mark.slow
 SUMMARY = re.compile(
     r"artstore run: hits (\d+), misses (\d+) \((\d+) stored\), "
     r"~[\d.]+ s of compiling saved, (\d+) process(?:es)?"
-    r"(?:; \d+ quick compiles not stored \(ARTSTORE_MIN_COMPILE_SECS\))?"
+    r"(?:; \d+ quick compiles not stored \(ARTSTORE_MIN_COMPILE_SECS\)"
+    r"(?:, \d+ kept on this host)?)?"
+    r"(?:; \d+ of the hits quick compiles kept on this host)?"
     r"(?:; compiling took [\d.]+ s)?$"
 )
 

@@ -50,7 +50,7 @@ def test_names_counted_by_pattern_are_declared() -> None:
     assert {"unsigned", "untrusted_key", "bad_signature", "secret_key_listed"} <= reasons
     assert not {name for r in reasons for name in (r, f"tier_{r}")} - set(NAMES)
     assert NAMES["breaker_opened"].sum_of == ("breaker_opened_index", "breaker_opened_object_store")
-    assert set(NAMES["hits"].sum_of) == {"store_hits", "tier_hits"}
+    assert set(NAMES["hits"].sum_of) == {"store_hits", "tier_hits", "quick_loads"}
     assert all(part in NAMES for entry in NAMES.values() for part in entry.sum_of)
 
 

@@ -23,7 +23,9 @@ except ImportError:
 
 SUMMARY = re.compile(
     r"^artstore run: hits (\d+), misses (\d+) \((\d+) stored\), .*?"
-    r"(?:; (\d+) quick compiles not stored \(ARTSTORE_MIN_COMPILE_SECS\))?"
+    r"(?:; (\d+) quick compiles not stored \(ARTSTORE_MIN_COMPILE_SECS\)"
+    r"(?:, \d+ kept on this host)?)?"
+    r"(?:; \d+ of the hits quick compiles kept on this host)?"
     r"(?:; compiling took [\d.]+ s)?$",
     re.MULTILINE,
 )
@@ -69,15 +71,19 @@ def test_a_warm_run_has_no_misses_and_counts_quick_compiles_apart(tmp_path: Path
     hits, misses, stored, quick = summary
     assert (hits, misses, stored) == (0, 2, 2) and quick > 0
     assert cold["misses"] == 2 and cold["quick_compiles"] == quick and cold["stored"] == 2
+    assert cold["quick_kept"] == quick  # kept in this host's tier, never in the store
     assert cold["compiles"] == misses + quick
     assert _metrics(env, cold_dir) == summary  # the metrics count what the summary says
 
+    # The warm process compiles nothing: its quick ones are loaded from this host's tier,
+    # hits like the others (the store's two), and said apart.
     summary, warm = _run(dict(env, PROMETHEUS_MULTIPROC_DIR=str(warm_dir)))
-    assert summary == (2, 0, 0, quick)
-    assert warm["misses"] == 0 and warm["hits"] == 2 and warm["quick_compiles"] == quick
+    assert summary == (2 + quick, 0, 0, 0)
+    assert warm["misses"] == 0 and warm["hits"] == 2 + quick and warm["quick_loads"] == quick
+    assert not warm.get("quick_compiles")
     assert _metrics(env, warm_dir) == summary
     # The deprecated 0.3 name (formats.counters.DEPRECATED) is the same number, for now.
-    assert warm["below_threshold"] == warm["quick_compiles"]
+    assert cold["below_threshold"] == cold["quick_compiles"]
 
     stats = json.loads(artstore("stats", "--json", env=env).stdout)
     assert stats["misses"] == 2 and stats["hits"] == 2  # the index agrees

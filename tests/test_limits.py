@@ -30,7 +30,7 @@ from artifactstore.errors import ConfigError, CorruptObject, OverLimit
 from artifactstore.formats import codec, fingerprint, frames
 from artifactstore.formats.put import Put
 from artifactstore.store import Store
-from artifactstore.store.tier import open_tier
+from artifactstore.store.tiers import open_tier
 
 GiB = 1 << 30
 BOMB_SIZE = 2 * GiB

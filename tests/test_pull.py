@@ -28,7 +28,8 @@ from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.put import Put
 from artifactstore.runtime.summary import Summary
 from artifactstore.store import Store
-from artifactstore.store.tier import LocalTier, open_tier
+from artifactstore.store.tier import LocalTier
+from artifactstore.store.tiers import open_tier
 
 # PostgreSQL URL on a port nothing listens on: opening the index would fail.
 NO_INDEX = "postgresql+psycopg://postgres@127.0.0.1:1/artstore"

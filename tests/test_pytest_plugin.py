@@ -74,7 +74,9 @@ SUMMARY = re.compile(
     r"^artifactstore: hits (?P<loaded>\d+), misses (?P<compiled>\d+) "
     r"\((?P<stored>\d+) stored\), ~[\d.]+ s of compiling saved, "
     r"(?P<processes>\d+) process(?:es)?"
-    r"(?:; (?P<quick>\d+) quick compiles not stored \(ARTSTORE_MIN_COMPILE_SECS\))?"
+    r"(?:; (?P<quick>\d+) quick compiles not stored \(ARTSTORE_MIN_COMPILE_SECS\)"
+    r"(?:, \d+ kept on this host)?)?"
+    r"(?:; \d+ of the hits quick compiles kept on this host)?"
     r"(?:; compiling took [\d.]+ s)?$",
     re.MULTILINE,
 )

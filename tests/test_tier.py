@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from conftest import artstore, clean_env, run_program
 
 from artifactstore.config import resolve
 from artifactstore.formats import codec
-from artifactstore.store.tier import LocalTier, TierEntry, open_tier
+from artifactstore.store.tier import LocalTier, TierEntry
+from artifactstore.store.tiers import open_quick_tier, open_tier
 
 FP_A = "a" * 64
 FP_B = "b" * 64
@@ -21,6 +23,13 @@ def _tier_objects(env: dict[str, str]) -> list[Path]:
     tier = open_tier(resolve(environ=env))
     assert tier is not None and tier.owns_objects
     return sorted(p for p in tier.blobs.objects.rglob("*") if p.is_file())
+
+
+def _quick_tier_dir(env: dict[str, str]) -> Path:
+    """This host's tier of compiles under the store threshold (store.tiers)."""
+    tier = open_quick_tier(resolve(environ=env))
+    assert tier is not None
+    return tier.base
 
 
 def test_warm_host_loads_from_its_tier_while_the_store_is_down(
@@ -80,8 +89,8 @@ def test_writer_keeps_its_compiles_in_the_tier_while_the_store_is_down(
 
 def test_warm_process_opens_neither_index_nor_object_store(any_env: dict[str, str]) -> None:
     """A normal program's trivial jits compile under ARTSTORE_MIN_COMPILE_SECS and are
-    never stored; the tier remembers them, so a warm process answers every compile
-    without importing SQLAlchemy, psycopg or boto3."""
+    never stored; this host's tier keeps them, so a warm process answers every compile
+    (compiling none) without importing SQLAlchemy, psycopg or boto3."""
     env = dict(any_env, ARTSTORE_MIN_COMPILE_SECS="1", JOB_SLOW_COMPILE_SECS="1.2",
                JOB_SMALL_JITS="1")  # fmt: skip
     a = run_program("job.py", env)
@@ -89,8 +98,8 @@ def test_warm_process_opens_neither_index_nor_object_store(any_env: dict[str, st
     assert small and a["store"]["stored"] == 2
     b = run_program("job.py", env)
     assert b["results"] == a["results"]
-    assert b["store"]["tier_hits"] == 2 and b["store"]["quick_compiles"] == len(small)
-    assert sorted(b["xla_compiles"]) == sorted(small)  # only the trivial ones compiled
+    assert b["store"]["tier_hits"] == 2 and b["store"]["quick_loads"] == len(small)
+    assert b["xla_compiles"] == [] and not b["store"].get("quick_compiles")
     assert b["imported"] == [], b["imported"]
     assert "artifactstore" not in b["_stderr"]
     # The tier's below-threshold hits never become misses in the index's counters.
@@ -109,13 +118,15 @@ def test_a_key_once_quick_then_stored_is_looked_up_again(team_env: dict[str, str
     quick = run_program("job.py", env)
     assert quick["store"].get("stored", 0) == 0
     assert quick["store"]["quick_compiles"] == len(quick["xla_compiles"])
+    # Another host (without this one's quick compiles) compiles them slowly: stored.
+    shutil.rmtree(_quick_tier_dir(env))
     slow = run_program("job.py", dict(env, JOB_SLOW_COMPILE_SECS="1.2"))
     assert slow["store"]["stored"] == 2, slow["store"]
     for path in _tier_objects(env):  # the tier's copies gone; its memory of keys stays
         path.unlink()
     again = run_program("job.py", env)
     main = [m for m in again["xla_compiles"] if "mlp" in m or "loss_and_grad" in m]
-    assert main == [] and again["store"]["hits"] == 2, again["store"]
+    assert main == [] and again["store"]["store_hits"] == 2, again["store"]
     assert again["results"] == quick["results"]
 
 

@@ -36,7 +36,8 @@ from artifactstore.errors import CorruptObject, UnsafeDirectory
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.put import Put
 from artifactstore.store import Store, notices
-from artifactstore.store.tier import LocalTier, TierEntry, open_tier
+from artifactstore.store.tier import LocalTier, TierEntry
+from artifactstore.store.tiers import open_tier
 
 KEY, OTHER_KEY = "a" * 64, "b" * 64
 

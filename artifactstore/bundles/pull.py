@@ -59,7 +59,8 @@ from artifactstore.formats.workingset import WorkingSet, check_program_id
 from artifactstore.store import Store, StoreParts, secure_local_dirs
 from artifactstore.store.lanes import Lane
 from artifactstore.store.quick import BELOW_THRESHOLD_MAX
-from artifactstore.store.tier import LocalTier, open_tier
+from artifactstore.store.tier import LocalTier
+from artifactstore.store.tiers import open_tier
 
 log = logging.getLogger("artifactstore")
 

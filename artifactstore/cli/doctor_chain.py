@@ -49,7 +49,7 @@ def check_tier(settings: _config.Settings, fingerprint: str | None) -> Check:
     `fingerprint`, how many of its entries a program here would load (each key file
     read; one that does not parse is dropped, as a program's lookup of it would)."""
     from artifactstore.formats.sizes import format_limit, format_size, plural
-    from artifactstore.store.tier import open_tier
+    from artifactstore.store.tiers import open_tier
 
     try:
         tier = open_tier(settings)

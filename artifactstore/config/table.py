@@ -90,7 +90,8 @@ SETTINGS: tuple[Var, ...] = (
         d.DEFAULT_MIN_COMPILE_SECS,
         "Compiles faster than this are not stored: they cost about what a store round trip "
         "costs. JAX's own cache uses 1 s; a team store amortises each entry over many "
-        "processes, so it keeps more. `artstore warm` stores everything.",
+        "processes, so it keeps more. `artstore warm` stores everything. This host's tier "
+        "keeps them all the same, for its own later processes.",
         v.seconds(),
     ),
     Var(
@@ -160,8 +161,9 @@ SETTINGS: tuple[Var, ...] = (
         "local_tier",
         "directory",
         None,
-        "Where this host keeps copies of a remote (or read-only) store's executables; `off` "
-        "disables it. See [the local tier](../jax.md#the-local-tier).",
+        "Where this host keeps copies of a remote (or read-only) store's executables, and "
+        "its compiles too quick to store (any store); `off` disables it. See "
+        "[the local tier](../jax.md#the-local-tier).",
         v.tier,
         shown="`$XDG_CACHE_HOME/artifactstore/tiers`",
     ),
@@ -170,7 +172,8 @@ SETTINGS: tuple[Var, ...] = (
         "local_tier_size",
         "size",
         d.DEFAULT_LOCAL_TIER_BYTES,
-        "Bound on that copy; the least recently used go first.",
+        "Bound on that copy, and apart on the quick compiles kept; the least recently used "
+        "go first.",
         v.tier_size,
         field="local_tier_bytes",
     ),

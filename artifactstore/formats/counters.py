@@ -44,11 +44,16 @@ def _refused(what: str, stored_as: str | None = None) -> Name:
 NAMES: dict[str, Name] = {
     # -- hits and misses: one meaning everywhere (docs/operations.md, "Stats") ---------
     "hits": Name(
-        "executables served instead of compiled: store_hits + tier_hits",
-        sum_of=("store_hits", "tier_hits"),
+        "executables served instead of compiled: store_hits + tier_hits + quick_loads",
+        sum_of=("store_hits", "tier_hits", "quick_loads"),
     ),
     "store_hits": Name("hits the store served", "artstore_hits", "store", stored_as="hits"),
     "tier_hits": Name("hits this host's tier served", "artstore_hits", "local"),
+    "quick_loads": Name(
+        "compiles under ARTSTORE_MIN_COMPILE_SECS that this host kept, loaded from its tier",
+        "artstore_hits",
+        "local",
+    ),
     "loads": Name("executables the program loaded (jit, named, torch-xla's)", always=True),
     "compiles": Name(
         "XLA compiles of programs routed through the store (torch-xla's included)",
@@ -64,6 +69,9 @@ NAMES: dict[str, Name] = {
         "compiles under ARTSTORE_MIN_COMPILE_SECS: never stored, not misses",
         "artstore_quick_compiles",
         stored_as="below_threshold",
+    ),
+    "quick_kept": Name(
+        "of the quick compiles, kept in this host's tier (never in the store): loaded next time"
     ),
     "lookups_missed": Name(
         "store lookups that found nothing usable, quick compiles' too",

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 from artifactstore import config as _config
 from artifactstore.errors import ArtstoreError
 from artifactstore.formats import fingerprint as _fp
-from artifactstore.jaxhook import compat, prefetch
+from artifactstore.jaxhook import compat, events, prefetch
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.runtime import process
-from artifactstore.runtime.session import warn_once
+from artifactstore.runtime.session import Session, warn_once
 from artifactstore.store.background import executor
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _install(
             return None  # the program configured itself meanwhile: it wins
         # The process's one session: torch-xla's adapter's, where it made one with these
         # settings (both from the environment); else a new one, which torch-xla's follows.
-        joined = process.use(USER, settings, move=prefetch.start)
+        joined = process.use(USER, settings, move=_follow)
         _compile.install(hooks)
         if not _exit_hook_registered:
             _exit_hook_registered = True
@@ -124,7 +124,7 @@ def _install(
     if joined.replaced is not None:
         joined.replaced.close()
     session = joined.session
-    prefetch.start(session)  # the working set, loaded while the program imports and traces
+    _follow(session)
     # Open the store (imports, connection, schema check) while the program goes
     # on importing and tracing, instead of on its first compile, unless this
     # host's tier probably holds what it needs: then the index is opened only
@@ -132,6 +132,13 @@ def _install(
     if open_now and (session.tier is None or not session.tier.has_entries()):
         executor().submit(session.store, "open the store")
     return settings
+
+
+def _follow(session: Session) -> None:
+    """What JAX's adapter does with the process's session, new or moved to: JAX's cache
+    events for what it writes; its working set, loaded while the program imports and traces."""
+    events.watch(session)
+    prefetch.start(session)
 
 
 def deactivate() -> None:

@@ -23,7 +23,7 @@ from artifactstore.formats import fingerprint as _fp
 from artifactstore.formats.put import Put
 from artifactstore.jaxhook import compat, prefetch
 from artifactstore.jaxhook.callbacks import NotStorable, callback_signature
-from artifactstore.jaxhook.events import MISS, USE_CACHE, record_event, record_load
+from artifactstore.jaxhook.events import USE_CACHE, record_event, record_load
 from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.runtime import process
 from artifactstore.runtime.session import Session, warn_once
@@ -216,6 +216,7 @@ def compile_or_get_cached(
     assert session is not None
     # One chain: loaded ahead, this host's tier, then (unless known quick) the store.
     request.asked.skip = lambda name: name == "store" and _known_quick(session, request)
+    record_event(USE_CACHE)  # as JAX's cache, for every compile it has a key for
     executable = _lookup(session, request)
     if executable is not None:
         return executable
@@ -250,16 +251,14 @@ def _known_quick(session: Session, request: _Compile) -> bool:
 
 def _lookup(session: Session, request: _Compile, names: tuple[str, ...] | None = None) -> Any:
     """The executable from the session's lookup chain (store.chain), loaded and counted
-    there, or None. Reported through JAX's events as its cache would: a use of the cache
-    when something answered or the store was asked, then the load."""
-    asked = request.asked
-    found = session.chain.get(asked, request.load, names=names)
-    if found is not None or asked.store is not None:
-        record_event(USE_CACHE)
+    there, or None; a load is reported through JAX's events as its cache would. A compile
+    this host kept below the store threshold is not part of the working set (a team's)."""
+    found = session.chain.get(request.asked, request.load, names=names)
     if found is None:
         return None
     record_load(session, found.compile_secs, found.started)
-    prefetch.note(session, request)
+    if not found.below_threshold:
+        prefetch.note(session, request)
     return found.value
 
 
@@ -288,13 +287,13 @@ def _compile_then_store(
     settings = session.settings
     quick = compile_secs < settings.min_compile_secs  # never stored, so not a miss
     session.observe_compile(compile_secs, quick=quick)
-    record_event(MISS)
     if quick:
         if session.tier is not None:
             session.tier.quick.remember(request.key, compile_secs)
         # Never stored, so its miss (if it looked up) is not an eligible one.
         fp = request.fingerprint.digest if request.fingerprint is not None else ""
         session.compiled_below_threshold(store, request.key, fp, compile_secs)
+        session.keep_below_threshold(lambda: _put(request, executable, compile_secs))
         return executable, False
     if session.tier is not None:
         session.tier.quick.forget(request.key)  # quick once, stored now
@@ -306,15 +305,7 @@ def _compile_then_store(
         store.counters.add("skipped_read_only")
         return executable, False
     try:
-        assert request.fingerprint is not None
-        put = Put(
-            request.key,
-            executable.serialize(),
-            request.fingerprint,
-            request.module_name,
-            compile_secs,
-            request.callback_count,
-        )
+        put = _put(request, executable, compile_secs)
         if store is None:  # the store is down: this host's tier keeps it
             session.keep_locally(put)
             prefetch.note(session, request)
@@ -331,6 +322,19 @@ def _compile_then_store(
             one_line(exc),
         )
     return executable, False
+
+
+def _put(request: _Compile, executable: Any, compile_secs: float) -> Put:
+    """What `executable`, compiled for `request` in `compile_secs`, is kept as."""
+    assert request.fingerprint is not None
+    return Put(
+        request.key,
+        executable.serialize(),
+        request.fingerprint,
+        request.module_name,
+        compile_secs,
+        request.callback_count,
+    )
 
 
 def _prepare(session: Session, request: _Compile) -> None:

@@ -5,7 +5,9 @@ exactly one local tier, opened at once (a directory: no SQLAlchemy, no boto3),
 and one Store, opened lazily, within `timeout_secs`, the first time a lookup
 cannot be answered by the tier; the Store is given the session's tier instead of
 opening its own. A warm process is answered by the tier alone: its hits and its
-below-threshold compiles are journaled there and folded into the index later.
+below-threshold compiles are journaled there and folded into the index later. What
+compiled under the store threshold is kept in a second tier of this host's, never the
+store's (`keep_below_threshold`), so warm processes here load it too.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from artifactstore.store.background import Timer, call_with_timeout, executor
 from artifactstore.store.breaker import BACKENDS, describe, per_backend
 from artifactstore.store.chain import Chain, Found, Request
 from artifactstore.store.counters import Counters
+from artifactstore.store.lanes import Lane
 from artifactstore.store.notices import warn_once
-from artifactstore.store.tier import LocalTier, open_tier
+from artifactstore.store.tier import LocalTier
+from artifactstore.store.tiers import keep_in_tier, open_quick_tier, open_tier
 
 __all__ = ["Session", "warn_once"]  # warn_once: the process's one registry (store.tier)
 
@@ -72,8 +76,12 @@ class Session:
         self.working_sets = WorkingSets(settings)
         self.on_finish: list[Callable[[], None]] = []  # first thing at exit (the prefetch's end)
         self.tier: LocalTier | None = None
+        # Compiles under the store threshold, kept on this host alone (keep_below_threshold).
+        self.quick_tier: LocalTier | None = None
+        self._keeping: Lane | None = None
         try:
             self.tier = open_tier(settings, self.counters)
+            self.quick_tier = open_quick_tier(settings, self.counters)
         except Exception as exc:
             log.debug("artifactstore: no local tier: %s", one_line(exc))
         self._fold_timer: Timer | None = None
@@ -234,17 +242,38 @@ class Session:
     def keep_locally(self, put: Put) -> None:
         """The store is down: keep a writer's executable in this host's tier, so later
         processes here load it (`store.keep_in_tier`); counted as `kept_in_tier`."""
-        from artifactstore.store import keep_in_tier
-
         if self.tier is not None and keep_in_tier(self.settings, self.tier, put):
             self.counters.add("kept_in_tier")
+
+    def keep_below_threshold(self, make: Callable[[], Put]) -> None:
+        """A compile under ARTSTORE_MIN_COMPILE_SECS: keep its executable (`make()`, called
+        off the program's thread) in this host's own tier, never the store, so that later
+        processes here load it instead of compiling again (what JAX's own cache does with
+        its thresholds at 0); counted as `quick_kept`. Not where this process could not
+        load it back: it requires signatures (ARTSTORE_TRUSTED_KEYS) and cannot sign."""
+        tier = self.quick_tier
+        if tier is None or (
+            self.settings.trusted_keys is not None and self.settings.signing_key is None
+        ):
+            return
+
+        def keep() -> None:
+            if keep_in_tier(self.settings, tier, make()):
+                self.counters.add("quick_kept")
+
+        if self._keeping is None:
+            self._keeping = Lane("keep quick compiles")
+        self._keeping.submit("keep a quick compile", keep)
 
     def stats(self) -> dict[str, int]:
         """process_stats(): the snapshot of the process's counters (formats.counters)."""
         return self.counters.snapshot()
 
     def flush(self, timeout: float | None = None) -> bool:
-        return self._store.flush(timeout) if self._store is not None else True
+        """Finish what this process queued to keep (bounded): quick compiles for this
+        host's tier, then the store's uploads and hit records."""
+        kept = self._keeping is None or self._keeping.drain(timeout)
+        return (self._store.flush(timeout) if self._store is not None else True) and kept
 
     # -- exit ---------------------------------------------------------------
     def finish(self) -> None:
@@ -259,6 +288,8 @@ class Session:
                 log.debug("artifactstore: at exit: %s", one_line(exc))
         if self._fold_timer is not None:
             self._fold_timer.cancel()
+        if self._keeping is not None and not self._keeping.drain(self.settings.flush_secs):
+            log.debug("artifactstore: quick compiles not all kept in this host's tier")
         self.working_sets.save(self.tier, self._store)
         if self.tier is not None:
             try:

@@ -2,7 +2,8 @@
 the store, each counting its own hits once.
 
 Apart from the session so that what a hit costs and counts at each level reads in one
-place: a tier hit is an access journaled on this host and a `tier_hits` count; a store
+place: a tier hit is an access journaled on this host and a `tier_hits` count (a compile
+kept below the store threshold: a `quick_loads` count, nothing journaled); a store
 hit or miss is counted by the store's accounts; the store is opened on first use, its
 calls bounded by ARTSTORE_TIMEOUT and fed to the session's breakers.
 """
@@ -23,7 +24,8 @@ log = logging.getLogger("artifactstore")
 
 
 class TierSource:
-    """This host's local tier: a directory, read before any Store opens."""
+    """This host's tiers, read before any Store opens: the store's copies, then the
+    compiles under the store threshold this host kept (`Session.quick_tier`)."""
 
     name = "tier"
 
@@ -31,28 +33,37 @@ class TierSource:
         self.session = session
 
     def peek(self, request: Request) -> Found | None:
-        tier = self.session.tier
-        if tier is None:
-            return None
-        try:
-            hit = tier.peek(request.key, request.fingerprint, callbacks=request.callbacks)
-        except Exception as exc:  # a tier that cannot be read is a miss
-            log.debug("artifactstore: local tier read failed: %s", one_line(exc))
-            return None
-        return None if hit is None else Found(self, hit.entry, hit.payload)
+        session = self.session
+        for tier, below in ((session.tier, False), (session.quick_tier, True)):
+            if tier is None:
+                continue
+            try:
+                hit = tier.peek(request.key, request.fingerprint, callbacks=request.callbacks)
+            except Exception as exc:  # a tier that cannot be read is a miss
+                log.debug("artifactstore: local tier read failed: %s", one_line(exc))
+                continue
+            if hit is not None:
+                return Found(self, hit.entry, hit.payload, below_threshold=below)
+        return None
 
     def count(self, request: Request, outcome: Found | Missed) -> None:
-        """An access for LRU (journaled, folded into the index later) and a tier hit."""
-        if isinstance(outcome, Found):
-            if self.session.tier is not None:
-                self.session.tier.record_access(request.key)
-            self.session.tier_hit()
+        """A tier hit, and an access for LRU (journaled, folded into the index later);
+        a compile kept below the threshold is this host's alone: `quick_loads` only."""
+        if not isinstance(outcome, Found):
+            return
+        if outcome.below_threshold:
+            self.session.counters.add("quick_loads")
+            return
+        if self.session.tier is not None:
+            self.session.tier.record_access(request.key)
+        self.session.tier_hit()
 
     def unusable(self, request: Request, found: Found, exc: Exception) -> bool:
         """A tier copy that does not load is forgotten; the store is asked next."""
         log.debug("artifactstore: tier copy of %s did not load: %s", request.key[:12], exc)
-        if self.session.tier is not None:
-            self.session.tier.forget(request.key)
+        tier = self.session.quick_tier if found.below_threshold else self.session.tier
+        if tier is not None:
+            tier.forget(request.key)
         return True
 
 

@@ -35,6 +35,8 @@ class Summary:
     hits: int = 0  # executables loaded (from the store or this host's tier)
     compiles: int = 0  # misses: compiles the store could have served
     quick: int = 0  # compiles under ARTSTORE_MIN_COMPILE_SECS: never stored, not misses
+    quick_kept: int = 0  # of those, kept in this host's tier
+    quick_loads: int = 0  # hits of compiles this host kept below the threshold
     stored: int = 0
     compile_secs: float = 0.0
     compile_secs_saved: float = 0.0
@@ -49,6 +51,8 @@ class Summary:
         self.hits += int(stats.get("loads", 0))
         self.compiles += int(stats.get("misses", 0))  # as process_stats() counts them
         self.quick += int(stats.get("quick_compiles", 0))
+        self.quick_kept += int(stats.get("quick_kept", 0))
+        self.quick_loads += int(stats.get("quick_loads", 0))
         self.stored += int(stats.get("stored", 0))
         self.compile_secs += int(stats.get("compile_ms", 0)) / 1000
         self.compile_secs_saved += int(stats.get("compile_ms_saved", 0)) / 1000
@@ -82,6 +86,10 @@ class Summary:
         )
         if self.quick:
             line += f"; {self.quick} quick compiles not stored (ARTSTORE_MIN_COMPILE_SECS)"
+            if self.quick_kept:
+                line += f", {self.quick_kept} kept on this host"
+        if self.quick_loads:
+            line += f"; {self.quick_loads} of the hits quick compiles kept on this host"
         if self.compile_secs:
             line += f"; compiling took {self.compile_secs:.1f} s"
         if self.degraded:

@@ -17,15 +17,15 @@ if TYPE_CHECKING:
     from artifactstore.store.facade import Store
     from artifactstore.store.parts import StoreParts
     from artifactstore.store.read import Hit
-    from artifactstore.store.write import encode_entry, keep_in_tier
+    from artifactstore.store.tiers import encode_entry, keep_in_tier
 
 # Each lazy name and the module that defines it.
 _HOMES = {
     "Hit": "artifactstore.store.read",
     "Store": "artifactstore.store.facade",
     "StoreParts": "artifactstore.store.parts",
-    "encode_entry": "artifactstore.store.write",
-    "keep_in_tier": "artifactstore.store.write",
+    "encode_entry": "artifactstore.store.tiers",
+    "keep_in_tier": "artifactstore.store.tiers",
     "migrates_on_open": "artifactstore.store.backends",
     "open_index": "artifactstore.store.backends",
     "secure_local_dirs": "artifactstore.store.backends",

@@ -24,7 +24,8 @@ from artifactstore.index import db
 from artifactstore.index.repo import EntryIndex
 from artifactstore.store import notices
 from artifactstore.store.breaker import Breaker, per_backend
-from artifactstore.store.tier import LocalTier, open_tier
+from artifactstore.store.tier import LocalTier
+from artifactstore.store.tiers import open_tier
 
 log = logging.getLogger("artifactstore")
 

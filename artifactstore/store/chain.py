@@ -47,6 +47,9 @@ class Found:
     origin: Found | None = None  # a load ahead: the tier or store hit it was peeked as
     request: Request | None = None  # what it was found for (its count needs it)
     unloadable: bool = False  # verified, but the caller's `load` failed (counted all the same)
+    # A compile under the store threshold that this host kept (runtime.sources): never
+    # the store's, so never in a hit journal or a working set.
+    below_threshold: bool = False
 
     @property
     def compile_secs(self) -> float:

@@ -27,13 +27,14 @@ Ordinary programs also compile small jits (`jnp.ones`, reshapes) faster than
 ARTSTORE_MIN_COMPILE_SECS; they are never stored, so looking them up is a
 certain miss that would open the index (and import SQLAlchemy) in every warm
 process. The tier remembers those keys with their compile time, bounded in
-number and expiring, so a warm process answers them without opening anything.
+number and expiring, so a warm process answers them without opening anything. Their
+executables are kept too, in a tier of this host's own (`below-threshold/`, store.tiers),
+so that a warm process here loads them instead of compiling.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -45,11 +46,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from artifactstore.blobstores import safedir
 from artifactstore.blobstores.local import LocalBlobStore
-from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
 from artifactstore.formats import codec
 from artifactstore.formats.codec import check_digest
@@ -101,9 +101,12 @@ class LocalTier:
         trust: safedir.Trust = "mine",
         setting: str = "ARTSTORE_LOCAL_TIER",
         counters: Counters | None = None,
+        quiet: bool = False,
     ) -> None:
         """`top`, `modes`, `trust`, `setting`: see `safedir.Tree` (whose directories, the
-        option a refusal names); `counters`: where refusals count (a session's: the process's)."""
+        option a refusal names); `counters`: where refusals count (a session's: the process's);
+        `quiet`: a copy refused for its signature is a debug line, not counted (this host's
+        own quick compiles: the next compile replaces it)."""
         self.blobs = LocalBlobStore(root, name, modes=modes, top=top, trust=trust, setting=setting)
         self.tree = self.blobs.tree  # every file below is opened through it
         self._off = False  # a directory was refused: not used again by this process
@@ -119,6 +122,7 @@ class LocalTier:
         self.keys = self.base / "keys"
         self.journal = self.base / "access"
         self.owns_objects = owns_objects
+        self.quiet = quiet
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._accesses: Accesses = {}
@@ -257,7 +261,7 @@ class LocalTier:
         except codec.SignatureRefused as exc:
             # Not loaded; the store's path (asked next) decides what this key loads. A
             # local store's own object is counted and logged there; a private copy here.
-            if self.owns_objects:
+            if self.owns_objects and not self.quiet:
                 self.counters.add("tier_" + exc.reason)
                 warn_once(exc.reason, "tier copy of %s not loaded: %s", key[:12], exc)
             else:
@@ -384,56 +388,3 @@ class LocalTier:
                     log.debug("artifactstore: dropping unreadable access journal %s", name)
         except UnsafeDirectory as exc:
             self._refused(exc)
-
-
-def open_tier(settings: Settings, counters: Counters | None = None) -> LocalTier | None:
-    """This host's tier for the store `settings` name, or None when turned off.
-
-    A writable local store is its own tier (key map and journal beside its
-    objects); a remote or read-only store gets a private, bounded tier under
-    the user's cache directory, named by a hash of the store's identity.
-    """
-    if settings.local_tier == "off":
-        return None
-    limits: dict[str, Any] = {
-        "max_object_bytes": settings.max_object_bytes,
-        "max_executable_bytes": settings.max_executable_bytes,
-        "trusted": settings.trusted_keys,
-        "namespace": settings.namespace,
-        "counters": counters,
-    }
-    if settings.blobs.scheme == "file" and not settings.read_only:
-        # Also read when the store is root's (published), as Store.open decides.
-        return LocalTier(
-            Path(settings.blobs.path),
-            settings.namespace,
-            owns_objects=False,
-            modes=safedir.store_modes(settings.group_readable),
-            trust="mine_or_root",
-            setting="ARTSTORE_URL",
-            **limits,
-        )
-    # One resolution of symbolic links, here; none below `top` is followed (safedir).
-    if settings.local_tier:
-        root = top = Path(os.path.realpath(settings.local_tier))
-    else:
-        top = Path(os.path.realpath(default_cache_dir()))
-        root = top / "tiers"
-    # Named by the bucket and namespace alone, so `artstore pull` (which needs no index)
-    # fills the tier that programs use. 0.3 also hashed the index URL: such a tier is
-    # renamed on first use (atomic; a race leaves one of the two, both valid).
-    name = _tier_name(f"{settings.blobs.describe()}|{settings.namespace}")
-    if settings.index_url:
-        old = root / _tier_name(
-            f"{settings.blobs.describe()}|{settings.index_url}|{settings.namespace}"
-        )
-        with contextlib.suppress(OSError):
-            if old.is_dir() and not (root / name).exists():
-                os.rename(old, root / name)
-    return LocalTier(
-        root, name, owns_objects=True, max_bytes=settings.local_tier_bytes, top=top, **limits
-    )
-
-
-def _tier_name(identity: str) -> str:
-    return hashlib.sha256(identity.encode()).hexdigest()[:24]

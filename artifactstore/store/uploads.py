@@ -25,7 +25,8 @@ from artifactstore.store.background import call_with_timeout
 from artifactstore.store.breaker import allow_all
 from artifactstore.store.flight import SingleFlight
 from artifactstore.store.lanes import Lane
-from artifactstore.store.write import WritePath, keep_in_tier
+from artifactstore.store.tiers import keep_in_tier
+from artifactstore.store.write import WritePath
 
 log = logging.getLogger("artifactstore")
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
-from socket import gethostname
 from typing import TYPE_CHECKING
 
 from artifactstore import interrupts
@@ -26,11 +24,10 @@ from artifactstore.index.repo import EntryInfo, NewEntry
 from artifactstore.store import identity
 from artifactstore.store.backends import Backends
 from artifactstore.store.counters import Counters
-from artifactstore.store.notices import warn_once
-from artifactstore.store.tier import LocalTier
+from artifactstore.store.tiers import encode_entry, stamped
 
 if TYPE_CHECKING:
-    from artifactstore.config import Settings
+    pass
 
 log = logging.getLogger("artifactstore")
 
@@ -327,29 +324,3 @@ def remember(backends: Backends, key: str, record: Manifest, data: bytes) -> Non
         backends.tier.remember(key, record, data)
     except Exception as exc:  # a full or read-only disk costs the tier, nothing else
         backends.warn_once("tier", "local tier not updated: %s", one_line(exc))
-
-
-def keep_in_tier(settings: Settings, tier: LocalTier, put: Put) -> bool:
-    """Keep a writer's executable in this host's tier while the store cannot take it, so
-    later processes here load it; True if kept. It is not uploaded later (a process that
-    finds it in the tier never misses). Only a tier holding its own objects, of a writer."""
-    if settings.read_only or not tier.owns_objects:
-        return False
-    encoded = encode_entry(put, settings)
-    try:
-        tier.remember(put.key, put.manifest(encoded), encoded.data)
-    except Exception as exc:  # a full disk costs the copy, nothing else
-        warn_once("tier-keep", "local tier not updated: %s", one_line(exc))
-        return False
-    return True
-
-
-def stamped(put: Put) -> Put:
-    """`put` naming the host that compiled it: this one, unless it names one (an import)."""
-    return put if put.producer_host is not None else replace(put, producer_host=gethostname())
-
-
-def encode_entry(put: Put, settings: Settings) -> codec.Encoded:
-    """The object `put` is stored as: its payload, fingerprint and metadata, signed with
-    ARTSTORE_SIGNING_KEY for the store's namespace when one is set."""
-    return stamped(put).encoded(signer=settings.signing_key, namespace=settings.namespace)

@@ -10,6 +10,9 @@ Environment knobs (tests only):
   JOB_VARIANT            changes the program (a different module, so a different key)
   JOB_SKIP_FLUSH=1       leave queued uploads to the store's own exit flush
   JOB_SMALL_JITS=1       also run trivial jits (ones, arange, reshape), as real programs do
+  JOB_MANY_SMALL=N       also run N distinct trivial jits (each compiles in milliseconds)
+  JOB_JAX_CACHE=DIR      JAX's own persistent cache in DIR, its thresholds at 0 (with
+                         JOB_NO_STORE=1: what the store is compared with)
   JOB_SLOW_COMPILE_SECS  the two main functions' compiles take this much longer
   JOB_EXIT_TIMES=1       print {"atexit_done": T} after every other exit handler (T:
                          time.monotonic(), as "printed_at" in the result line)
@@ -63,6 +66,11 @@ if os.environ.get("JOB_LOG_INFO"):
 
     logging.getLogger("artifactstore").setLevel(logging.INFO)
     logging.getLogger("artifactstore").addHandler(logging.StreamHandler(sys.stderr))
+
+if os.environ.get("JOB_JAX_CACHE"):
+    jax.config.update("jax_compilation_cache_dir", os.environ["JOB_JAX_CACHE"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 if not os.environ.get("JOB_NO_STORE"):
     import artifactstore
@@ -140,6 +148,8 @@ def loss_and_grad(w, x):  # type: ignore[no-untyped-def]
 if os.environ.get("JOB_SMALL_JITS"):
     small = jnp.ones((8,)) + jnp.arange(8.0).reshape(2, 4).ravel()
     jax.block_until_ready(jnp.zeros((2, 2)).T + small[:2])
+for i in range(int(os.environ.get("JOB_MANY_SMALL", "0"))):
+    jax.block_until_ready(jax.jit(lambda a, i=i: a * (i + 2.0) + i)(jnp.float32(1.0)))
 x = jnp.linspace(-1.0, 1.0, 64, dtype=jnp.float32).reshape(8, 8)
 r1 = mlp(x)
 value, grad = loss_and_grad(jnp.eye(8, dtype=jnp.float32) * 0.5, x)

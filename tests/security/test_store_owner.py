@@ -49,7 +49,10 @@ def test_a_read_only_victim_loads_nothing_from_another_users_store(
     victim = clean_env(**SLOW, ARTSTORE_URL=str(planted), XDG_CACHE_HOME=str(tmp_path / "c"))
     for extra in ({}, {"ARTSTORE_READ_ONLY": "1"}):  # as configured, then "as advised"
         out = run_program("job.py", {**victim, **extra})
-        assert out["store"].get("hits", 0) == 0, out["store"]  # before: 2 from the planted store
+        # Nothing from the planted store (before: 2); the second run may load what the
+        # first compiled too quickly to store, from the victim's own tier (quick_loads).
+        stats = out["store"]
+        assert stats.get("hits", 0) == stats.get("quick_loads", 0), stats
         said = [ln for ln in out["_stderr"].splitlines() if f"owned by uid {OTHER_UID}" in ln]
         assert said, out["_stderr"]  # the defence ran, and said so
         for line in said:  # never advice to trust the directory more
