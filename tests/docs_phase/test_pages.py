@@ -15,12 +15,15 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from conftest import REPO
 
 from docs_phase.conftest import Newcomer
-from docs_phase.pages import INSTALL, Block, blocks, files, substitute
+from docs_phase.pages import INSTALL, Block, Site, blocks, files, substitute
 
 DOCS = REPO / "docs"
 # In the order a reader meets them; each page's path from the checkout's root.
@@ -65,6 +68,25 @@ def outputs(said: str) -> dict[int, str]:
     return {int(n): text for n, text in zip(parts[1::2], parts[2::2], strict=True)}
 
 
+def checked(page: list[Block], code: int, stdout: str) -> list[str]:
+    """What went otherwise than the page says, from the script's exit code and output."""
+    said = outputs(stdout)
+    ran = [block for block in page if block.number in said]
+    if code != 0:
+        return [f"{ran[-1].where if ran else page[0].page}: exit {code}"]
+    problems = []
+    for block in ran:
+        codes = EXIT.findall(said[block.number])
+        if block.exit and codes != [str(block.exit)]:
+            problems.append(f"{block.where}: exit {codes}, not {block.exit}")
+        problems += [f"{block.where}: no {pattern!r} in its output"
+                     for pattern in block.expect
+                     if not re.search(pattern, said[block.number], re.MULTILINE)]  # fmt: skip
+    if len(ran) < len([block for block in page if not block.skip]):
+        problems.append(f"{page[0].page}: ran {len(ran)} blocks")
+    return problems
+
+
 @pytest.mark.docs_phase
 @pytest.mark.parametrize("path", PAGES)
 def test_page_runs_as_written(path: str, newcomer: Newcomer) -> None:
@@ -84,21 +106,9 @@ def test_page_runs_as_written(path: str, newcomer: Newcomer) -> None:
         env=newcomer.shell_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, timeout=1200, check=False,
     )  # fmt: skip
-    said = outputs(proc.stdout)
-    ran = [block for block in page if block.number in said]
-    last = ran[-1].where if ran else path
-    assert proc.returncode == 0, f"{last}: exit {proc.returncode}\n{proc.stdout[-6000:]}"
-    for block in ran:
-        text = said[block.number]
-        if block.exit:
-            codes = EXIT.findall(text)
-            assert codes == [str(block.exit)], (
-                f"{block.where}: exit {codes}, not {block.exit}\n{text}"
-            )
-        for pattern in block.expect:
-            assert re.search(pattern, text, re.MULTILINE), f"{block.where}: no {pattern!r}\n{text}"
-    runs = [block for block in page if not block.skip]
-    assert len(ran) == len(runs), f"{path}: ran {len(ran)} of {len(runs)} blocks\n{proc.stdout}"
+    problems = checked(page, proc.returncode, proc.stdout)
+    assert problems == [], f"{problems[0]}\n{proc.stdout[-6000:]}"
+    ran = outputs(proc.stdout)
     print(f"{path}: {len(ran)} blocks ran in {time.monotonic() - start:.0f} s")
     for block in page:
         if block.skip:
@@ -111,3 +121,22 @@ def test_every_page_with_commands_is_followed() -> None:
     with_commands = [path for path in pages if blocks(REPO / path)]
     assert sorted(set(with_commands) - set(PAGES) - set(ELSEWHERE)) == []
     assert set(ELSEWHERE).isdisjoint(PAGES)
+
+
+def test_a_page_that_does_otherwise_than_it_says_fails(tmp_path: Path) -> None:
+    """The checks can fail: a block that prints another count, one whose exit code is not
+    the one stated, and a command that fails where the page expects none to."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: expect: ^hits: [1-9] -->\n```sh\necho 'hits: 0'\n```\n"
+        "<!-- docs-test: exit: 2 -->\n```bash\nfalse\n```\n```sh\nfalse\necho not reached\n```\n"
+    )
+    site = Site("bucket", "namespace", "host:5432/db", "http://127.0.0.1:9")
+    steps = blocks(page)
+    shell = "\n".join(script(steps, cast(Newcomer, SimpleNamespace(site=site))))
+    proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=False)
+    assert checked(steps, proc.returncode, proc.stdout) == ["page.md, shell block 2: exit 1"]
+    assert checked(steps[:2], 0, proc.stdout) == [  # the first two, had the third not run
+        "page.md, shell block 0: no '^hits: [1-9]' in its output",
+        "page.md, shell block 1: exit ['1'], not 2",
+    ]
