@@ -4,6 +4,7 @@ Prints one JSON line: its result, the XLA compiles it ran (xla_probe), JAX's cac
 events (our hook reports loads through them, as JAX's own cache would) and whether the
 store was activated in it (its adapter is imported only then). PLAIN_SPAWN=1: also runs
 `work` in a multiprocessing spawn worker and a plain subprocess (`artstore run` tests).
+PLAIN_SCALE: the constant `work` multiplies by (2.0): another value, another program (key).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def spawned(scale: float, queue: object) -> None:
 
 
 if __name__ == "__main__":
-    result = work(2.0)
+    result = work(float(os.environ.get("PLAIN_SCALE", "2.0")))
     out = report(result=result)
     if os.environ.get("PLAIN_SPAWN"):
         import multiprocessing as mp

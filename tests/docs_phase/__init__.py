@@ -1,0 +1,1 @@
+"""The docs phase: README and docs/ run as a newcomer runs them (pages.py, test_pages.py)."""
