@@ -27,6 +27,26 @@ def fail(message: str, code: int = EXIT_FAIL) -> NoReturn:
     sys.exit(code)
 
 
+def confirm(
+    yes: bool,
+    question: str,
+    what: str = "more than one entry",
+    *,
+    doing: str = "removing",
+    verb: str = "remove",
+) -> None:
+    """A change that loses entries or objects takes a person's yes: without a terminal to
+    ask (a script, `echo n |`), only --yes gives it."""
+    if not yes and not sys.stdin.isatty():
+        fail(
+            f"not {doing} {what} without confirmation: no terminal to ask; "
+            f"pass --yes to {verb} them",
+            EXIT_USAGE,
+        )
+    if not yes and question:
+        click.confirm(question, abort=True)
+
+
 class Ctx:
     """The global options (`--url`, `--index`, `--namespace`), as config overrides."""
 

@@ -109,7 +109,9 @@ def _store_checks(
         },
     )
     objects = _guard("object store", lambda: doctor_store.check_objects(settings))
-    index = _guard("index", lambda: doctor_store.check_index(settings))
+    index = _guard(
+        "index", lambda: doctor_store.wrong_database(settings, doctor_store.check_index(settings))
+    )
     here = fingerprint if objects.blocks else None  # whether the tier alone serves
     tier = _guard("local tier", lambda: doctor_chain.check_tier(settings, here), blocking=False)
     if objects.blocks and doctor_chain.tier_answers(tier):

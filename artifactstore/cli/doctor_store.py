@@ -212,7 +212,10 @@ def check_binding(settings: _config.Settings, index: dict[str, Any]) -> Check:
 
     refusal = ""
     try:
-        if index.get("schema") != "current":  # not created or not migrated yet: not opened
+        if index.get("schema") == "empty" and (taken := _taken(settings)):
+            state, detail = MISMATCH, f"MISMATCH: {taken}"
+            refusal = f"a writer there refuses to write: {taken}"
+        elif index.get("schema") != "current":  # not migrated yet: not opened
             state, detail = UNBOUND, "not yet bound: the index is not at this version's schema"
         else:
             found = call_with_timeout(lambda: describe(settings), settings.timeout_secs)
@@ -224,6 +227,48 @@ def check_binding(settings: _config.Settings, index: dict[str, Any]) -> Check:
     mismatch = state == MISMATCH
     data = {"state": state}
     return Check("binding", status, detail, verdict, False, data, degrades=mismatch)
+
+
+def wrong_database(settings: _config.Settings, index: Check) -> Check:
+    """`index` as doctor shows it where the index does not exist yet (no database, no
+    schema) but the object store already has an identity: then the index is most likely
+    the wrong database, and the usual fix (createdb, `artstore db upgrade`) would make a
+    second index over that store, which writers refuse (artifactstore.store.identity).
+    So the verdict says that first."""
+    if index.status != "fail" or not (
+        index.data.get("kind") == "no_database" or index.data.get("schema") == "empty"
+    ):
+        return index
+    try:
+        taken = _taken(settings)
+    except Exception:  # the object store's own row says why it does not answer
+        return index
+    if taken:
+        index.verdict = f"index: {taken}; only for a store of its own: {index.verdict}"
+    return index
+
+
+def _taken(settings: _config.Settings) -> str:
+    """Where the object store already has an identity (it is another index's): one line
+    saying so and naming its store id where readable, with the fix; else ""."""
+    from artifactstore.blobstores import open_blobstore
+    from artifactstore.formats.identity import decode
+
+    def read() -> bytes | None:
+        return open_blobstore(settings).get_identity()
+
+    data = call_with_timeout(read, settings.timeout_secs)
+    if data is None:
+        return ""
+    try:
+        named = f"store {decode(data)}"
+    except ValueError as exc:
+        named = f"a store's (its {exc})"
+    return (
+        f"the index does not exist yet and the object store {settings.blobs.describe()} is "
+        f"already {named}, bound to another index: ARTSTORE_INDEX most likely names the "
+        "wrong database; point it at that store's (the team's)"
+    )
 
 
 def check_signing(settings: _config.Settings) -> Check:

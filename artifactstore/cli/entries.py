@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from artifactstore.cli.context import EXIT_USAGE, Ctx, fail
+from artifactstore.cli.context import EXIT_USAGE, Ctx, confirm, fail
 from artifactstore.cli.render import (
     json_option,
     print_fields,
@@ -373,36 +372,23 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: st
                 EXIT_USAGE,
             )
     if remove_all or len(keys) > 1:
-        _confirm(yes, "", "every entry of the namespace" if remove_all else f"{len(keys)} entries")
+        confirm(yes, "", "every entry of the namespace" if remove_all else f"{len(keys)} entries")
     with obj.store(changes=True) as store:
         if remove_all:
-            _confirm(yes, f"remove every entry in namespace {store.namespace!r}?")
+            confirm(yes, f"remove every entry in namespace {store.namespace!r}?")
             report = remove(store, None)
         else:
             full, unknown = resolve_keys(store, keys)
             if unknown:
                 fail(f"no entry matches {unknown[0]!r}: check `artstore ls`")
             if len(full) > 1:
-                _confirm(
+                confirm(
                     yes,
                     f"remove {len(full)} entries from namespace {store.namespace!r}?",
                     f"{len(full)} entries",
                 )
             report = remove(store, full)
     _removed(report)
-
-
-def _confirm(yes: bool, question: str, what: str = "more than one entry") -> None:
-    """Removing more than one entry takes a person's yes: without a terminal to ask
-    (a script, `echo n |`), only --yes gives it."""
-    if not yes and not sys.stdin.isatty():
-        fail(
-            f"not removing {what} without confirmation: no terminal to ask; "
-            "pass --yes to remove them",
-            EXIT_USAGE,
-        )
-    if not yes and question:
-        click.confirm(question, abort=True)
 
 
 def _rm_named(obj: Ctx, ref: str, yes: bool) -> None:
@@ -426,7 +412,7 @@ def _rm_named(obj: Ctx, ref: str, yes: bool) -> None:
                 "check `artstore ls --named`"
             )
         if len(found) > 1:
-            _confirm(yes, f"remove {len(found)} entries of {ref!r}?", f"{len(found)} entries")
+            confirm(yes, f"remove {len(found)} entries of {ref!r}?", f"{len(found)} entries")
         report = remove_named(store, found)  # and the versions' removal records
     _removed(report)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from artifactstore import config as _config
-from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, fail
+from artifactstore.cli.context import EXIT_FAIL, EXIT_USAGE, Ctx, confirm, fail
 from artifactstore.cli.progress import Progress, progress_option
 from artifactstore.cli.render import (
     fingerprint_fields,
@@ -154,6 +154,10 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
     A published manifest decides which object a key's entry is (where several
     carry the key); other objects give back the entries they carry.
 
+    An index bound to no store that holds no entries (lost, set aside, new) takes the
+    object store's identity: it is that store's index from then on (mind ARTSTORE_INDEX:
+    two indexes over one object store each see the other's objects as unreferenced).
+
     A SQLite index that fails its integrity check is first moved aside (kept
     beside it as INDEX.corrupt-TIME) and a fresh one created. Hit counts and
     access times are not in the objects: they start again. Objects written
@@ -161,6 +165,7 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
     """
     from artifactstore.gc import rebuild
     from artifactstore.index import health
+    from artifactstore.store import identity
 
     settings = obj.settings()
     if settings.read_only:
@@ -170,10 +175,15 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
         click.echo(f"corrupt index moved aside to {moved}")
 
     labels = {"manifests": "reading manifests", "objects": "reading objects"}
-    with obj.store(changes=True) as store, Progress(progress, labels=labels) as shown:
+    with obj.store() as store, Progress(progress, labels=labels) as shown:
+        adopted = identity.rebuilding(store)
+        if adopted is not None and not as_json:
+            click.echo(f"index bound to the object store's identity (store {adopted})")
+        store.require_bound()
         report = rebuild.rebuild(store, progress=shown.update)
     if as_json:
-        print_json({**report.to_json(), "moved_aside": str(moved) if moved else None})
+        moved_aside = str(moved) if moved else None
+        print_json({**report.to_json(), "moved_aside": moved_aside, "bound_to": adopted})
         return
     corrupt = f", {len(report.corrupt)} corrupt (run `artstore verify --repair`)"
     click.echo(
@@ -200,17 +210,30 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
     is_flag=True,
     help="With --force: bind even an object store that holds none of those objects.",
 )
+@click.option(
+    "--yes", is_flag=True, help="Bind without asking, also where that orphans entries or objects."
+)
 @click.pass_obj
-def db_bind(obj: Ctx, force: bool, allow_missing: bool) -> None:
+def db_bind(obj: Ctx, force: bool, allow_missing: bool, yes: bool) -> None:
     """Bind the object store and the index as one store (artifactstore.store.identity).
 
     The first writer and every command that changes the store bind them by themselves
-    where they plausibly belong together; --force is for a pair they refuse, such as a
-    bucket copied without its identity object, once you have checked both URLs. It
-    refuses an object store that holds none of the newest entries' objects (a mistyped
-    or empty bucket) unless --allow-missing.
+    where neither is bound to anything else and they plausibly belong together. Writers
+    refuse an index bound to no store in front of an object store that already has an
+    identity (another index's: most likely ARTSTORE_INDEX names the wrong database);
+    `db bind` binds that pair, deliberately, making this index that store's. Two indexes
+    over one object store each see the other's objects as unreferenced, so before it
+    binds, it says what binding orphans: entries of this index whose object is not in
+    the object store, and objects there that no entry of this index references (gc
+    deletes such entries, and such objects after its grace period); where that is
+    anything, it asks first (--yes: without asking; no terminal: refused without it).
+
+    --force is for a pair the rule refuses, such as a bucket copied without its identity
+    object, once you have checked both URLs. It refuses an object store that holds none
+    of the newest entries' objects (a mistyped or empty bucket) unless --allow-missing.
     """
-    from artifactstore.store.identity import bind, force_bind
+    from artifactstore.gc.reconcile import orphaned
+    from artifactstore.store import identity
 
     if allow_missing and not force:
         fail("--allow-missing goes with --force", EXIT_USAGE)
@@ -219,10 +242,21 @@ def db_bind(obj: Ctx, force: bool, allow_missing: bool) -> None:
             fail("bind writes the index and the object store: unset ARTSTORE_READ_ONLY")
         pair = (store.blobs, store.engine, store.namespace, store.settings.index_url)
         if force:
-            found, counted = force_bind(*pair, allow_missing=allow_missing)
-            click.echo(counted)
-        else:
-            found = bind(*pair)
+            click.echo(identity.force_count(*pair, allow_missing=allow_missing))
+        found = identity.check(*pair)
+        if found.state == identity.UNBOUND or found.other is not None or (force and not found.ok):
+            lost, unreferenced = orphaned(*pair[:3])
+            entries = plural(lost, "entry", "entries")
+            objects = plural(unreferenced, "object", "objects")
+            click.echo(
+                f"binding them orphans {entries} of this index (their object is not in "
+                f"{found.objects}) and {objects} in it (no entry of this index references "
+                "them)" + (": gc would delete them" if lost or unreferenced else "")
+            )
+            if lost or unreferenced:
+                what = f"{entries} and {objects}"
+                confirm(yes, "bind them?", what, doing="binding them, orphaning", verb="bind")
+            found = identity.bind(*pair, force=True) if force else identity.adopt(*pair)
     if not found.ok:
         fail(found.refusal())
     click.echo(

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sqlalchemy import Engine
+
 from artifactstore.blobstores.base import BlobInfo, BlobStore
 from artifactstore.errors import ArtstoreError, CorruptObject
 from artifactstore.gc import rebuild
@@ -86,6 +88,17 @@ def chunks(blobs: BlobStore, index: EvictionIndex) -> Iterator[Chunk]:
             pending = next(listing, None)
         high = PREFIXES[i + 1] if i + 1 < len(PREFIXES) else None
         yield Chunk(prefix, found, index.referenced_between(prefix, high))
+
+
+def orphaned(blobs: BlobStore, engine: Engine, namespace: str) -> tuple[int, int]:
+    """(entries of the index's `namespace` whose object `blobs` lacks, objects in `blobs`
+    no entry of it references): what binding the two as one store leaves to gc to delete
+    (`artstore db bind`)."""
+    lost = unreferenced = 0
+    for chunk in chunks(blobs, EvictionIndex(engine, namespace)):
+        lost += len(chunk.unlisted())
+        unreferenced += len(chunk.unreferenced())
+    return lost, unreferenced
 
 
 def _restored(run: GcRun, blob: BlobInfo) -> bool:

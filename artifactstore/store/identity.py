@@ -9,17 +9,26 @@ delete objects call `require_bound` first and refuse, in one line naming both, w
 the two do not belong together.
 
 When the two are bound (`bind`): the first writer of an entry or command of this
-version binds a pair that has no binding yet, but only where they plausibly belong
-together, so that an upgrade keeps stores written by older clients working:
+version binds a pair that has no binding yet, but only where neither is bound to
+anything else (invariant 10: an index binds only to an object store with no identity,
+or to its own) and they plausibly belong together, so that an upgrade keeps stores
+written by older clients working:
 
 - the object store has an identity and the index records the same id: bound;
 - both have an identity, or only the index has one: MISMATCH (the object store is
   not the one the index was bound to; its identity object is never created then);
-- the index has no id for the namespace (a new index, one written by an older
-  client, one `artstore db rebuild` just created) and no entries in it: bound to
-  the object store's id, created first where the object store has none;
-- the index has no id but entries: bound only if at least half of its SAMPLE
-  newest entries have their object in this object store, else MISMATCH.
+- only the object store has one: MISMATCH (it is another index's: a mistyped or new
+  database in front of the team's bucket, whose gc would delete the team's objects).
+  `artstore db bind` binds them deliberately, after saying what that orphans;
+- neither has one, and the index has no entries of the namespace (a new index, one
+  `artstore db rebuild` starts) or at least half of its SAMPLE newest entries have
+  their object in this object store (one written by an older client): bound.
+  The index records an id only where its own writer created the identity object (or
+  a person asked: `db bind`, `db rebuild`); a first writer that finds the object just
+  created by another waits up to CLAIM_WAIT_SECS for its index to record that id (the
+  pair's other first writer, between its two writes) before it refuses, so first
+  writers starting together agree, and of two indexes over one new object store only
+  the one whose writer created its identity is bound.
 
 `artstore db bind --force` binds a pair that the rule refuses (an identity object
 deleted by hand, a bucket copied without it) after a person has checked them; it
@@ -35,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +78,7 @@ class Pair(Protocol):
 SAMPLE = 32  # newest entries whose objects decide whether an unbound pair is one store
 FORCE_SAMPLE = 100  # newest entries counted before `bind --force`
 BOUND, UNBOUND, MISMATCH = "bound", "not yet bound", "MISMATCH"
+CLAIM_WAIT_SECS = 2.0  # for the index row that follows another first writer's identity object
 FIX = (
     "check ARTSTORE_URL, ARTSTORE_INDEX and the namespace; if they are one store, "
     "`artstore db bind --force` binds them"
@@ -85,16 +96,33 @@ class Binding:
     index: str  # the index URL, redacted
     store_id: str | None = None  # the id both share, when bound
     why: str = ""  # for UNBOUND and MISMATCH
+    other: str | None = None  # the object store's id where only it has one (see the module)
 
     @property
     def ok(self) -> bool:
         return self.state == BOUND
 
+    @property
+    def fix(self) -> str:
+        if self.other is None:
+            return FIX
+        return (
+            "ARTSTORE_INDEX most likely names the wrong database: point it at the one bound "
+            "to that store (the team's); if that index is lost, `artstore db rebuild` "
+            "rebuilds this one from the object store; only to make this index that store's "
+            "deliberately, `artstore db bind` (it says what that orphans)"
+        )
+
     def refusal(self) -> str:
         return (
             f"object store {self.objects} and index {self.index} do not belong together "
-            f"({self.why}): {FIX}"
+            f"({self.why}): {self.fix}"
         )
+
+
+def elsewhere(store_id: str) -> str:
+    """Why an unbound index does not bind to an object store that has an identity."""
+    return f"the index is bound to no store and the object store is already store {store_id}"
 
 
 def _read_bucket(blobs: BlobStore) -> str | None:
@@ -139,43 +167,89 @@ def check(blobs: BlobStore, engine: Engine, namespace: str, index_url: str) -> B
         return Binding(
             MISMATCH, **where, why=f"the index is bound to store {index_id}, the object store {has}"
         )
+    if bucket_id is not None:
+        return Binding(MISMATCH, **where, why=elsewhere(bucket_id), other=bucket_id)
     why = _plausible(blobs, engine, namespace)
     if why is not None:
         return Binding(MISMATCH, **where, why=why)
-    return Binding(UNBOUND, **where, store_id=bucket_id, why="bound by the first writer")
+    return Binding(UNBOUND, **where, why="bound by the first writer")
 
 
 def bind(
     blobs: BlobStore, engine: Engine, namespace: str, index_url: str, *, force: bool = False
 ) -> Binding:
     """`check`, then bind an unbound pair (or, `force`, any pair) as the module says."""
-    found = check(blobs, engine, namespace, index_url)
-    if found.state == BOUND or (found.state == MISMATCH and not force):
-        return found
+    pair = (blobs, engine, namespace, index_url)
+    found = check(*pair)
+    if force and not found.ok:
+        return _force(*pair, found)
+    if found.state != UNBOUND:
+        return _awaited(*pair, found) if found.other is not None else found
+    store_id = uuid.uuid4().hex
+    if not blobs.put_identity(encode(store_id)):  # another first writer's, just created
+        return _awaited(*pair, check(*pair))
+    if ix.bind(engine, namespace, store_id) != store_id:  # another process bound the index
+        return check(*pair)
+    return Binding(BOUND, found.objects, found.index, store_id=store_id)
+
+
+def _awaited(
+    blobs: BlobStore, engine: Engine, namespace: str, index_url: str, found: Binding
+) -> Binding:
+    """`found` (an unbound index, an object store with an identity), unless the index
+    records that identity within CLAIM_WAIT_SECS: then the identity was its other first
+    writer's, created between that writer's two writes."""
+    deadline = time.monotonic() + CLAIM_WAIT_SECS
+    while found.other is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        recorded = ix.bound_id(engine, namespace)
+        if recorded is not None:
+            return check(blobs, engine, namespace, index_url)
+    return found
+
+
+def _force(
+    blobs: BlobStore, engine: Engine, namespace: str, index_url: str, found: Binding
+) -> Binding:
+    """`db bind --force`: the index takes the object store's id, created where it has
+    none. An object store whose identity object is unreadable is refused: it is never
+    replaced, so a person removes it first."""
     try:
         bucket_id = _read_bucket(blobs)
-    except ValueError:
-        if not force:
-            raise
-        bucket_id = None  # unreadable: a person asked to rebind; a fresh id below
-    if bucket_id is None:
-        blobs.put_identity(encode(uuid.uuid4().hex))
-        bucket_id = _read_bucket(blobs)  # ours, or another first writer's
-        if bucket_id is None:  # pragma: no cover - a store that lost what it just took
-            raise StoreMismatch(f"object store {blobs.describe()} did not keep its identity")
-    recorded = ix.bind(engine, namespace, bucket_id, replace=force)
+        if bucket_id is None:
+            blobs.put_identity(encode(uuid.uuid4().hex))
+            bucket_id = _read_bucket(blobs)  # ours, or another first writer's
+    except ValueError as exc:
+        raise StoreMismatch(
+            f"object store {found.objects}: its {exc}; it is never replaced: check who "
+            "wrote it, delete it by hand, then `artstore db bind`"
+        ) from None
+    if bucket_id is None:  # pragma: no cover - a store that lost what it just took
+        raise StoreMismatch(f"object store {blobs.describe()} did not keep its identity")
+    recorded = ix.bind(engine, namespace, bucket_id, replace=True)
     if recorded != bucket_id:  # another process bound the index meanwhile
         return check(blobs, engine, namespace, index_url)
     return Binding(BOUND, found.objects, found.index, store_id=bucket_id)
 
 
-def force_bind(
+def adopt(blobs: BlobStore, engine: Engine, namespace: str, index_url: str) -> Binding:
+    """`artstore db bind`, deliberately: an index bound to no store takes the id of an
+    object store that has one (`check`'s `other`); any other pair as `bind` does."""
+    found = check(blobs, engine, namespace, index_url)
+    if found.other is None:
+        return bind(blobs, engine, namespace, index_url)
+    if ix.bind(engine, namespace, found.other) != found.other:  # another bound it meanwhile
+        return check(blobs, engine, namespace, index_url)
+    return Binding(BOUND, found.objects, found.index, store_id=found.other)
+
+
+def force_count(
     blobs: BlobStore, engine: Engine, namespace: str, index_url: str, *, allow_missing: bool
-) -> tuple[Binding, str]:
-    """`artstore db bind --force`: (the binding, the line counting the newest entries
-    whose object is in `blobs`). Refuses (StoreMismatch, nothing written) where none
-    of them is, unless `allow_missing`: a person checks before an empty or wrong
-    bucket gets the index's identity (then `verify --repair` would drop every entry)."""
+) -> str:
+    """Before `artstore db bind --force`: the line counting the FORCE_SAMPLE newest
+    entries whose object is in `blobs`. Refuses (StoreMismatch) where none of them is,
+    unless `allow_missing`: a person checks before an empty or wrong bucket gets the
+    index's identity (then `verify --repair` would drop every entry)."""
     found, asked, total = present(blobs, engine, namespace, FORCE_SAMPLE)
     counted = (
         f"{found} of the newest {asked} entries have their object in {blobs.describe()} "
@@ -186,7 +260,18 @@ def force_bind(
             f"{counted}: not bound, it holds none of the index's objects; check ARTSTORE_URL "
             "and the namespace, or pass --allow-missing to bind them anyway"
         )
-    return bind(blobs, engine, namespace, index_url, force=True), counted
+    return counted
+
+
+def rebuilding(store: Pair) -> str | None:
+    """`artstore db rebuild`: an index bound to no store and holding no entries (lost,
+    set aside, new) is rebuilt from this object store, so it takes the object store's id
+    where it has one; that id, or None where nothing was bound here."""
+    pair = (store.blobs, store.engine, store.namespace, store.settings.index_url)
+    found = check(*pair)
+    if found.other is None or ix.entry_count(store.engine, store.namespace):
+        return None
+    return adopt(*pair).store_id
 
 
 def require_bound(store: Pair) -> Binding:
@@ -267,4 +352,4 @@ def describe(settings: Settings) -> tuple[str, str, str]:
         return BOUND, f"bound: object store and index are store {found.store_id}", ""
     if found.state == UNBOUND:
         return UNBOUND, "not yet bound: the first writer or `artstore db bind` binds them", ""
-    return MISMATCH, f"MISMATCH: {found.why}: {FIX}", found.refusal()
+    return MISMATCH, f"MISMATCH: {found.why}: {found.fix}", found.refusal()

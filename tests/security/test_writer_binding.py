@@ -205,8 +205,11 @@ def test_bind_force_on_an_empty_bucket_refuses_without_allow_missing(
     right = artstore("db", "bind", "--force", env=team_env)
     assert right.returncode == 0, right.stderr
     assert f"{n} of the newest {n} entries have their object in" in right.stdout
-    # With the flag, a person's decision: bound, and said.
-    forced = artstore("db", "bind", "--force", "--allow-missing", env=wrong)
+    # With the flag, a person's decision: it says what binding orphans and asks first.
+    asked = artstore("db", "bind", "--force", "--allow-missing", env=wrong)
+    assert asked.returncode != 0 and f"orphans {n} entries of this index" in asked.stdout
+    assert "--yes" in asked.stderr and not [k for k in _listing(wrong) if k.endswith("/identity")]
+    forced = artstore("db", "bind", "--force", "--allow-missing", "--yes", env=wrong)
     assert forced.returncode == 0, forced.stderr
     assert f"0 of the newest {n}" in forced.stdout
     assert [k for k in _listing(wrong) if k.endswith("/identity")]
@@ -219,7 +222,7 @@ def test_verify_repair_on_an_empty_bucket_keeps_the_index(
     before = _fill(team_env, open_store)  # 6 entries, as measured
     wrong = _wrong_bucket(team_env)
     # As measured: a person binds the wrong bucket (with the flag), then repairs.
-    assert artstore("db", "bind", "--force", "--allow-missing", env=wrong).returncode == 0
+    assert artstore("db", "bind", "--force", "--allow-missing", "--yes", env=wrong).returncode == 0
     proc = artstore("verify", "--repair", env=wrong)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
@@ -255,3 +258,139 @@ def test_writer_on_another_directory_drops_and_stores_nothing(
     assert len(said) == 1 and str(tmp_path / "wrong") in said[0], said
     assert _rows(right) == before  # nothing dropped, nothing added
     assert not (tmp_path / "wrong" / "default" / "identity").exists()
+
+
+# -- (e) one bucket, one index: a new index never binds itself to a bound bucket ------
+def _store_id(env: dict[str, str]) -> str:
+    bucket, prefix = env["ARTSTORE_URL"].removeprefix("s3://").split("/", 1)
+    body = s3_client(env).get_object(Bucket=bucket, Key=f"{prefix}/default/identity")["Body"]
+    return str(json.loads(body.read())["id"])
+
+
+def _bound_id(env: dict[str, str]) -> str | None:
+    engine = create_engine(env["ARTSTORE_INDEX"])
+    try:
+        with engine.connect() as conn:
+            found = conn.scalar(text("SELECT store_id FROM identities"))
+            return None if found is None else str(found)
+    finally:
+        engine.dispose()
+
+
+def _objects(env: dict[str, str]) -> list[str]:
+    """The bucket's keys but its hit journals (which readers write too)."""
+    return [k for k in _listing(env) if "/journals/" not in k]
+
+
+def test_a_new_database_does_not_bind_itself_to_the_teams_bucket(
+    team_env: dict[str, str], open_store: OpenStore, pg_url: str
+) -> None:
+    """Slow: a JAX writer program. As measured: a mistyped database name, created as
+    doctor advises (createdb, `artstore db upgrade`), then the first writer program
+    bound the empty index to the team's bucket (and stored 2 entries there)."""
+    before = _fill(team_env, open_store, n=2)
+    objects, store_id = _objects(team_env), _store_id(team_env)
+    mistyped = {**team_env, "ARTSTORE_INDEX": pg_url}
+    up = artstore("db", "upgrade", env=mistyped)
+    assert up.returncode == 0, up.stderr
+    out = run_program("job.py", mistyped)
+    assert out["_returncode"] == 0
+    assert out["store"].get("stored", 0) == 0
+    assert out["store"]["store_mismatch"] >= 1  # the gate ran and refused
+    said = [line for line in out["_stderr"].splitlines() if MISMATCH in line]
+    assert len(said) == 1, out["_stderr"]
+    assert f"already store {store_id}" in said[0], said[0]
+    assert "ARTSTORE_INDEX" in said[0] and "`artstore db bind`" in said[0], said[0]
+    assert _bound_id(mistyped) is None and _rows(mistyped) == []  # nothing bound, no rows
+    assert _objects(team_env) == objects and _rows(team_env) == before
+    # Commands refuse as well, in one line; doctor says so.
+    gc = artstore("gc", env=mistyped)
+    assert gc.returncode != 0 and f"already store {store_id}" in gc.stderr, gc.stderr
+    doctor = json.loads(artstore("doctor", "--json", env=mistyped).stdout)
+    assert doctor["checks"]["binding"]["state"] == "MISMATCH"
+    assert f"already store {store_id}" in doctor["verdict"] and not doctor["ok"]
+
+
+def test_doctor_names_a_missing_database_the_wrong_one_before_createdb(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    _fill(team_env, open_store, n=1)
+    base, _ = team_env["ARTSTORE_INDEX"].rsplit("/", 1)
+    missing = {**team_env, "ARTSTORE_INDEX": f"{base}/artstore_typo_{uuid.uuid4().hex[:8]}"}
+    proc = artstore("doctor", "--json", env=missing)
+    assert proc.returncode != 0
+    verdict = json.loads(proc.stdout)["verdict"]
+    assert f"already store {_store_id(team_env)}" in verdict, verdict
+    assert "wrong database" in verdict and "createdb" in verdict
+    assert verdict.index("wrong database") < verdict.index("createdb"), verdict
+
+
+def test_of_two_new_indexes_over_a_pristine_bucket_one_is_bound(
+    team_env: dict[str, str], open_store: OpenStore, tmp_path: Path
+) -> None:
+    """Their first writers race; the bucket takes one id, the other index stays unbound
+    (and refuses), while first writers of one index all agree."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from artifactstore.store.identity import bind
+
+    envs = [team_env, team_env] + [
+        {**team_env, "ARTSTORE_INDEX": f"sqlite:///{tmp_path / f'{n}.db'}"} for n in "ab"
+    ]
+    stores = [open_store(env) for env in envs]
+    with ThreadPoolExecutor(len(stores)) as pool:
+        found = list(
+            pool.map(lambda s: bind(s.blobs, s.engine, s.namespace, s.settings.index_url), stores)
+        )
+    assert {f.store_id for f in found if f.ok} == {_store_id(team_env)}, found
+    assert found[0].ok == found[1].ok  # one index: both of its writers or neither
+    assert [found[0].ok, found[2].ok, found[3].ok].count(True) == 1, found
+    for env, f in zip(envs[1:], found[1:], strict=True):  # the others recorded nothing
+        assert _bound_id(env) == (f.store_id if f.ok else None)
+
+
+def test_db_bind_says_what_it_orphans_and_asks_first(
+    team_env: dict[str, str], open_store: OpenStore, pg_url: str
+) -> None:
+    _fill(team_env, open_store, n=3)
+    store_id = _store_id(team_env)
+    # Another index with 2 entries of its own bucket, its binding gone (as an older
+    # client's index): unbound, in front of the team's bucket.
+    mine = {**_wrong_bucket(team_env), "ARTSTORE_INDEX": pg_url}
+    assert artstore("db", "upgrade", env=mine).returncode == 0
+    assert len(_fill(mine, open_store, n=2)) == 2
+    engine = create_engine(pg_url)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM identities"))
+    engine.dispose()
+    there = {**mine, "ARTSTORE_URL": team_env["ARTSTORE_URL"]}
+    asked = artstore("db", "bind", env=there)
+    assert asked.returncode != 0 and "Traceback" not in asked.stderr
+    said = "binding them orphans 2 entries of this index"
+    assert said in asked.stdout and "and 3 objects in it" in asked.stdout, asked.stdout
+    assert "gc would delete them" in asked.stdout
+    assert "--yes" in asked.stderr and len(asked.stderr.strip().splitlines()) == 1
+    assert _bound_id(there) is None  # nothing bound
+    assert artstore("db", "bind", env=there, input="n\n").returncode != 0
+    bound = artstore("db", "bind", "--yes", env=there)
+    assert bound.returncode == 0, bound.stderr
+    assert f"bound as store {store_id}" in bound.stdout and _bound_id(there) == store_id
+
+
+def test_junk_in_the_buckets_identity_is_one_line_everywhere(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """A hostile writer's identity object: refused in one line, never a traceback."""
+    bucket, prefix = team_env["ARTSTORE_URL"].removeprefix("s3://").split("/", 1)
+    key = f"{prefix}/default/identity"
+    s3_client(team_env).put_object(Bucket=bucket, Key=key, Body=b"\xff{not json")
+    for args in (["db", "bind"], ["db", "bind", "--force", "--yes"], ["gc"]):
+        proc = artstore(*args, env=team_env)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "identity object is not JSON" in proc.stderr, proc.stderr
+    doctor = artstore("doctor", "--json", env=team_env)
+    assert doctor.returncode != 0 and "Traceback" not in doctor.stderr
+    put = Put("cd" * 32, b"x" * 600, fingerprint=FP, module_name="jit_a", compile_secs=1)
+    assert open_store(team_env).put(put) is False
+    assert _rows(team_env) == [] and _bound_id(team_env) is None
