@@ -131,6 +131,8 @@ def _store_checks(
                 lambda: doctor_store.check_binding(settings, index.data),
                 blocking=False,
             )
+            if checks["binding"].degraded:  # writers refuse to write there
+                checks["access"] = doctor_chain.refused_by(checks["access"], settings.namespace)
     checks["local_tier"] = tier
     checks["signing"] = _guard(
         "signing", lambda: doctor_store.check_signing(settings), blocking=False

@@ -85,8 +85,6 @@ def conclude(checks: dict[str, Check], read_only: bool, where: str) -> Report:
         why = blocked or [f"{c.label} not checked" for c in pending]
         return Report(checks, False, _scrub("the store is not used: " + "; ".join(why)))
     stores = checks.get("access") is not None and checks["access"].data.get("stores", False)
-    if "binding" in checks and checks["binding"].degraded:  # writers refuse to write there
-        stores = False
     used: Literal["read-write", "read-only"] = "read-write" if stores else "read-only"
     if degraded:
         verdict = f"the store would be used {used} ({where}), not as configured: " + "; ".join(
