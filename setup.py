@@ -1,7 +1,7 @@
 """Ships the startup hook at the top of site-packages; everything else is in pyproject.toml.
 
-`artifactstore_startup.pth` (one line: it imports `artifactstore_startup` only when
-ARTSTORE_URL or ARTSTORE_ACTIVATE is set) and the module it imports must sit at the root of
+`artifactstore_startup.pth` (one line: it imports `artifactstore_startup` only when an
+ARTSTORE_* variable is set) and the module it imports must sit at the root of
 site-packages, which no pyproject.toml table can express; coverage.py and pytest-cov ship
 their .pth files the same way. Both regular and editable (`pip install -e`) installs get
 them; an editable install gets a copy of the module, so reinstall after editing it.

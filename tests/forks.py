@@ -35,7 +35,8 @@ from typing import Any
 
 SERVER = Path(__file__).resolve().parent / "fork_server.py"
 # Read as an interpreter, JAX or artifactstore_startup (the .pth) start: a call must agree
-# with its server on these; ARTSTORE_URL and _WARM too unless ARTSTORE_ACTIVATE=0.
+# with its server on these, and on every ARTSTORE_* name unless ARTSTORE_ACTIVATE=0 (the hook
+# reads ARTSTORE_URL and _WARM, and where neither turns the store on, says a typo in any).
 START_PREFIXES = ("PYTHON", "JAX_", "XLA_", "TF_", "TPU_", "LD_", "OMP_", "OPENBLAS_", "MKL_")
 START_NAMES = ("ARTSTORE_ACTIVATE", "ARTSTORE_URL", "ARTSTORE_WARM", "MALLOC_ARENA_MAX")
 # What JAX writes into the environment itself: `import jax` sets the first unless it is set
@@ -56,9 +57,11 @@ def _at_start(kind: str, env: dict[str, str]) -> dict[str, str]:
     variables (it turns the start-up hook off, and imports JAX, where it does, after)."""
     if kind == "cli":
         return {k: v for k, v in env.items() if k.startswith("PYTHON")}
-    names = START_NAMES if env.get("ARTSTORE_ACTIVATE") != "0" else ("ARTSTORE_ACTIVATE",)
+    names, prefixes = START_NAMES, (*START_PREFIXES, "ARTSTORE_")
+    if env.get("ARTSTORE_ACTIVATE") == "0":
+        names, prefixes = ("ARTSTORE_ACTIVATE",), START_PREFIXES
     env = {**JAX_SETS, **env}
-    return {k: v for k, v in env.items() if k.startswith(START_PREFIXES) or k in names}
+    return {k: v for k, v in env.items() if k.startswith(prefixes) or k in names}
 
 
 def _server(kind: str, env: dict[str, str]) -> str | None:

@@ -226,3 +226,46 @@ def test_run_keeps_the_commands_exit_code_and_says_what_is_wrong(tmp_path: Path)
     )
     assert bad.returncode == 0 and bad.stdout == "ran\n"
     assert bad.stderr.count("\n") == 1 and "running the command without the store" in bad.stderr
+
+
+def test_a_typo_in_the_switch_is_said_once_where_it_leaves_the_store_off(
+    tmp_path: Path,
+) -> None:
+    """`ARTSTORE_UR` or `ARTSTORE_URLS` and no ARTSTORE_URL: nothing turns the store on,
+    and the program says so in one line when it imports JAX, naming ARTSTORE_URL. Known
+    names alone (read by configure() and the CLI without ARTSTORE_URL) and
+    ARTSTORE_ACTIVATE=0 (off on purpose) say nothing; a process that never imports JAX
+    says nothing and loads the stdlib-only hook alone.
+
+    Slow: 15-30 s on 2 busy cores; two JAX programs and four fresh interpreters, two of
+    which import JAX.
+    """
+    base = activated_env(clean_env())
+    for typo in ("ARTSTORE_UR", "ARTSTORE_URLS"):
+        out = run_program("plain_jax.py", {**base, typo: str(tmp_path / "store")})
+        said = [line for line in out["_stderr"].splitlines() if "ARTSTORE" in line]
+        assert said == [
+            f"artifactstore: the store is off: ARTSTORE_URL is not set, but {typo} "
+            "(did you mean ARTSTORE_URL?) is set"
+        ], out["_stderr"]
+        assert not out["activated"] and out["xla_compiles"] >= 1
+    assert not (tmp_path / "store").exists()
+
+    env = {**base, "ARTSTORE_UR": str(tmp_path / "store")}
+    assert _modules_at_startup(env) == ["artifactstore_startup"]
+    assert python("print('ran')", env).stderr == ""
+    import_jax = "import jax, jax.numpy; print('ran')"
+    for quiet in ({**base, "ARTSTORE_NAMESPACE": "team"}, {**env, "ARTSTORE_ACTIVATE": "0"}):
+        assert python(import_jax, quiet).stderr == "", quiet
+
+
+def test_arming_later_turns_on_what_the_start_left_off() -> None:
+    """A process started with ARTSTORE_* names but nothing that turns the store on waits
+    for JAX only to say so; `pytest --artstore` arms it later (`arm`): the store then
+    activates at JAX's import, as in a process started with no ARTSTORE_* name at all."""
+    code = (
+        "import sys, artifactstore_startup as s; s.arm('environment'); "
+        "print([f.how for f in sys.meta_path if isinstance(f, s._JaxImportHook)])"
+    )
+    for env in (activated_env(clean_env(ARTSTORE_NAMESPACE="team")), clean_env()):
+        assert python(code, env).stdout.strip() == "['environment']", env

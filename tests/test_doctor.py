@@ -90,6 +90,37 @@ def test_team_store_answers_and_secrets_stay_hidden(team_env: dict[str, str]) ->
     assert "***" in checks["index"]["url"] and "the store would be used" in verdict
 
 
+def test_a_wrong_but_existing_prefix_is_said_and_no_row_claims_otherwise(
+    team_env: dict[str, str],
+) -> None:
+    """ARTSTORE_URL one word off the team's (the bucket exists, the prefix was never
+    used). A writer there: the binding refuses its writes, so the access row does not say
+    it stores. A reader there loads nothing: doctor says the prefix never held an entry,
+    exit 1. The team's own prefix, as a reader, is the control: exit 0.
+
+    Slow: about 20 s on 2 busy cores; five `artstore` processes, four of them doctor's.
+    """
+    bound = artstore("db", "bind", env=team_env)  # the team's store: bucket and index one
+    assert bound.returncode == 0, bound.stderr
+    wrong = dict(team_env, ARTSTORE_URL=team_env["ARTSTORE_URL"] + "-typo")
+    proc = artstore("doctor", "--json", env=wrong)
+    checks = json.loads(proc.stdout)["checks"]
+    assert proc.returncode == 1 and checks["binding"]["state"] == "MISMATCH", proc.stdout
+    assert checks["access"]["status"] == "warn" and checks["access"]["stores"] is False
+    assert "every write is refused" in checks["access"]["detail"], checks["access"]
+    assert "never held an entry" in checks["object_store"]["detail"]
+
+    code, report, _ = _doctor(dict(wrong, ARTSTORE_READ_ONLY="1"))
+    never = (
+        f"{wrong['ARTSTORE_URL']}/default has never held an entry (no store identity, no "
+        "manifests): check ARTSTORE_URL"
+    )
+    assert code == 1 and never in report["verdict"], report["verdict"]
+    assert report["checks"]["access"]["status"] == "warn", report["checks"]["access"]
+    proc = artstore("doctor", "--json", env=dict(team_env, ARTSTORE_READ_ONLY="1"))
+    assert proc.returncode == 0 and "never held" not in proc.stdout, proc.stdout
+
+
 MISMATCH = """
 import sys
 from jax._src import compiler

@@ -150,6 +150,12 @@ def _read_only_tree(root: Path) -> None:
 def test_read_only_store_is_used_read_only(shared: Path) -> None:
     user = python_user()
     store = _made_store(shared)
+    # A store, not an empty directory: its identity, as its first writer makes it (a reader
+    # of a namespace that never held an entry loads nothing, and is told so).
+    bound = artstore(
+        "db", "bind", env=clean_env(ARTSTORE_URL=str(store), ARTSTORE_GROUP_READABLE="1")
+    )
+    assert bound.returncode == 0, bound.stderr
     _read_only_tree(store)
 
     env = _user_env(shared, user, ARTSTORE_URL=str(store))

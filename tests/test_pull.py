@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from artifactstore.cli.pull_cmd import summary
 from artifactstore.config import resolve
 from artifactstore.config.host import compute
 from artifactstore.errors import StoreUnavailable
-from artifactstore.formats import quick
+from artifactstore.formats import identity, quick
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.put import Put
 from artifactstore.runtime.summary import Summary
@@ -368,3 +369,30 @@ def test_a_pulled_node_is_offline_warm(team_env: dict[str, str], tmp_path: Path)
     summary = Summary.of([stats])
     assert (summary.hits, summary.compiles, summary.quick) == (2, 0, len(small))
     assert summary.degraded == 0 and summary.stored == 0
+
+
+def test_pull_from_a_prefix_that_never_held_an_entry_fails_saying_so(
+    team_env: dict[str, str], open_store: OpenStore, tmp_path: Path
+) -> None:
+    """A reader whose ARTSTORE_URL names an existing bucket but a prefix no writer ever
+    used (moto): no manifest and no store identity there. The pull fetches nothing and
+    says why in one line, exit 1. Once a writer made the namespace a store (its identity
+    object) and nothing is stored yet, a pull of nothing is no failure."""
+    wrong = team_env["ARTSTORE_URL"] + "-typo"
+    env = dict(team_env, ARTSTORE_URL=wrong, ARTSTORE_INDEX=NO_INDEX, ARTSTORE_READ_ONLY="1",
+               ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))  # fmt: skip
+    proc = artstore("pull", "--fingerprint", FP_A.digest, env=env)
+    line = (
+        f"{wrong}/default has never held an entry (no store identity, no manifests): "
+        "check ARTSTORE_URL and ARTSTORE_NAMESPACE"
+    )
+    assert proc.returncode == 1 and proc.stderr == f"artstore: error: {line}\n", proc.stderr
+    assert proc.stdout.startswith("fetched 0 entries") and proc.stdout.count("\n") == 1
+    as_json = artstore("pull", "--json", "--dry-run", "--fingerprint", FP_A.digest, env=env)
+    report = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and report["never_held"] == line and report["ok"] is False
+
+    writer = open_store(dict(team_env, ARTSTORE_URL=wrong), local_tier="off")
+    writer.blobs.put_identity(identity.encode(uuid.uuid4().hex))  # what a first writer makes
+    report = _pull(env, "--fingerprint", FP_A.digest)
+    assert (report["fetched"], report["never_held"], report["ok"]) == (0, None, True)

@@ -139,6 +139,32 @@ def test_a_typo_is_a_row_of_doctor(tmp_path: Path) -> None:
         assert human.returncode == proc.returncode == 0, human.stdout  # a warning only
 
 
+def test_doctor_says_off_where_a_typo_leaves_the_store_off(tmp_path: Path) -> None:
+    """No ARTSTORE_URL but `ARTSTORE_URLS`: programs here compile without the store, so
+    doctor's verdict is "off", naming the variable meant, exit 1. Known names alone, or
+    ARTSTORE_ACTIVATE=0 (off on purpose), are not that.
+
+    Slow: 15-25 s on 2 busy cores; four doctors, each importing JAX for its rows.
+    """
+    base = clean_env(XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    base.pop("ARTSTORE_ACTIVATE")
+    env = {**base, "ARTSTORE_URLS": str(tmp_path / "store")}
+    proc = artstore("doctor", "--json", env=env)
+    report = json.loads(proc.stdout)
+    off = (
+        "the store is off: ARTSTORE_URL is not set, but ARTSTORE_URLS (did you mean "
+        "ARTSTORE_URL?) is set"
+    )
+    assert proc.returncode == 1 and report["verdict"] == off and report["used"] == "no"
+    assert report["checks"]["activation"]["status"] == "fail"
+    human = artstore("doctor", env=env)
+    assert human.returncode == 1 and "verdict: the store is off" in human.stdout, human.stdout
+    for meant in ({**env, "ARTSTORE_ACTIVATE": "0"}, {**base, "ARTSTORE_NAMESPACE": "team"}):
+        proc = artstore("doctor", "--json", env=meant)
+        report = json.loads(proc.stdout)
+        assert proc.returncode == 0 and "would be used" in report["verdict"], report["verdict"]
+
+
 # The startup hook runs before the package can be imported (standard library only): it
 # reads the three variables that decide activation itself; a unit test keeps them equal.
 _OUTSIDE_CONFIG = {"startup/artifactstore_startup.py": {"ARTSTORE_URL"}}

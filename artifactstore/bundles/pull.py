@@ -32,6 +32,10 @@ copied (replacing the tier's copy); the others are counted as refused and never 
 The bound on sets read counts names of working sets only, so junk names cannot hide
 the team's sets.
 
+A namespace with no manifest to list and no store identity never held an entry: the
+pull says so (`never_held`) and fails, for an `ARTSTORE_URL` that names an existing but
+wrong bucket or prefix is what that looks like, and fetching nothing there is no success.
+
 At most `jobs` entries are in flight (their GETs in parallel), so at most `jobs`
 objects and their inflated executables are in memory at once. A failure of the object
 store or of the tier's disk stops the pull (what was kept stays kept).
@@ -48,7 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from artifactstore.blobstores import open_blobstore
+from artifactstore.blobstores import never_held, open_blobstore
 from artifactstore.blobstores.base import QUICK, WORKING_SETS
 from artifactstore.config import Settings
 from artifactstore.errors import ConfigError, CorruptObject, OverLimit, StoreUnavailable, one_line
@@ -99,10 +103,11 @@ class PullReport:
     working_sets_unlisted: str | None = None  # why they were not, if they were not read
     working_sets_refused: int = 0  # unreadable, or not signed by a trusted key: not copied
     stopped: str | None = None  # why the pull stopped early, if it did
+    never_held: str | None = None  # the namespace never held an entry: a wrong URL, likely
 
     @property
     def ok(self) -> bool:
-        return self.stopped is None and not self.failed
+        return self.stopped is None and not self.failed and self.never_held is None
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -272,6 +277,8 @@ def pull(
         halt(str(exc))
     finally:
         fetches.drain(None)
+    if report.stopped is None and not report.manifests:
+        report.never_held = _never_held(store, report)
     if report.stopped is None:  # else some manifests went unseen: their keys may be stored
         report.quick_keys = len(quick)
         if not dry_run:
@@ -283,6 +290,17 @@ def pull(
         _working_sets(store, tier, fingerprint, report, dry_run)
     report.tier_bytes = tier.object_bytes() if not dry_run else used
     return report
+
+
+def _never_held(parts: StoreParts, report: PullReport) -> str | None:
+    """The line saying this namespace never held an entry, where it did not: a pull there
+    fetched nothing from a store that never existed, and fails (a refused look is one
+    more reason the pull stopped)."""
+    try:
+        return never_held(parts.blobs, parts.settings)
+    except StoreUnavailable as exc:
+        report.stopped = str(exc)
+        return None
 
 
 def _quick_keys(parts: StoreParts, fingerprint: str, report: PullReport) -> set[str]:

@@ -133,6 +133,8 @@ def _store_checks(
                 lambda: doctor_store.check_binding(settings, index.data),
                 blocking=False,
             )
+            if checks["binding"].degraded:  # writers refuse to write there
+                checks["access"] = doctor_chain.refused_by(checks["access"], settings.namespace)
     checks["local_tier"] = tier
     checks["signing"] = _guard(
         "signing", lambda: doctor_store.check_signing(settings), blocking=False
@@ -212,7 +214,9 @@ def _check_variables() -> Check:
 
 def _check_activation() -> Check:
     """Whether programs that never call configure() use the store here (ARTSTORE_URL,
-    ARTSTORE_ACTIVATE), and whether this Python has the .pth hook that makes them."""
+    ARTSTORE_ACTIVATE), and whether this Python has the .pth hook that makes them. Off
+    while an `ARTSTORE_*` typo is set (of ARTSTORE_URL, say) fails: what was probably meant
+    does not turn it on, and the verdict says "off"."""
     import site
 
     from artifactstore.runtime.run import startup_module
@@ -220,8 +224,12 @@ def _check_activation() -> Check:
     dirs = [*site.getsitepackages(), site.getusersitepackages()]
     found = [Path(d) / "artifactstore_startup.pth" for d in dirs]
     hook = next((str(p) for p in found if p.is_file()), None)
-    how = startup_module().mode(os.environ)
+    startup = startup_module()
+    how = startup.mode(os.environ)
     data = {"hook": hook, "active": how is not None}
+    off = _config.off_line() if how is None and startup.unasked(os.environ) else None
+    if off is not None:
+        return Check("activation", "fail", off, verdict=off, data=data, off=True)
     if hook is None:
         detail = (
             "no startup hook in this Python's site-packages (reinstall artifactstore): "

@@ -132,6 +132,9 @@ def check_access(settings: _config.Settings, objects: Check, index: Check, tier:
         why = f"entries stored without a manifest are not found: {index.verdict or index.detail}"
         detail = f"{loads} by their manifests, stores nothing (read-only); {why}"
         return Check("access", "warn", detail, why, blocking=False, data=data, degrades=True)
+    if settings.read_only and objects.data.get("never_held"):  # the object store's row says
+        detail = f"{loads}: none there to load, stores nothing (read-only)"
+        return Check("access", "warn", detail, blocking=False, data=data)
     if settings.read_only:
         detail = f"{loads}, stores nothing (read-only: ARTSTORE_READ_ONLY=1)"
         return Check("access", "ok", detail, blocking=False, data=data)
@@ -176,6 +179,16 @@ def check_access(settings: _config.Settings, objects: Check, index: Check, tier:
         data=data,
         verdict=why if "every write is refused" in why else f"every write is refused: {why}{fix}",
     )
+
+
+def refused_by(access: Check, namespace: str) -> Check:
+    """The access row of a writer whose binding row refuses every write (bucket and index
+    are not one store): it loads and stores nothing, as the binding row's verdict says."""
+    if not access.data.get("stores"):
+        return access  # it says already that writes are refused, or that none are made
+    detail = f"loads entries of namespace {namespace}, but every write is refused: see binding"
+    data = dict(access.data, stores=False)
+    return Check("access", "warn", detail, blocking=False, data=data)
 
 
 def binding_not_checked() -> Check:

@@ -1,7 +1,8 @@
 """`artstore doctor`'s rows, its verdict and exit code, and how they are printed.
 
 The exit code says whether programs here would use the store as configured: 0 yes;
-1 no (a `blocking` row failed: they compile as if there were no store) or degraded
+1 no (a `blocking` row failed: they compile as if there were no store; an `off` row: the
+environment was meant to turn the store on and does not, the verdict is "off") or degraded
 (a row that `degrades`: they use it, but not as configured, e.g. every write refused).
 The table fits 100 columns: long details wrap under their column.
 """
@@ -35,6 +36,7 @@ class Check:
     blocking: bool = True
     data: dict[str, Any] = field(default_factory=dict)
     degrades: bool = False
+    off: bool = False  # failed: nothing turns the store on here, the verdict is this row's
 
     @property
     def blocks(self) -> bool:
@@ -73,6 +75,9 @@ class Report:
 
 def conclude(checks: dict[str, Check], read_only: bool, where: str) -> Report:
     """The verdict and exit code of `checks`; `where`: the store, as the verdict names it."""
+    off = [c.verdict for c in checks.values() if c.off and c.status == "fail"]
+    if off:
+        return Report(checks, False, _scrub("; ".join(off)))
     blocked = _unique(c.verdict or f"{c.label}: {c.detail}" for c in checks.values() if c.blocks)
     pending = [c for c in checks.values() if c.blocking and c.status == "skip"]
     degraded = _unique(c.verdict or f"{c.label}: {c.detail}" for c in checks.values() if c.degraded)
@@ -80,8 +85,6 @@ def conclude(checks: dict[str, Check], read_only: bool, where: str) -> Report:
         why = blocked or [f"{c.label} not checked" for c in pending]
         return Report(checks, False, _scrub("the store is not used: " + "; ".join(why)))
     stores = checks.get("access") is not None and checks["access"].data.get("stores", False)
-    if "binding" in checks and checks["binding"].degraded:  # writers refuse to write there
-        stores = False
     used: Literal["read-write", "read-only"] = "read-write" if stores else "read-only"
     if degraded:
         verdict = f"the store would be used {used} ({where}), not as configured: " + "; ".join(

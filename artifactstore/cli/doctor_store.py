@@ -51,14 +51,37 @@ def check_objects(settings: _config.Settings) -> Check:
         )
     if settings.blobs.scheme == "s3":
         data["writable"] = not settings.read_only  # a bucket's write grant is not readable
-        return Check("object store", "ok", f"{blobs.describe()}: answers", data=data)
-    data["writable"] = state != "readable only"
-    if state == "readable only" and not settings.read_only:
-        detail = (
-            f"{base}: readable, not writable by this user: programs load from it and store nothing"
-        )
-        return Check("object store", "warn", detail, data=data)
-    return Check("object store", "ok", f"{blobs.describe()}: {state}", data=data)
+        detail = f"{blobs.describe()}: answers"
+    else:
+        data["writable"] = state != "readable only"
+        if state == "readable only" and not settings.read_only:
+            detail = (
+                f"{base}: readable, not writable by this user: programs load from it and "
+                "store nothing"
+            )
+            return Check("object store", "warn", detail, data=data)
+        detail = f"{blobs.describe()}: {state}"
+    return _held(settings, blobs, detail, data)
+
+
+def _held(settings: _config.Settings, blobs: Any, detail: str, data: dict[str, Any]) -> Check:
+    """The row of an object store that answers, saying where its namespace never held an
+    entry (`blobstores.never_held`): a reader there loads nothing (degraded: a wrong
+    bucket or prefix, likely); a writer there is the first (it creates the identity)."""
+    from artifactstore.blobstores import never_held
+
+    try:
+        never = call_with_timeout(lambda: never_held(blobs, settings), settings.timeout_secs)
+    except Exception as exc:  # the listing or the identity refused: not known
+        return Check("object store", "ok", f"{detail} (not listed: {one_line(exc)})", data=data)
+    data["never_held"] = never
+    if never is None:
+        return Check("object store", "ok", detail, data=data)
+    if settings.read_only:
+        row = f"{detail}, but {never}"
+        return Check("object store", "warn", row, never, data=data, degrades=True)
+    first = "; it never held an entry: the first writer creates its identity"
+    return Check("object store", "ok", detail + first, data=data)
 
 
 def _s3_fix(settings: _config.Settings, why: str) -> str:

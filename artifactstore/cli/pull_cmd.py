@@ -70,7 +70,9 @@ def pull_cmd(
     the tier's bound (ARTSTORE_LOCAL_TIER_SIZE) is kept, and what would exceed it
     is skipped and counted. The keys of this fingerprint that writers found too
     quick to store are learned too, so that processes here never look them up.
-    Exits 1 if the pull stopped or an entry failed.
+    Exits 1 if the pull stopped or an entry failed, or where the namespace never held
+    an entry (no store identity, no manifests: ARTSTORE_URL names another bucket or
+    prefix, likely).
     """
     from artifactstore.bundles import pull as _pull
     from artifactstore.formats.codec import check_digest
@@ -131,6 +133,8 @@ def pull_cmd(
         print_json({**report.to_json(), **({"would_fetch": would} if dry_run else {})})
     else:
         click.echo(summary(report))
+    if report.never_held:
+        fail(report.never_held)
     if not report.ok:
         sys.exit(EXIT_FAIL)
 

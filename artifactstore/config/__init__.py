@@ -16,7 +16,13 @@ from artifactstore.config.settings import Settings, default_cache_dir, resolve
 from artifactstore.config.table import SETTINGS, Var, help_text
 from artifactstore.config.urls import BlobLocation, parse_blob_url, parse_index_url
 from artifactstore.config.values import check_namespace, parse_bool, parse_float
-from artifactstore.config.variables import VARIABLES, from_environment, to_environment, typo_lines
+from artifactstore.config.variables import (
+    VARIABLES,
+    from_environment,
+    off_line,
+    to_environment,
+    typo_lines,
+)
 from artifactstore.errors import ConfigError
 
 __all__ = [
@@ -32,6 +38,7 @@ __all__ = [
     "defaults",
     "from_environment",
     "help_text",
+    "off_line",
     "parse_blob_url",
     "parse_bool",
     "parse_float",

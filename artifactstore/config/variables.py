@@ -4,6 +4,11 @@ A variable in neither table is a typo, warned about once, naming the nearest rea
 (`typos`): an unknown name is otherwise ignored, so `READONLY=1` for `READ_ONLY` would
 leave a process read-write, and `NAMESPCE` would write to `default`, without a word.
 Programs warn at configure/activation, the CLI on stderr, `artstore doctor` in a row.
+Where nothing turns the store on (`off_line`: no `ARTSTORE_URL`), a typo would otherwise
+go unsaid, a mistyped `ARTSTORE_URL` above all: the start-up hook says it when the
+program imports JAX, and doctor's verdict is "off". Known names never count there: every
+setting is read without `ARTSTORE_URL` too (by `configure()` in a program, and by the
+`artstore` commands).
 """
 
 from __future__ import annotations
@@ -83,6 +88,20 @@ def typo_lines(environ: Mapping[str, str] | None = None) -> list[str]:
         hint = f"did you mean {near}?" if near else "see the configuration reference"
         lines.append(f"{name} is not an artifactstore variable and is ignored: {hint}")
     return lines
+
+
+def off_line(environ: Mapping[str, str] | None = None) -> str | None:
+    """One sentence for a process the environment does not turn the store on in, where
+    `ARTSTORE_*` names that are none of ours are set (None where none is), each with the
+    nearest real one: what was probably meant instead."""
+    named = [
+        f"{name} ({f'did you mean {near}?' if near else 'no such variable'})"
+        for name, near in typos(environ)
+    ]
+    if not named:
+        return None
+    said = f"{named[0]} is" if len(named) == 1 else f"{', '.join(named)} are"
+    return f"the store is off: {ENV_PREFIX}URL is not set, but {said} set"
 
 
 def from_environment(keyword: str, environ: Mapping[str, str] | None = None) -> str:

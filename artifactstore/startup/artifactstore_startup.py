@@ -1,8 +1,8 @@
 """Activates artifactstore from the environment in any Python process, before its program runs.
 
 `install()` runs at interpreter start, from `artifactstore_startup.pth` in site-packages
-(only when ARTSTORE_URL or ARTSTORE_ACTIVATE is set: a process without them pays one
-environment lookup; never in `python -I` or `-E`, which promise to ignore the environment)
+(only when an `ARTSTORE_*` variable is set: a process without one pays a look at the
+environment's names; never in `python -I` or `-E`, which promise to ignore the environment)
 and from the `sitecustomize` beside this file, which `artstore warm`
 and `artstore run` put first on PYTHONPATH; importing the module does nothing (`artstore
 doctor` reads `mode()`). It then waits for `jax` to be imported (a meta path finder, so a
@@ -15,7 +15,11 @@ serves (`artifactstore.torch_xla`, the same settings; imported only by such a pr
   environment's settings would (`artifactstore.jaxhook.environment`); an explicit
   `configure()` in the program wins;
 - ARTSTORE_ACTIVATE=0: none of this, for this process (read again when JAX is imported,
-  so a program or a conftest.py can set it before importing JAX).
+  so a program or a conftest.py can set it before importing JAX);
+- none of them, but other `ARTSTORE_*` names: the store stays off, and where one of those
+  names is none of ours (a mistyped ARTSTORE_URL), one line says so when JAX is imported,
+  naming the variable probably meant (`artifactstore.config.variables.off_line`, imported
+  only then: a process that never imports JAX, pip say, loads nothing and says nothing).
 
 A top-level module, standard library only, because it runs in every such process and may
 run where artifactstore is not importable at all; it never raises into the program.
@@ -37,6 +41,8 @@ from types import ModuleType
 WARM_VAR = "ARTSTORE_WARM"
 ACTIVATE_VAR = "ARTSTORE_ACTIVATE"
 URL_VAR = "ARTSTORE_URL"
+PREFIX = "ARTSTORE_"
+OFF = "off"  # how: nothing turns the store on, though ARTSTORE_* names are set
 _ON = frozenset({"1", "true", "yes", "on"})
 _OFF = frozenset({"0", "false", "no", "off"})
 
@@ -60,11 +66,22 @@ def mode(environ: os._Environ[str] | dict[str, str] = os.environ) -> str | None:
     return None
 
 
+def unasked(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+    """Whether `ARTSTORE_*` names are set, yet none turns the store on or off: no
+    ARTSTORE_URL, ARTSTORE_ACTIVATE or ARTSTORE_WARM (a typo in one of them, say)."""
+    if environ.get(ACTIVATE_VAR, "").strip() or environ.get(WARM_VAR) or environ.get(URL_VAR):
+        return False
+    return any(name.startswith(PREFIX) for name in environ)
+
+
 # The modules whose import activates the store: JAX, and torch-xla's adapter.
 WATCHED = ("jax", "torch_xla")
 
 
 def _activate(how: str, module: str = "jax") -> None:
+    if how == OFF:
+        _say_off()
+        return
     if mode() is None:  # ARTSTORE_ACTIVATE=0 set by the program itself before importing JAX
         return
     try:
@@ -86,6 +103,25 @@ def _activate(how: str, module: str = "jax") -> None:
             "compiling as usual",
             file=sys.stderr,
         )
+
+
+_said_off = False
+
+
+def _say_off() -> None:
+    """The one line of a process whose store is off where an ARTSTORE_* typo is set."""
+    global _said_off
+    if _said_off or not unasked():  # said, or the program has set the switch since
+        return
+    _said_off = True
+    try:
+        from artifactstore.config.variables import off_line
+
+        line = off_line()
+    except Exception:  # artifactstore not importable: nothing to compare the names with
+        return
+    if line:
+        print(f"artifactstore: {line}", file=sys.stderr)
 
 
 class _Loader:
@@ -153,6 +189,8 @@ def install() -> None:
         return
     try:
         how = mode()
+        if how is None and unasked():
+            how = OFF
         if how is not None:
             arm(how)
     except Exception as exc:  # never into the program
@@ -167,10 +205,13 @@ def arm(how: str) -> None:
     for module in WATCHED:
         if module in sys.modules:
             _activate(how, module)
-    if not all(m in sys.modules for m in WATCHED) and not any(
-        isinstance(f, _JaxImportHook) for f in sys.meta_path
-    ):
+    if all(m in sys.modules for m in WATCHED):
+        return
+    armed = [f for f in sys.meta_path if isinstance(f, _JaxImportHook)]
+    if not armed:
         sys.meta_path.insert(0, _JaxImportHook(how))  # type: ignore[arg-type]
+    elif armed[0].how == OFF:  # the pytest plugin turns on what nothing had
+        armed[0].how = how
 
 
 def disable() -> None:
