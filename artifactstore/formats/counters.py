@@ -133,6 +133,9 @@ NAMES: dict[str, Name] = {
     "put_errors": Name("uploads that failed", _ERRORS, "put"),
     "put_skipped": _refused("uploads dropped while the backend was failing"),
     "skipped_read_only": Name("compiles not stored: ARTSTORE_READ_ONLY"),
+    "skipped_unsigned": Name(
+        "compiles not stored: signatures required, ARTSTORE_SIGNING_KEY not set"
+    ),
     "kept_in_tier": Name("compiled while the store was down: kept in this host's tier"),
     "store_mismatch": Name("writes refused: object store and index are not one store"),
     "named_removed_not_stored": Name("named builds of a removed version: not stored"),

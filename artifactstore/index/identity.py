@@ -35,6 +35,22 @@ def bind(engine: Engine, namespace: str, store_id: str, *, replace: bool = False
     return str(value)
 
 
+def may_bind(engine: Engine, namespace: str) -> None:
+    """Raise what recording an identity for `namespace` would raise (a login the namespace
+    was never granted: row-level security), recording nothing. Asked before the object
+    store's identity object is created, which is never deleted: a writer its index refuses
+    must not leave the namespace bound to nothing in the team's bucket."""
+    probe = upsert(engine, IdentityRow).values(
+        namespace=namespace, store_id="probe", bound_at=utcnow()
+    )
+    with engine.connect() as conn:
+        tx = conn.begin()
+        try:
+            conn.execute(probe.on_conflict_do_nothing(index_elements=["namespace"]))
+        finally:
+            tx.rollback()
+
+
 def entry_count(engine: Engine, namespace: str) -> int:
     stmt = select(func.count()).select_from(Entry).where(Entry.namespace == namespace)
     with engine.connect() as conn:

@@ -146,6 +146,12 @@ class Store:
         return self.writes.gate.refused
 
     @property
+    def writes_unsigned(self) -> bool:
+        """Whether this writer's entries are refused for want of a signing key (the store
+        requires signatures and ARTSTORE_SIGNING_KEY is not set): it stores nothing."""
+        return not self.writes.signs
+
+    @property
     def journals_hits(self) -> bool:
         """Whether hits go to a hit journal in the object store: on a database server
         that this process has not opened (a reader, or a writer that only read so far)."""

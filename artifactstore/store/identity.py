@@ -186,6 +186,7 @@ def bind(
     if found.state != UNBOUND:
         return _awaited(*pair, found) if found.other is not None else found
     store_id = uuid.uuid4().hex
+    ix.may_bind(engine, namespace)  # raises, before the object exists, where the index refuses
     if not blobs.put_identity(encode(store_id)):  # another first writer's, just created
         return _awaited(*pair, check(*pair))
     if ix.bind(engine, namespace, store_id) != store_id:  # another process bound the index

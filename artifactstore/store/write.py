@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("artifactstore")
 
 UNSIGNED_WRITE = (
-    "storing unsigned entries in a store that requires signatures: readers will not load "
-    "them; set ARTSTORE_SIGNING_KEY to a key from `artstore keygen` (readers list its .pub)"
+    "this store requires signatures and ARTSTORE_SIGNING_KEY is not set: this process "
+    "stores nothing (no reader would load an unsigned entry; it compiles as usual); set "
+    "ARTSTORE_SIGNING_KEY to the writer's key from `artstore keygen`"
 )
 
 
@@ -57,11 +58,30 @@ class WritePath:
         """Store `put` synchronously; True if this call created the entry. An object that
         is encoded already (a bundle's) is stored byte for byte, never re-encoded, so its
         signature stays its writer's: the caller verified it (`Store.verify`)."""
+        if self.unsigned(put):
+            return False
         admitted, existing = self.admit(put.key)
         if not admitted:
             return False
         put = stamped(put)
         return self.commit(put, encode_entry(put, self.backends.settings), existing)
+
+    @property
+    def signs(self) -> bool:
+        """Whether this writer's entries can be loaded where signatures are required."""
+        settings = self.backends.settings
+        return settings.signing_key is not None or not settings.require_signatures
+
+    def unsigned(self, put: Put) -> bool:
+        """Whether `put` is refused (counted, said once) because it would be stored
+        unsigned where signatures are required: readers would load none of it, and its
+        row would hold the key until a signed writer replaced it. An object encoded
+        already (a verified bundle's) keeps its writer's signature and goes on."""
+        if self.signs or isinstance(put.payload, codec.Encoded):
+            return False
+        self.counters.add("skipped_unsigned")
+        self.backends.warn_once("unsigned-write", UNSIGNED_WRITE)
+        return True
 
     def admit(self, key: str) -> tuple[bool, EntryInfo | None]:
         """(whether a put of `key` goes on, the entry it replaces): no on a read-only
@@ -140,8 +160,6 @@ class WritePath:
             # byte-identical across processes): drop our now-unreferenced copy.
             self._drop_if_unreferenced(encoded.digest)
         if created:
-            if encoded.signer is None and self.backends.settings.require_signatures:
-                self.backends.warn_once("unsigned-write", UNSIGNED_WRITE)
             self.publish_checked(entry, callbacks=put.callbacks)
             for listener in self.on_stored:
                 listener()

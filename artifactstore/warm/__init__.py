@@ -65,6 +65,8 @@ NOT_STORED = {
     "policy): warm with the writer role's credentials",
     "read-only": "the process stores nothing (ARTSTORE_READ_ONLY, or configure(read_only=True) "
     "in the command)",
+    "unsigned": "the store requires signatures and ARTSTORE_SIGNING_KEY is not set (a "
+    "typo in its name? the warning above says): set it to the writer's key",
     "quota": "a quota of the object store or database refused them",
     "upload": "their upload failed (the warning above says why)",
     "threshold": "compiled under ARTSTORE_MIN_COMPILE_SECS (the command configured a "

@@ -198,6 +198,8 @@ def _why_not_created(store: Any, key: str, unloadable: set[str]) -> str | None:
         return "write gate"
     if store.read_only:
         return "read-only"
+    if store.writes_unsigned:
+        return "unsigned"
     if key in unloadable:  # the stored entry stays, and it does not load here
         return "unloadable"
     return None
