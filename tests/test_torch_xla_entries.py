@@ -172,6 +172,50 @@ def _altered(bundle: bytes) -> bytes:
     return zstandard.ZstdCompressor().compress(raw.getvalue())
 
 
+def test_a_file_torch_xla_cannot_load_is_a_miss(writer: dict[str, Any]) -> None:
+    """Slow: a process whose client cannot deserialize (torch-xla's CPU client; the
+    stand-in with FAKE_TORCH_XLA_NO_DESERIALIZE) has every file placed, finds each, loads
+    none and compiles each again (erasing it, then writing its own: stored already, so
+    not stored again): misses and no time saved, in its stats, the run summary, the
+    metrics and the index's `stats` (its hit journal folded); said in one line."""
+    env, root = writer["env"], writer["root"]
+    before = _json(env, "stats")
+    prom = root / "prom-cpu"
+    prom.mkdir()
+    reader = _job(
+        env,
+        root / "host-cpu",
+        run=True,
+        FAKE_TORCH_XLA_NO_DESERIALIZE="1",
+        PROMETHEUS_MULTIPROC_DIR=str(prom),
+        ARTSTORE_TIMEOUT="60",  # a loaded machine's moto: the fill must reach the store
+    )
+    assert reader["counters"] == {"PersistentCacheDeserializeFailure": 3}, reader["_stderr"]
+    stats = reader["stats"]
+    assert stats["torch_xla_placed"] == 3
+    assert stats.get("hits", 0) == stats["loads"] == stats["compile_ms_saved"] == 0
+    assert stats["misses"] == stats["compiles"] == stats["lookups_missed"] == 3
+    assert stats.get("stored", 0) == 0
+    found = SUMMARY.search(reader["_stderr"])
+    assert found, reader["_stderr"]
+    assert [int(n) for n in found.groups()[:2]] == [0, 3]
+    assert reader["_stderr"].count("cannot deserialize") == 1, reader["_stderr"]
+    proc = artstore("metrics", "--multiprocess-dir", str(prom), env=env)
+    assert proc.returncode == 0, proc.stderr
+    totals = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(proc.stdout)
+        for sample in family.samples
+        if sample.name in ("artstore_hits_total", "artstore_misses_total")
+    }
+    assert totals.get("artstore_hits_total", 0) == 0 and totals["artstore_misses_total"] == 3
+    assert artstore("fold", env=env).returncode == 0  # its hit journal, into the index
+    after = _json(env, "stats")
+    assert after["hits"] == before["hits"]
+    assert after["compile_secs_saved"] == before["compile_secs_saved"]
+    assert after["misses"] == before["misses"] + 3
+
+
 def test_quotas_and_gc_evict_them_by_lru(writer: dict[str, Any], open_store: OpenStore) -> None:
     """A quota counts their bytes; gc evicts the least recently used entry to meet it,
     a torch-xla one as a JAX one (last: it changes the writer's store)."""

@@ -84,12 +84,20 @@ def save_batch(path: str, params, x, y) -> None:  # type: ignore[no-untyped-def]
     np.savez(path, **saved)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def mlp_arguments(
+    doc: str | None, *, layers: int, width: int, batch: int
+) -> argparse.ArgumentParser:
+    """The MLP examples' parser: steps and the model's size (this one's, torch_xla_mlp's)."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
     p.add_argument("--steps", type=int, default=3, help="training steps")
-    p.add_argument("--layers", type=int, default=8, help="hidden layers")
-    p.add_argument("--width", type=int, default=128)
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--layers", type=int, default=layers, help="hidden layers")
+    p.add_argument("--width", type=int, default=width)
+    p.add_argument("--batch", type=int, default=batch)
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = mlp_arguments(__doc__, layers=8, width=128, batch=32)
     p.add_argument("--store", action="store_true", help="call artifactstore.configure()")
     p.add_argument("--jax-cache", metavar="DIR", help="use JAX's own persistent cache")
     p.add_argument("--named", metavar="NAME@VERSION", help="the step as a named executable")

@@ -165,7 +165,9 @@ NAMES: dict[str, Name] = {
     # -- torch-xla's persistent cache (artifactstore.torch_xla): its files are entries;
     # torch-xla's own counters also count as the process's loads, misses and compiles --
     "torch_xla_listed": Name("stored torch-xla files listed for this platform (tier, store)"),
-    "torch_xla_placed": Name("stored torch-xla files placed in its cache (verified; hits)"),
+    "torch_xla_placed": Name(
+        "stored torch-xla files placed in its cache (verified; each a hit once loaded)"
+    ),
     "torch_xla_placed_bytes": Name("bytes of the torch-xla files placed"),
     "torch_xla_refused": _refused("stored torch-xla files not placed: not this key's file"),
     "torch_xla_over_bound": Name("torch-xla files not placed: over ARTSTORE_LOCAL_TIER_SIZE"),
@@ -174,12 +176,14 @@ NAMES: dict[str, Name] = {
     "torch_xla_queued": Name("torch-xla files handed to the store (`stored` counts them)"),
     "torch_xla_over_limit": Name("torch-xla files not stored: over ARTSTORE_MAX_EXECUTABLE_SIZE"),
     "torch_xla_below_threshold": Name("torch-xla files not stored: quicker to compile"),
-    "torch_xla_cache_hits": Name("torch-xla's PersistentCacheHit: graphs it loaded (loads)"),
+    "torch_xla_cache_hits": Name(
+        "torch-xla's PersistentCacheHit: graphs it loaded (loads; placed files' hits)"
+    ),
     "torch_xla_cache_misses": Name(
         "torch-xla's PersistentCacheMiss: graphs it found no file of (misses, compiles)"
     ),
     "torch_xla_cache_deserialize_failures": Name(
-        "torch-xla's PersistentCacheDeserializeFailure: a file it could not load (compiles)"
+        "torch-xla's PersistentCacheDeserializeFailure: a file it could not load (misses, compiles)"
     ),
     # -- circuit breakers ---------------------------------------------------------------
     "breaker_opened": Name(

@@ -30,6 +30,7 @@ from artifactstore.errors import ArtstoreError, one_line
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.runtime import process, summary
 from artifactstore.runtime.session import Session, warn_once
+from artifactstore.store.chain import Chain, Found
 from artifactstore.torch_xla.cachedir import CacheDir
 from artifactstore.torch_xla.fill import fill
 from artifactstore.torch_xla.newfiles import NewFiles, Samples, warn_not_ours
@@ -49,13 +50,14 @@ FILLED = {
     "failed": "torch_xla_failed",
 }
 # torch-xla's own counters (its CompileTime metric's total, in ms) -> the process's names
-# each adds to: a graph it loaded is a load; one it found no file of, a miss (a lookup
-# that found nothing, for the index's hit rate) and a compile; one it could not load
-# (on the CPU, every placed one), a compile.
+# each adds to: a graph it loaded is a load (and a placed file claimed as a hit); one it
+# found no file of, a miss (a lookup that found nothing usable, for the index's hit rate)
+# and a compile; one whose file it could not load (on the CPU, every placed one), the same.
+_MISSED = ("misses", "lookups_missed", "compiles")
 TORCH_XLA_COUNTERS = {
     "PersistentCacheHit": ("torch_xla_cache_hits", "loads"),
-    "PersistentCacheMiss": ("torch_xla_cache_misses", "misses", "lookups_missed", "compiles"),
-    "PersistentCacheDeserializeFailure": ("torch_xla_cache_deserialize_failures", "compiles"),
+    "PersistentCacheMiss": ("torch_xla_cache_misses", *_MISSED),
+    "PersistentCacheDeserializeFailure": ("torch_xla_cache_deserialize_failures", *_MISSED),
     "CompileTime": ("compile_ms",),
 }
 
@@ -65,12 +67,20 @@ class Adapter:
     the JAX hook: runtime.process), the fingerprint, the cache directory."""
 
     def __init__(
-        self, session: Session, fingerprint: Fingerprint, directory: CacheDir, placed: set[str]
+        self,
+        session: Session,
+        fingerprint: Fingerprint,
+        directory: CacheDir,
+        placed: dict[str, Found],
     ) -> None:
         self.session = session
         self.fingerprint = fingerprint
         self.directory = directory
-        self.placed = placed
+        self.placed = set(placed)
+        # Placed files not yet claimed as hits, in the order placed, and how each was left
+        # (a writer's torch-xla erases a file it could not load, then writes its own).
+        self._unclaimed = list(placed.items())
+        self._as_placed = {f.name: f for f in directory.files() if f.name in placed}
         self.new_files: NewFiles | None = None
         self._closed = False
         self._lock = threading.Lock()
@@ -90,17 +100,55 @@ class Adapter:
 
     def take_counts(self) -> None:
         """Count what torch-xla counted since the last time (it tells nobody as it
-        counts): before each snapshot of the process's counters, and at exit."""
+        counts): before each snapshot of the process's counters, and at exit. A placed
+        file is a hit only once torch-xla has loaded one: one it could not deserialize
+        is a miss, and saved no time."""
         now = _torch_xla_counts()
         with self._lock:
             grown = {
                 k: v - self._seen.get(k, 0) for k, v in now.items() if v > self._seen.get(k, 0)
             }
             self._seen.update(now)
+            failed = int(grown.get("PersistentCacheDeserializeFailure", 0))
+            loaded = self._loaded(int(grown.get("PersistentCacheHit", 0)), failed)
         counters, digest = self.session.counters, self.fingerprint.digest
         for name, n in grown.items():
             for ours in TORCH_XLA_COUNTERS[name]:
                 counters.add(ours, n, fingerprint=digest)
+        for found in loaded:
+            _claim(found)
+        if failed:
+            self._say_unloadable(failed)
+
+    def _loaded(self, loads: int, failures: int) -> list[Found]:
+        """The placed files to count as hits for `loads` new loads (torch-xla counts them,
+        it does not name them): the unclaimed ones in the order placed, less those it
+        erased after failing to load them (a writer's; a reader's stay as placed)."""
+        if failures:
+            now = {f.name: f for f in self.directory.files()}
+            self._unclaimed = [
+                (name, found)
+                for name, found in self._unclaimed
+                if now.get(name) == self._as_placed.get(name)
+            ]
+        taken, self._unclaimed = self._unclaimed[:loads], self._unclaimed[loads:]
+        return [found for _, found in taken]
+
+    def _say_unloadable(self, failed: int) -> None:
+        """Once per process: placed files torch-xla found and could not load."""
+        if self.fingerprint.platform_version.startswith("CPU;"):
+            warn_once(
+                "torch-xla-unloadable",
+                "torch-xla's CPU client cannot deserialize a stored executable: each graph "
+                "whose file the store placed compiles again, counted as a miss",
+            )
+        else:
+            warn_once(
+                "torch-xla-unloadable",
+                "torch-xla could not load %d stored file(s) it found: compiled again, "
+                "counted as misses",
+                failed,
+            )
 
     def start_storing(self) -> None:
         """A writer: store what torch-xla writes, in the background and first thing at exit."""
@@ -297,6 +345,14 @@ def _finish_in_multiprocessing_children() -> None:
         from multiprocessing import util
 
         util.Finalize(None, _at_exit, exitpriority=10)
+
+
+def _claim(found: Found) -> None:
+    """Count a placed file as the hit it was found as, now that torch-xla loaded it."""
+    try:
+        Chain.claim(found)
+    except Exception as exc:
+        log.debug("artifactstore: torch-xla hit not counted: %s", one_line(exc))
 
 
 def _compile_times() -> Samples:

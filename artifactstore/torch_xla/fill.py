@@ -7,8 +7,10 @@ first digits: formats.torchxla), listed from this host's tier and from the store
 manifests (one LIST; a reader's credentials suffice, no database); each is fetched
 through the session's one lookup chain (tier, then store: digest, envelope, fingerprint,
 key, sizes and, where required, signature verified), its frame checked (the name a plain
-hash that yields the entry's key) and only then placed, atomically. A placed file is
-counted as the chain counts a hit (an access for LRU) when it is placed. Bounded: at most
+hash that yields the entry's key) and only then placed, atomically. A placed file is not
+yet a hit: the adapter claims it (counted as the chain counts a hit, an access for LRU)
+when torch-xla reports that it loaded one, since a client that cannot deserialize it
+(torch-xla's CPU client) compiles the graph again. Bounded: at most
 MAX_FILES files and ARTSTORE_LOCAL_TIER_SIZE bytes; what is refused or over the bound is
 counted, never placed. Nothing here raises into the program: a failure is a file less.
 """
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 from artifactstore.blobstores.base import MANIFESTS
 from artifactstore.errors import CorruptObject, one_line
 from artifactstore.formats.torchxla import key_prefix, unframe
-from artifactstore.store.chain import Chain, Found, Request
+from artifactstore.store.chain import Found, Request
 from artifactstore.store.lanes import Lane
 from artifactstore.store.notices import warn_once
 
@@ -49,11 +51,12 @@ def fill(
     *,
     max_files: int = MAX_FILES,
     max_bytes: int | None = None,
-) -> tuple[Counter[str], set[str]]:
-    """Place `fingerprint`'s stored files in `directory`: (counts, names placed).
+) -> tuple[Counter[str], dict[str, Found]]:
+    """Place `fingerprint`'s stored files in `directory`: (counts, the verified hit each
+    name placed came from, in the order placed).
     Counts: listed, placed, placed_bytes, refused, over_bound, missing, failed."""
     counts: Counter[str] = Counter()
-    placed: set[str] = set()
+    placed: dict[str, Found] = {}
     keys = list(islice(_listed(session, fingerprint), max_files))
     counts["listed"] = len(keys)
     bound = session.settings.local_tier_bytes if max_bytes is None else max_bytes
@@ -88,8 +91,7 @@ def fill(
         if new:
             with lock:
                 counts["placed"] += 1
-                placed.add(name)
-            _claim(found)
+                placed[name] = found
 
     def guarded(key: str) -> None:
         try:
@@ -104,14 +106,6 @@ def fill(
             fetches.submit("torch-xla fill", functools.partial(guarded, key))
         fetches.drain(None)
     return counts, placed
-
-
-def _claim(found: Found) -> None:
-    """Count the hit now that the file is where torch-xla will look (as a load ahead's)."""
-    try:
-        Chain.claim(found)
-    except Exception as exc:
-        log.debug("artifactstore: torch-xla hit not counted: %s", one_line(exc))
 
 
 def _listed(session: Session, fingerprint: str) -> Iterator[str]:

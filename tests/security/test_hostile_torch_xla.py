@@ -123,7 +123,7 @@ def test_only_well_formed_files_of_their_own_key_are_placed(reader: Reader) -> N
         directory = CacheDir.make(reader.settings, fingerprint.digest)
         parent = directory.path.parent
         counts, placed = fill(reader.session, fingerprint.digest, directory)
-        assert placed == set(expected)
+        assert set(placed) == set(expected)
         assert sorted(os.listdir(directory.path)) == sorted(placed)  # no temporary file left
         for name in placed:
             assert (directory.path / name).read_bytes() == expected[name]

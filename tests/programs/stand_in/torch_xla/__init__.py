@@ -5,6 +5,9 @@ and holds what this graph compiles to, else the graph is compiled (counted as to
 counts: PersistentCacheHit, PersistentCacheMiss, PersistentCacheDeserializeFailure;
 its time in CompileTime) and, unless the cache is read only, its file written.
 FAKE_TORCH_XLA_COMPILED=1: it compiled already, so its cache can no longer be set.
+FAKE_TORCH_XLA_NO_DESERIALIZE=1: a client that cannot deserialize (torch-xla's CPU
+client): every file found fails to load and, unless the cache is read only, is erased
+before the graph is compiled and its own file written, as torch-xla does.
 """
 
 from __future__ import annotations
@@ -35,15 +38,19 @@ def executable(graph: str) -> bytes:
 def compile(graph: str) -> bytes:
     cache = os.environ.get("XLA_PERSISTENT_CACHE_PATH")
     path = Path(cache) / graph_hash(graph) if cache else None
+    read_only = os.environ.get("XLA_PERSISTENT_CACHE_READ_ONLY") == "1"
     if path is not None and path.is_file():
-        if path.read_bytes() == executable(graph):
+        loads = os.environ.get("FAKE_TORCH_XLA_NO_DESERIALIZE") != "1"
+        if loads and path.read_bytes() == executable(graph):
             _count("PersistentCacheHit")
             return executable(graph)
         _count("PersistentCacheDeserializeFailure")
+        if not read_only:
+            path.unlink()
     elif path is not None:
         _count("PersistentCacheMiss")
     metrics.COMPILE_TIMES.append((time.time(), 250_000_000))  # a compile of 0.25 s
-    if path is not None and os.environ.get("XLA_PERSISTENT_CACHE_READ_ONLY") != "1":
+    if path is not None and not read_only and not path.exists():
         path.write_bytes(executable(graph))
     return executable(graph)
 
