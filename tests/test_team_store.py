@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from conftest import (
     FAKE_AWS,
+    TEAM_SIGNING,
     JobResults,
     artstore,
     bucket_of,
@@ -95,7 +96,7 @@ def test_schema_mismatch_names_the_fix(moto_endpoint: str, pg_url: str) -> None:
     bucket = "artstore-" + uuid.uuid4().hex[:12]
     devstack.create_bucket(moto_endpoint, bucket)
     env = clean_env(ARTSTORE_URL=f"s3://{bucket}/c", ARTSTORE_INDEX=pg_url,
-                    AWS_ENDPOINT_URL_S3=moto_endpoint, **FAKE_AWS)  # fmt: skip
+                    AWS_ENDPOINT_URL_S3=moto_endpoint, **FAKE_AWS, **TEAM_SIGNING)  # fmt: skip
     cli = artstore("ls", env=env)
     assert cli.returncode == 1 and "run `artstore db upgrade`" in cli.stderr
     assert len(cli.stderr.strip().splitlines()) == 1

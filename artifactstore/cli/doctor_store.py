@@ -302,7 +302,8 @@ def check_signing(settings: _config.Settings) -> Check:
     trusted = settings.trusted_keys
     trusts = trusted.names if trusted is not None else None
     required = settings.require_signatures
-    parts = [f"signs as {signs}" if signs else "writes unsigned entries"]
+    unsigned = "stores nothing (signatures required, no signing key)"
+    parts = [f"signs as {signs}" if signs else unsigned if required else "writes unsigned entries"]
     if settings.read_only:  # writes nothing: what it would sign with does not matter
         parts = []
     status: Status = "ok"
@@ -330,11 +331,10 @@ def check_signing(settings: _config.Settings) -> Check:
         parts.append(f"{mode}: loads only entries signed by " + ", ".join(trusts or []))
     if required and signs is None and not settings.read_only:
         status = "warn"
-        parts.append("readers will not load what it stores (set ARTSTORE_SIGNING_KEY)")
+        parts.append("readers would load nothing unsigned (set ARTSTORE_SIGNING_KEY)")
         verdict = verdict or (
-            "signatures required but this writer has no signing key: "
-            "nothing loads what it stores; `artstore keygen` makes one "
-            "for ARTSTORE_SIGNING_KEY"
+            "signatures required but this writer has no signing key: it stores "
+            "nothing; `artstore keygen` makes one for ARTSTORE_SIGNING_KEY"
         )
     return Check(
         "signing",

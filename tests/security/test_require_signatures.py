@@ -162,25 +162,30 @@ def test_a_process_trusts_its_own_key(tmp_path: Path) -> None:
     assert both.trusted_keys is not None and both.trusted_keys.names == ["other", "team-tests"]
 
 
-def test_a_writer_without_a_key_warns_once_and_a_keyless_reader_fetches_nothing(
+def test_a_writer_without_a_key_stores_nothing_says_so_once_and_a_keyless_reader_fetches_nothing(
     team_env: dict[str, str], open_store: OpenStore, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Where signatures are required, an unsigned entry is loaded by no reader, and its row
+    would hold the key: a writer without ARTSTORE_SIGNING_KEY (a typo in its name) stores
+    nothing, says so once, and compiles as usual."""
     writer = open_store(_without_keys(team_env))
     fp = host.compute(platform_name="cpu", platform_version="v", device_kind="cpu",
                       device_count=1, jax_version="0", jaxlib_version="0")  # fmt: skip
     for n in range(3):
-        writer.put(
-            Put(f"{n:02d}" * 32, b"x" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
-        )
-    warned = [r for r in caplog.records if "readers will not load them" in r.getMessage()]
+        put = Put(f"{n:02d}" * 32, b"x" * 100, fingerprint=fp, module_name="m", compile_secs=1.0)
+        assert writer.put(put) is False
+    warned = [r for r in caplog.records if "stores nothing" in r.getMessage()]
     assert len(warned) == 1 and "ARTSTORE_SIGNING_KEY" in warned[0].getMessage()
-    assert writer.get("00" * 32, fp.digest) is None  # its own unsigned entry: refused too
-    assert writer.counters.snapshot().get("bytes_downloaded", 0) == 0
+    counts = writer.counters.snapshot()
+    assert counts.get("skipped_unsigned") == 3 and counts.get("stored", 0) == 0
+    assert writer.get("00" * 32, fp.digest) is None
+    assert counts.get("bytes_downloaded", 0) == 0 and counts.get("bytes_uploaded", 0) == 0
     signer = open_store(team_env)
+    assert not signer.lookup("00" * 32)  # no row holds the key
     signer.put(Put("aa" * 32, b"y" * 100, fingerprint=fp, module_name="m", compile_secs=1.0))
     hit = signer.get("aa" * 32, fp.digest)
     assert hit is not None and hit.payload == b"y" * 100
-    assert len([r for r in caplog.records if "readers will not load" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "stores nothing" in r.getMessage()]) == 1
 
 
 def test_doctor_shows_the_trust_mode(team_env: dict[str, str]) -> None:
@@ -190,7 +195,7 @@ def test_doctor_shows_the_trust_mode(team_env: dict[str, str]) -> None:
 
     bare = signing_row(_without_keys(team_env))
     assert bare["require_signatures"] is True and bare["status"] == "warn"
-    assert "LOADS NOTHING" in bare["detail"] and "readers will not load" in bare["detail"]
+    assert "LOADS NOTHING" in bare["detail"] and "stores nothing" in bare["detail"]
     ok = signing_row(team_env)
     assert ok["status"] == "ok" and "loads only entries signed by team-tests" in ok["detail"]
     off = signing_row(_without_keys(team_env, ARTSTORE_REQUIRE_SIGNATURES="0"))

@@ -169,7 +169,8 @@ def test_team_store_serves_torch_xla_files(
 
 def test_the_example_runs_as_the_page_says(store_env: dict[str, str], tmp_path: Path) -> None:
     """Slow: docs/pytorch.md's torch-xla example, twice, with `--store` on an embedded store:
-    the first process compiles its graphs (stored at its exit); the second, on a fresh host, has each placed and
+    the first process compiles its graphs (stored at its exit); the second, on a fresh
+    host, has each placed and
     (on the CPU, whose client cannot deserialize) compiles it again, counted as a miss,
     with the same losses."""
 
