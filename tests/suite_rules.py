@@ -32,6 +32,7 @@ import ast
 import importlib
 import json
 import os
+import re
 import shutil
 import sys
 import sysconfig
@@ -222,8 +223,30 @@ def _read_record(only: str) -> list[dict[str, object]]:
     return recorded
 
 
+# Markers whose tests run only where `-m` names them (fresh venvs from the package index:
+# minutes to tens of minutes): CI's "docs as written" phase, and the extras' installs.
+ON_REQUEST = ("docs_phase", "docs_install")
+
+
+def _on_request(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the tests of each ON_REQUEST marker that `-m` does not name (`-m docs_phase`
+    names it; `-m "not docs_phase"` does not)."""
+    named = config.getoption("markexpr") or ""
+    wanted = [m for m in ON_REQUEST if re.search(rf"(?<!not )\b{m}\b", named)]
+    out = [
+        item
+        for item in items
+        for marker in ON_REQUEST
+        if marker not in wanted and item.get_closest_marker(marker)
+    ]
+    if out:
+        config.hook.pytest_deselected(items=out)
+        items[:] = [item for item in items if item not in out]
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects by the markers added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _on_request(config, items)
     for item in items:
         if item.path.relative_to(HERE).as_posix().startswith(SERIAL):
             item.add_marker(pytest.mark.serial)

@@ -202,6 +202,16 @@ MISTAKES = (
         "not granted",
     ),
     _on_writer(
+        "S3 credentials the server does not know",
+        _set("writer", AWS_ENDPOINT_URL_S3="{keyed}"),
+        "credentials rejected",
+    ),
+    _on_reader(
+        "S3 credentials the server does not know, on a reader",
+        _set("reader", AWS_ENDPOINT_URL_S3="{keyed}"),
+        "credentials rejected",
+    ),
+    _on_writer(
         "database login that does not exist",
         _set("writer", ARTSTORE_INDEX="{login_typo}"),
         "does not exist",
@@ -234,8 +244,10 @@ def test_every_mistake_says_something_somewhere() -> None:
 
 @pytest.fixture(scope="module")
 def places(docs_team: Team, moto_endpoint: str, migrated_template: str) -> Iterator[Env]:  # noqa: F811
-    """What the mistakes name: another team's bucket (it exists, empty), and a wrong
-    database created and migrated as doctor advises, the writer's login granted there."""
+    """What the mistakes name: another team's bucket (it exists, empty), a wrong database
+    created and migrated as doctor advises, the writer's login granted there, and an S3
+    server that checks keys (moto with authentication on: it knows none of the team's, as a
+    server would not know a mistyped or expired key; the team's moto accepts any)."""
     tag = uuid.uuid4().hex[:10]
     other, name = f"artstore-other-{tag}", f"artstore_wrongdb_{tag}"
     devstack.create_bucket(moto_endpoint, other)
@@ -243,6 +255,7 @@ def places(docs_team: Team, moto_endpoint: str, migrated_template: str) -> Itera
     team = docs_team
     login, _, server = team.writer["ARTSTORE_INDEX"].removeprefix(INDEX).partition("@")
     host = server.rpartition("/")[0]
+    keyed = _keyed_moto()
     try:
         _psql(name, "-f", str(POLICIES / "postgres-roles.sql"))
         grant = ["-v", f"namespace={team.writer['ARTSTORE_NAMESPACE']}", "-v", f"role={login}"]
@@ -251,9 +264,18 @@ def places(docs_team: Team, moto_endpoint: str, migrated_template: str) -> Itera
             "other": other,
             "created": f"{INDEX}{login}@{host}/{name}",
             "login_typo": f"{INDEX}{login}x@{server}",
+            "keyed": keyed.endpoint,
         }
     finally:
+        keyed.stop()
         devstack.drop_database(name)
+
+
+def _keyed_moto() -> Any:
+    """A moto server that checks the keys it is sent (INITIAL_NO_AUTH_ACTION_COUNT=0)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "0")
+        return devstack.start_moto()
 
 
 INDEX = "postgresql+psycopg://"

@@ -8,7 +8,6 @@ venvs from the package index, minutes that the README's test command does not sp
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -24,18 +23,7 @@ from conftest import FAKE_AWS, REPO
 from docs_phase.pages import Site
 
 # Settings a reader's shell may hold that would change what the pages' commands do.
-SELECTED = re.compile(r"(?<!not )\bdocs_phase\b")  # `-m docs_phase`, not `-m "not docs_phase"`
 FOREIGN = ("ARTSTORE_", "AWS_", "PG", "PROMETHEUS_", "JAX_", "XLA_", "VIRTUAL_ENV", "PYTHON")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave the docs phase out unless `-m` names it."""
-    if SELECTED.search(config.getoption("markexpr") or ""):
-        return
-    out = [item for item in items if item.get_closest_marker("docs_phase")]
-    if out:
-        config.hook.pytest_deselected(items=out)
-        items[:] = [item for item in items if item not in out]
 
 
 def newest_python() -> str:
