@@ -201,7 +201,10 @@ def test_a_manifest_leading_to_an_unsigned_or_forged_object_is_a_counted_miss(
     team: Team, team_env: dict[str, str], open_store: OpenStore
 ) -> None:
     unsigned, forged, genuine = _key(6), _key(7), _key(8)
+    # A bucket writer without the key plants an unsigned entry (a writer that requires
+    # signatures stores nothing unsigned: this one is told not to).
     keyless = {k: v for k, v in team_env.items() if k != "ARTSTORE_SIGNING_KEY"}
+    keyless["ARTSTORE_REQUIRE_SIGNATURES"] = "0"
     _put(open_store({**keyless, "ARTSTORE_LOCAL_TIER": "off"}), unsigned, 30)
     (team.keys / "forger").mkdir()
     stolen_name, _ = keyfiles.generate("ci", team.keys / "forger")  # `ci`, but not its key

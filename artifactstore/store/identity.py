@@ -184,7 +184,12 @@ def bind(
     if force and not found.ok:
         return _force(*pair, found)
     if found.state != UNBOUND:
-        return _awaited(*pair, found) if found.other is not None else found
+        if found.other is None:
+            return found
+        # A login never granted the namespace sees no identity row of it either: say
+        # that (row-level security), not that the index is another store's.
+        ix.may_bind(engine, namespace)
+        return _awaited(*pair, found)
     store_id = uuid.uuid4().hex
     ix.may_bind(engine, namespace)  # raises, before the object exists, where the index refuses
     if not blobs.put_identity(encode(store_id)):  # another first writer's, just created
