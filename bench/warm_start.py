@@ -244,7 +244,11 @@ CONFIGS: list[Config] = [
 
 
 def checkout(ref: str) -> Path:
-    """`ref` of this repository in a temporary git worktree, removed at exit."""
+    """`ref` of this repository in a temporary git worktree, removed at exit; or `ref`
+    itself where it is a folder holding a tree (a machine without the repository's
+    history: `git archive REF | tar -x -C DIR` made it)."""
+    if Path(ref).is_dir():
+        return Path(ref).resolve()
     repo = Path(__file__).resolve().parent.parent
     tree = Path(tempfile.mkdtemp(prefix="artstore-ab-")) / "tree"
     git = ["git", "-C", str(repo), "worktree"]
@@ -268,7 +272,11 @@ def with_before(configs: list[Config], ref: str) -> list[Config]:
         if "ARTSTORE_URL" in c.env(Path("<tmp>")):
 
             def before_env(tmp: Path, env: EnvFn = c.env) -> dict[str, str]:  # c bound now
-                return {**env(tmp), "PYTHONPATH": str(tree)}
+                # First on the path, before what the machine's own PYTHONPATH names (JAX,
+                # where it is installed outside site-packages).
+                inherited = os.environ.get("PYTHONPATH")
+                path = os.pathsep.join([str(tree), *([inherited] if inherited else [])])
+                return {**env(tmp), "PYTHONPATH": path}
 
             out.append(replace(c, name=f"{c.name} @{ref}", env=before_env))
     return out
