@@ -156,7 +156,9 @@ def test_silent_holder_is_taken_over_after_its_ttl(
 
     Slow: waits out a silent holder's lease TTL.
     """
-    ttl = {"ARTSTORE_LEASE_TTL": "2"}
+    # 4 s: the taker renews every TTL/3 while it compiles; on two loaded cores a 2 s TTL
+    # lapsed once before its renewal ran, and the second waiter took the lease over too.
+    ttl = {"ARTSTORE_LEASE_TTL": "4"}
     holder = start(env_for(team_env, tmp_path, 0, JOB_SLOW_COMPILE_SECS="600", **ttl))
     try:
         wait_for_lease(open_store, team_env, holder.pid)
