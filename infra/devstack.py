@@ -301,6 +301,21 @@ def drop_database(name: str) -> None:
         )
 
 
+def drop_roles(*names: str) -> None:
+    """Drop the roles a test made (a login, a namespace's group role), where they exist;
+    best effort, as a teardown is: a role the server will not drop yet is left."""
+    import psycopg
+    from psycopg import sql
+
+    ensure_postgres()
+    with _admin_connection() as conn:
+        for name in names:
+            try:
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+            except psycopg.Error:
+                pass
+
+
 # -- CLI ------------------------------------------------------------------------
 
 

@@ -142,11 +142,7 @@ def test_team_setup_runs(tmp_path: Path, moto_endpoint: str, postgres: None) -> 
         output = _run_page(page, tmp_path, **site, **FAKE_AWS)
     finally:
         devstack.drop_database(database)
-        subprocess.run(
-            ["psql", "-X", "-q", "-h", devstack.HOST, "-p", str(devstack.PG_PORT), "-U",
-             "postgres", "-d", "postgres", "-c", f'DROP ROLE IF EXISTS "artstore_ns_{namespace}"'],
-            capture_output=True, check=False, timeout=60,
-        )  # fmt: skip
+        devstack.drop_roles(f"artstore_ns_{namespace}")
     assert "entries added" in output, output[-4000:]  # the writer's warm stored something
     hits = _run_hits(output)  # the reader's run, and the pulled node's
     assert len(hits) == 2 and min(hits) >= 2, output[-4000:]

@@ -177,8 +177,7 @@ def team(
         yield made
     finally:
         devstack.drop_database(name)
-        drop = f'DROP ROLE IF EXISTS "{login}"; DROP ROLE IF EXISTS "artstore_ns_{namespace}"'
-        _psql("postgres", "-c", drop, check=False)
+        devstack.drop_roles(login, f"artstore_ns_{namespace}")
 
 
 def _stored(team: Team) -> int:

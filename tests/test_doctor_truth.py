@@ -211,12 +211,7 @@ def login(pg_url: str) -> Iterator[str]:
         yield name
     finally:
         devstack.drop_database(str(make_url(pg_url).database))
-        subprocess.run(
-            ["psql", "-X", "-q", "-h", devstack.HOST, "-p", str(devstack.PG_PORT), "-U",
-             "postgres", "-d", "postgres", "-c",
-             f'DROP ROLE IF EXISTS "{name}"; DROP ROLE IF EXISTS "artstore_ns_{name}"'],
-            capture_output=True, check=False, timeout=60,
-        )  # fmt: skip
+        devstack.drop_roles(name, f"artstore_ns_{name}")
 
 
 def _as(pg_url: str, login: str) -> str:

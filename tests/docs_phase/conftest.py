@@ -115,12 +115,7 @@ def site(moto_endpoint: str, postgres: None) -> Iterator[Site]:
         yield made
     finally:
         devstack.drop_database(f"artstore_docs_{tag}")
-        subprocess.run(
-            ["psql", "-X", "-q", "-h", devstack.HOST, "-p", str(devstack.PG_PORT), "-U",
-             "postgres", "-d", "postgres", "-c",
-             f'DROP ROLE IF EXISTS "artstore_ns_{made.namespace}"'],
-            capture_output=True, check=False, timeout=60,
-        )  # fmt: skip
+        devstack.drop_roles(f"artstore_ns_{made.namespace}")
 
 
 @pytest.fixture(scope="session")
