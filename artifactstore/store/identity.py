@@ -183,15 +183,15 @@ def bind(
     found = check(*pair)
     if force and not found.ok:
         return _force(*pair, found)
-    if found.state != UNBOUND:
-        if found.other is None:
-            return found
-        # A login never granted the namespace sees no identity row of it either: say
-        # that (row-level security), not that the index is another store's.
-        ix.may_bind(engine, namespace)
+    if found.state != UNBOUND and found.other is None:
+        return found
+    # Raises where the index refuses the namespace (a login never granted it, which sees
+    # no identity row of it either): before an identity object is created, and rather
+    # than calling the index another store's.
+    ix.may_bind(engine, namespace)
+    if found.other is not None:
         return _awaited(*pair, found)
     store_id = uuid.uuid4().hex
-    ix.may_bind(engine, namespace)  # raises, before the object exists, where the index refuses
     if not blobs.put_identity(encode(store_id)):  # another first writer's, just created
         return _awaited(*pair, check(*pair))
     if ix.bind(engine, namespace, store_id) != store_id:  # another process bound the index
