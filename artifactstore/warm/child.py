@@ -109,8 +109,7 @@ class Recorder:
                 return
             if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
                 entry = store.lookup(key) or entry
-            item = {"key": key, "module": entry.module_name, "bytes": 0}
-            item["compile_secs"] = float(entry.compile_secs)
+            item = _item(key, entry.module_name, entry.compile_secs)
             if getattr(outcome, "unloadable", False):  # counted a hit, but compiled here
                 with self.lock:
                     self.unloadable.add(key)
@@ -120,8 +119,7 @@ class Recorder:
 
         def put(one: Put) -> bool:
             key = one.key
-            item = {"key": key, "module": one.module_name, "bytes": 0}
-            item["compile_secs"] = float(one.compile_secs)
+            item = _item(key, one.module_name, one.compile_secs)
             before = store.counters.snapshot().get("bytes_uploaded", 0)
             try:
                 created = bool(real_put(one))
@@ -151,7 +149,7 @@ class Recorder:
 
         def compiled_below_threshold(key: str, fingerprint: str, compile_secs: float = 0.0) -> None:
             real_quick(key, fingerprint, compile_secs)
-            item = {"key": key, "module": "", "bytes": 0, "compile_secs": float(compile_secs)}
+            item = _item(key, "", compile_secs)
             self._note("not_stored", {**item, "why": "threshold"}, fingerprint)
 
         def submit_put(one: Put, *, then: Callable[[bool], None] | None = None) -> None:
@@ -179,6 +177,11 @@ class Recorder:
 def refused_here(store: Any, key: str) -> bool:
     """Whether this process refused `key`'s stored entry for its signature."""
     return store.refused(key) is not None
+
+
+def _item(key: str, module: str, compile_secs: float) -> dict[str, Any]:
+    """One executable's record (its `bytes` uploaded filled in by a put that stored it)."""
+    return {"key": key, "module": module, "bytes": 0, "compile_secs": float(compile_secs)}
 
 
 def not_stored_why(exc: BaseException) -> str:
