@@ -158,125 +158,10 @@ def pull(
     codec.check_digest(fingerprint)
     if jobs < 1:
         raise ValueError("jobs must be at least 1")
-    store, tier = puller.store, puller.tier
-    bound = tier.max_bytes if tier.owns_objects else None
-    report = PullReport(
-        namespace=store.namespace,
-        fingerprint=fingerprint,
-        tier=str(tier.base),
-        tier_bound=bound,
-        module=module,
-        dry_run=dry_run,
-    )
-    lock = threading.Lock()
-    used = tier.object_bytes()  # the bound counts what is there, plus what is in flight
-    stop = threading.Event()
-
-    def count(name: str, n: int = 1) -> None:
-        with lock:
-            setattr(report, name, getattr(report, name) + n)
-
-    def reserve(size: int) -> bool:
-        nonlocal used
-        with lock:
-            if bound is not None and used + size > bound:
-                report.over_bound += 1
-                report.over_bound_bytes += size
-                return False
-            used += size
-            return True
-
-    def release(size: int) -> None:
-        nonlocal used
-        with lock:
-            used -= size
-
-    def halt(why: str) -> None:
-        with lock:
-            if report.stopped is None:
-                report.stopped = why
-        stop.set()
-
-    def one(key: str) -> None:
-        held = tier.record(key)
-        if (
-            isinstance(held, Manifest)
-            and held.fingerprint == fingerprint
-            and tier.blobs.exists(held.digest)
-        ):
-            manifest, present = held, True
-        else:
-            data = store.records.get_manifest(key)
-            if data is None:  # withdrawn since the listing
-                count("missing")
-                return
-            try:
-                manifest = Manifest.decode(data, key)
-            except CorruptObject as exc:
-                log.debug("artifactstore: pull: %s", exc)
-                count("bad_manifests")
-                return
-            present = False
-        if manifest.fingerprint != fingerprint:
-            count("other_fingerprint")
-            return
-        if module is not None and not fnmatch.fnmatchcase(manifest.module_name, module):
-            count("other_module")
-            return
-        if present:
-            count("present")
-            return
-        if not reserve(manifest.size):
-            return
-        kept = dry_run
-        if not dry_run:
-            try:
-                kept = _fetch(store, tier, manifest, fingerprint, count, halt)
-            finally:
-                if not kept:
-                    release(manifest.size)
-        if kept:
-            with lock:
-                report.fetched += 1
-                report.fetched_bytes += manifest.size
-                if on_fetch is not None:
-                    on_fetch(manifest)
-
-    slots = threading.BoundedSemaphore(jobs)
-
-    def run(key: str) -> None:
-        try:
-            if not stop.is_set():
-                one(key)
-        except StoreUnavailable as exc:
-            count("failed")
-            halt(str(exc))
-        except Exception as exc:  # one entry's problem: counted, the pull goes on
-            log.debug("artifactstore: pull of %s failed: %s", key[:12], one_line(exc))
-            count("failed")
-        finally:
-            if progress is not None:
-                with lock:
-                    progress(1)
-            slots.release()
-
-    quick = _quick_keys(store, fingerprint, report)
-    fetches = Lane("pull", threads=jobs)
-    try:
-        for key in store.records.iter_manifest_keys():
-            quick.discard(key)  # a manifest: stored now, so not quick
-            if not dry_run:
-                tier.quick.forget(key)  # nor here, if this host once found it quick
-            slots.acquire()  # at most `jobs` entries (and objects) in flight
-            if stop.is_set():
-                slots.release()
-                break
-            count("manifests")
-            fetches.submit("pull", functools.partial(run, key))
-    except StoreUnavailable as exc:  # the listing failed part way
-        halt(str(exc))
-    finally:
-        fetches.drain(None)
+    run = _Pull(puller, fingerprint, module, dry_run, progress, on_fetch)
+    quick = _quick_keys(run.store, fingerprint, run.report)
+    run.each_manifest(jobs, quick)
+    report, store, tier = run.report, run.store, run.tier
     if report.stopped is None and not report.manifests:
         report.never_held = _never_held(store, report)
     if report.stopped is None:  # else some manifests went unseen: their keys may be stored
@@ -288,8 +173,156 @@ def pull(
         tier.quick.save()
     if report.stopped is None:
         _working_sets(store, tier, fingerprint, report, dry_run)
-    report.tier_bytes = tier.object_bytes() if not dry_run else used
+    report.tier_bytes = tier.object_bytes() if not dry_run else run.used
     return report
+
+
+class _Pull:
+    """One pull's shared state: its report, the tier's bytes used and in flight, and
+    whether it stopped; the entries in flight update them under one lock."""
+
+    def __init__(
+        self,
+        puller: Puller,
+        fingerprint: str,
+        module: str | None,
+        dry_run: bool,
+        progress: Callable[[int], None] | None,
+        on_fetch: Callable[[Manifest], None] | None,
+    ) -> None:
+        self.store, self.tier = puller.store, puller.tier
+        self.fingerprint, self.module, self.dry_run = fingerprint, module, dry_run
+        self.progress, self.on_fetch = progress, on_fetch
+        self.bound = self.tier.max_bytes if self.tier.owns_objects else None
+        self.report = PullReport(
+            namespace=self.store.namespace,
+            fingerprint=fingerprint,
+            tier=str(self.tier.base),
+            tier_bound=self.bound,
+            module=module,
+            dry_run=dry_run,
+        )
+        self.lock = threading.Lock()
+        self.used = self.tier.object_bytes()  # the bound counts what is there and in flight
+        self.stop = threading.Event()
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self.lock:
+            setattr(self.report, name, getattr(self.report, name) + n)
+
+    def reserve(self, size: int) -> bool:
+        """Room in the tier's bound for `size` bytes more, taken; else counted as over."""
+        with self.lock:
+            if self.bound is not None and self.used + size > self.bound:
+                self.report.over_bound += 1
+                self.report.over_bound_bytes += size
+                return False
+            self.used += size
+            return True
+
+    def release(self, size: int) -> None:
+        with self.lock:
+            self.used -= size
+
+    def halt(self, why: str) -> None:
+        with self.lock:
+            if self.report.stopped is None:
+                self.report.stopped = why
+        self.stop.set()
+
+    def each_manifest(self, jobs: int, quick: set[str]) -> None:
+        """Stream the namespace's manifest keys, at most `jobs` entries (and objects) in
+        flight; a listed key is no quick key (it is stored now)."""
+        slots = threading.BoundedSemaphore(jobs)
+        fetches = Lane("pull", threads=jobs)
+        try:
+            for key in self.store.records.iter_manifest_keys():
+                quick.discard(key)
+                if not self.dry_run:
+                    self.tier.quick.forget(key)  # nor here, if this host once found it quick
+                slots.acquire()
+                if self.stop.is_set():
+                    slots.release()
+                    break
+                self.count("manifests")
+                fetches.submit("pull", functools.partial(self.one_slot, key, slots))
+        except StoreUnavailable as exc:  # the listing failed part way
+            self.halt(str(exc))
+        finally:
+            fetches.drain(None)
+
+    def one_slot(self, key: str, slots: threading.BoundedSemaphore) -> None:
+        """One entry in flight: a store outage stops the pull, any other failure is
+        this entry's (counted; the pull goes on)."""
+        try:
+            if not self.stop.is_set():
+                self.one(key)
+        except StoreUnavailable as exc:
+            self.count("failed")
+            self.halt(str(exc))
+        except Exception as exc:
+            log.debug("artifactstore: pull of %s failed: %s", key[:12], one_line(exc))
+            self.count("failed")
+        finally:
+            if self.progress is not None:
+                with self.lock:
+                    self.progress(1)
+            slots.release()
+
+    def one(self, key: str) -> None:
+        """One listed key: kept in the tier if it is this pull's, not here yet, and fits."""
+        found = self.manifest(key)
+        if found is None:
+            return
+        manifest, present = found
+        if manifest.fingerprint != self.fingerprint:
+            self.count("other_fingerprint")
+            return
+        if self.module is not None and not fnmatch.fnmatchcase(manifest.module_name, self.module):
+            self.count("other_module")
+            return
+        if present:
+            self.count("present")
+            return
+        if not self.reserve(manifest.size):
+            return
+        kept = self.dry_run
+        if not self.dry_run:
+            try:
+                kept = _fetch(
+                    self.store, self.tier, manifest, self.fingerprint, self.count, self.halt
+                )
+            finally:
+                if not kept:
+                    self.release(manifest.size)
+        if kept:
+            with self.lock:
+                self.report.fetched += 1
+                self.report.fetched_bytes += manifest.size
+                if self.on_fetch is not None:
+                    self.on_fetch(manifest)
+
+    def manifest(self, key: str) -> tuple[Manifest, bool] | None:
+        """`key`'s manifest and whether its entry is here already: the tier's record
+        where the tier holds this fingerprint's object, else the store's (None, counted,
+        where it is gone or unreadable)."""
+        held = self.tier.record(key)
+        if (
+            isinstance(held, Manifest)
+            and held.fingerprint == self.fingerprint
+            and self.tier.blobs.exists(held.digest)
+        ):
+            return held, True
+        data = self.store.records.get_manifest(key)
+        if data is None:  # withdrawn since the listing
+            self.count("missing")
+            return None
+        try:
+            return Manifest.decode(data, key), False
+        except CorruptObject as exc:
+            log.debug("artifactstore: pull: %s", exc)
+            self.count("bad_manifests")
+            return None
 
 
 def _never_held(parts: StoreParts, report: PullReport) -> str | None:
