@@ -22,6 +22,7 @@ from artifactstore.formats.sizes import format_seconds, format_size, plural
 if TYPE_CHECKING:
     from artifactstore.gc.remove import RemoveReport
     from artifactstore.index.repo import EntryInfo
+    from artifactstore.index.usage import UsageGroup
 
 
 @click.command("ls")
@@ -202,35 +203,43 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
     namespace = obj.settings().namespace
     if by is not None:
         _print_groups(where, namespace, by, days, groups, as_json)
-        return
-    assert stats is not None
-    if as_json:
-        # The names of process_stats() (formats.counters), with 0.3's for one release.
-        print_json(
-            with_aliases(
-                {
-                    "store": where,
-                    "namespace": namespace,
-                    "entries": stats.entries,
-                    "bytes": stats.bytes,
-                    "objects": stats.objects,
-                    "object_bytes": stats.object_bytes,
-                    "hits": stats.hits,
-                    "misses": stats.eligible_misses,
-                    "lookups_missed": stats.misses,
-                    "misses_below_threshold": stats.misses_below_threshold,
-                    "quick_compiles": stats.below_threshold,
-                    "corrupt": stats.corrupt,
-                    "hit_rate": stats.hit_rate,
-                    "bytes_fetched": stats.bytes_fetched,
-                    "compile_secs_saved": stats.compile_secs_saved,
-                    "lease_waits": stats.lease_waits,
-                    "lease_takeovers": stats.lease_takeovers,
-                    "warm_compiles": stats.warm_compiles,
-                }
-            )
-        )
-        return
+    elif as_json:
+        assert stats is not None
+        print_json(_stats_json(where, namespace, stats))
+    else:
+        assert stats is not None
+        _print_stats(where, namespace, stats)
+
+
+def _stats_json(where: str, namespace: str, stats: Any) -> dict[str, Any]:
+    """`artstore stats --json`: the names of process_stats() (formats.counters), with
+    0.3's for one release."""
+    return with_aliases(
+        {
+            "store": where,
+            "namespace": namespace,
+            "entries": stats.entries,
+            "bytes": stats.bytes,
+            "objects": stats.objects,
+            "object_bytes": stats.object_bytes,
+            "hits": stats.hits,
+            "misses": stats.eligible_misses,
+            "lookups_missed": stats.misses,
+            "misses_below_threshold": stats.misses_below_threshold,
+            "quick_compiles": stats.below_threshold,
+            "corrupt": stats.corrupt,
+            "hit_rate": stats.hit_rate,
+            "bytes_fetched": stats.bytes_fetched,
+            "compile_secs_saved": stats.compile_secs_saved,
+            "lease_waits": stats.lease_waits,
+            "lease_takeovers": stats.lease_takeovers,
+            "warm_compiles": stats.warm_compiles,
+        }
+    )
+
+
+def _print_stats(where: str, namespace: str, stats: Any) -> None:
+    """`artstore stats`: the namespace's totals, one field a line."""
     print_fields(
         [
             ("store", where),
@@ -256,28 +265,10 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
 
 
 def _print_groups(
-    where: str, namespace: str, by: str, days: int | None, groups: list[Any], as_json: bool
+    where: str, namespace: str, by: str, days: int | None, groups: list[UsageGroup], as_json: bool
 ) -> None:
     """`artstore stats --by`: one row per group, and their total."""
-    from artifactstore.index.usage import UsageGroup
-
-    total = UsageGroup("total")
-    for group in groups:
-        for name in (
-            "hits",
-            "bytes_fetched",
-            "compile_secs_saved",
-            "misses",
-            "misses_below_threshold",
-            "below_threshold",
-            "lease_waits",
-            "lease_takeovers",
-        ):
-            value, mine = getattr(total, name), getattr(group, name)
-            setattr(total, name, None if value is None or mine is None else value + mine)
-    if by == "module":
-        total.misses = total.misses_below_threshold = total.below_threshold = None
-        total.lease_waits = total.lease_takeovers = None
+    total = _total(groups, by)
     if as_json:
         print_json(
             {
@@ -289,55 +280,72 @@ def _print_groups(
                 "total": total.to_json(by),
             }
         )
-        return
-    if not groups:
+    elif not groups:
         click.echo("no usage recorded" + (f" in the last {days} days" if days else ""))
-        return
+    else:
+        first = {"fingerprint": "FINGERPRINT", "day": "DAY", "module": "MODULE"}[by]
+        headers = [first, "HITS", "MISSES", "HIT RATE", "QUICK COMPILES", "FETCHED", "SAVED"]
+        headers += ["LEASE WAITS", "TAKEOVERS"]
+        rows = [_group_row(g, by, is_total=False) for g in groups]
+        print_table(headers, [*rows, _group_row(total, by, is_total=True)], right=set(range(1, 9)))
+
+
+# What a total row sums (None, not known, where any group does not know it).
+_SUMMED = (
+    "hits",
+    "bytes_fetched",
+    "compile_secs_saved",
+    "misses",
+    "misses_below_threshold",
+    "below_threshold",
+    "lease_waits",
+    "lease_takeovers",
+)
+
+
+def _total(groups: list[UsageGroup], by: str) -> UsageGroup:
+    """The `stats --by` groups summed into one "total" row."""
+    from artifactstore.index.usage import UsageGroup
+
+    total = UsageGroup("total")
+    for group in groups:
+        for name in _SUMMED:
+            value, mine = getattr(total, name), getattr(group, name)
+            setattr(total, name, None if value is None or mine is None else value + mine)
+    if by == "module":
+        total.misses = total.misses_below_threshold = total.below_threshold = None
+        total.lease_waits = total.lease_takeovers = None
+    return total
+
+
+def _group_row(g: UsageGroup, by: str, *, is_total: bool) -> list[str]:
+    """One `stats --by` table row: the group's label (a fingerprint with what it ran on,
+    a day, a module), then its counts ("-" where not known)."""
 
     def count(value: int | None) -> str:
         return "-" if value is None else str(value)
 
-    def rate(group: UsageGroup) -> str:
-        if group.hit_rate is None or not group.hits + (group.eligible_misses or 0):
-            return "-"  # not known, or no lookups
-        return f"{100 * group.hit_rate:.1f}%"
-
-    first = {"fingerprint": "FINGERPRINT", "day": "DAY", "module": "MODULE"}[by]
-    headers = [
-        first,
-        "HITS",
-        "MISSES",
-        "HIT RATE",
-        "QUICK COMPILES",
-        "FETCHED",
-        "SAVED",
-        "LEASE WAITS",
-        "TAKEOVERS",
+    label = g.group
+    if by == "fingerprint" and not is_total:
+        label = g.group[:12] or "(none)"
+        described = [g.extra.get(k) for k in ("device_kind", "jaxlib_version")]
+        if any(described):
+            label += " " + "/".join(str(d) for d in described if d)[:40]
+    elif by == "module" and not is_total:
+        label = g.group[:40]
+    rate = g.hit_rate
+    no_lookups = rate is None or not g.hits + (g.eligible_misses or 0)
+    return [
+        label,
+        str(g.hits),
+        count(g.eligible_misses),
+        "-" if no_lookups or rate is None else f"{100 * rate:.1f}%",  # not known, or no lookups
+        count(g.below_threshold),
+        format_size(g.bytes_fetched),
+        format_seconds(g.compile_secs_saved),
+        count(g.lease_waits),
+        count(g.lease_takeovers),
     ]
-    rows = []
-    for g in [*groups, total]:
-        label = g.group
-        if by == "fingerprint" and g is not total:
-            label = g.group[:12] or "(none)"
-            described = [g.extra.get(k) for k in ("device_kind", "jaxlib_version")]
-            if any(described):
-                label += " " + "/".join(str(d) for d in described if d)[:40]
-        elif by == "module" and g is not total:
-            label = g.group[:40]
-        rows.append(
-            [
-                label,
-                str(g.hits),
-                count(g.eligible_misses),
-                rate(g),
-                count(g.below_threshold),
-                format_size(g.bytes_fetched),
-                format_seconds(g.compile_secs_saved),
-                count(g.lease_waits),
-                count(g.lease_takeovers),
-            ]
-        )
-    print_table(headers, rows, right=set(range(1, 9)))
 
 
 @click.command("rm")

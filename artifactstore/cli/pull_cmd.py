@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -75,50 +76,14 @@ def pull_cmd(
     prefix, likely).
     """
     from artifactstore.bundles import pull as _pull
-    from artifactstore.formats.codec import check_digest
 
-    if sum((fingerprint is not None, backend is not None, torch_xla)) > 1:
-        raise click.UsageError("give one of --fingerprint, --backend and --torch-xla")
-    if fingerprint is not None:
-        try:
-            fingerprint = check_digest(fingerprint.strip().lower())
-        except ValueError:
-            raise click.UsageError(
-                f"--fingerprint {fingerprint[:80]!r} is not a digest (64 hex digits, "
-                "the `digest` of `artstore fingerprint`)"
-            ) from None
+    fingerprint = _given_fingerprint(fingerprint, backend, torch_xla)
     settings = obj.settings(need_index=False)  # the object store alone: no ARTSTORE_INDEX
     puller = _pull.open_puller(settings, dry_run=dry_run)  # a bad store fails before JAX loads
-    if torch_xla:
-        from artifactstore.cli.setup_cmd import torch_xla_fingerprint
-
-        fingerprint = torch_xla_fingerprint().digest
     if fingerprint is None:
-        from artifactstore.jaxhook import host_fingerprint
-
-        try:
-            fingerprint = host_fingerprint(backend).digest
-        except RuntimeError as exc:
-            fail(f"cannot open JAX backend {backend or 'default'!r}: {one_line(exc)}")
-    listing = dry_run and not as_json
+        fingerprint = _host_fingerprint(backend, torch_xla)
     would: list[dict[str, object]] = []
-
-    def fetched(manifest: Manifest) -> None:
-        if listing:
-            click.echo(
-                f"would fetch {manifest.key[:12]}  {format_size(manifest.size):>10}  "
-                f"{safe(manifest.module_name[:60])}"
-            )
-        elif dry_run:
-            would.append(
-                {
-                    "key": manifest.key,
-                    "digest": manifest.digest,
-                    "size": manifest.size,
-                    "module": manifest.module_name,
-                }
-            )
-
+    fetched = _dry_run_listing(would, listed=not as_json) if dry_run else None
     with Progress(progress) as shown:
         report = _pull.pull(
             puller,
@@ -186,3 +151,58 @@ def summary(r: PullReport) -> str:
     if r.stopped:
         line += f"; stopped: {r.stopped}"
     return line
+
+
+def _given_fingerprint(fingerprint: str | None, backend: str | None, torch_xla: bool) -> str | None:
+    """The digest --fingerprint gives, checked (a usage error, before the store is
+    opened), where it is given; one of the three options at most."""
+    from artifactstore.formats.codec import check_digest
+
+    if sum((fingerprint is not None, backend is not None, torch_xla)) > 1:
+        raise click.UsageError("give one of --fingerprint, --backend and --torch-xla")
+    if fingerprint is None:
+        return None
+    try:
+        return check_digest(fingerprint.strip().lower())
+    except ValueError:
+        raise click.UsageError(
+            f"--fingerprint {fingerprint[:80]!r} is not a digest (64 hex digits, "
+            "the `digest` of `artstore fingerprint`)"
+        ) from None
+
+
+def _host_fingerprint(backend: str | None, torch_xla: bool) -> str:
+    """This host's fingerprint for torch-xla or a JAX backend (loads the framework)."""
+    if torch_xla:
+        from artifactstore.cli.setup_cmd import torch_xla_fingerprint
+
+        return torch_xla_fingerprint().digest
+    from artifactstore.jaxhook import host_fingerprint
+
+    try:
+        return host_fingerprint(backend).digest
+    except RuntimeError as exc:
+        fail(f"cannot open JAX backend {backend or 'default'!r}: {one_line(exc)}")
+
+
+def _dry_run_listing(would: list[dict[str, object]], *, listed: bool) -> Callable[[Manifest], None]:
+    """What a dry run does with each entry it would fetch: a line per entry as it comes
+    (`listed`), else one item of `would` for --json."""
+
+    def fetched(manifest: Manifest) -> None:
+        if listed:
+            click.echo(
+                f"would fetch {manifest.key[:12]}  {format_size(manifest.size):>10}  "
+                f"{safe(manifest.module_name[:60])}"
+            )
+        else:
+            would.append(
+                {
+                    "key": manifest.key,
+                    "digest": manifest.digest,
+                    "size": manifest.size,
+                    "module": manifest.module_name,
+                }
+            )
+
+    return fetched

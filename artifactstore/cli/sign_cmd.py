@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
@@ -12,6 +14,11 @@ from artifactstore.cli.render import json_option, print_json, safe
 from artifactstore.config import from_environment
 from artifactstore.errors import ConfigError
 from artifactstore.formats.sizes import format_size, plural
+
+if TYPE_CHECKING:
+    from artifactstore.config import Settings
+    from artifactstore.formats.signing import SigningKey
+    from artifactstore.gc.sign import Candidate, SignReport
 
 
 @click.command("keygen")
@@ -74,9 +81,39 @@ def sign_cmd(
     signed ones are skipped and counted. The signed copy replaces the object (a new
     object; the entry is repointed in one transaction).
     """
-    from artifactstore.gc.sign import Candidate, check_signed_by, sign_entries
+    from artifactstore.gc.sign import sign_entries
 
     settings = obj.settings()
+    signing_key = _signing_key(settings, signed_by)
+    ask = adopt_unsigned and not yes
+    if ask and not sys.stdin.isatty():
+        fail(
+            "--adopt-unsigned signs entries no trusted key signed: run it on a terminal "
+            "to confirm the list, or add --yes; nothing was signed"
+        )
+    shown = Progress(progress)
+    adopt = _adopt(signing_key.name, shown, sys.stderr if as_json else sys.stdout, ask=ask)
+    with obj.store(changes=True) as store, shown:
+        report = sign_entries(
+            store,
+            signing_key,
+            signed_by=set(signed_by),
+            adopt=adopt if adopt_unsigned else None,
+            progress=shown.counter("signing entries", store.stats().entries),
+        )
+    if as_json:
+        print_json(report.to_json())
+    else:
+        _print_report(report)
+    if not report.ok:
+        sys.exit(EXIT_FAIL)
+
+
+def _signing_key(settings: Settings, signed_by: tuple[str, ...]) -> SigningKey:
+    """The key to sign with, once the operator listed the keys whose entries to re-sign
+    and --signed-by names only those; else one line and exit."""
+    from artifactstore.gc.sign import check_signed_by
+
     # Listed by the operator: a process with a signing key may trust its own key too,
     # and that alone must not make this command run.
     if not from_environment("trusted_keys").strip():
@@ -85,28 +122,26 @@ def sign_cmd(
             "re-sign (the old and the new key while rotating): `artstore sign` re-signs "
             "only what a trusted key signed"
         )
-    signing_key = settings.signing_key
-    if signing_key is None:
+    if settings.signing_key is None:
         fail("set ARTSTORE_SIGNING_KEY to the .key file to sign with (`artstore keygen NAME`)")
     if settings.trusted_keys is not None:
         try:
             check_signed_by(signed_by, settings.trusted_keys)
         except ConfigError as exc:
             fail(str(exc), EXIT_USAGE)
-    ask = adopt_unsigned and not yes
-    if ask and not sys.stdin.isatty():
-        fail(
-            "--adopt-unsigned signs entries no trusted key signed: run it on a terminal "
-            "to confirm the list, or add --yes; nothing was signed"
-        )
-    listing = sys.stderr if as_json else sys.stdout
-    shown = Progress(progress)
+    return settings.signing_key
+
+
+def _adopt(
+    key_name: str, shown: Progress, listing: TextIO, *, ask: bool
+) -> Callable[[list[Candidate]], bool]:
+    """--adopt-unsigned's question: list what will be signed; on a terminal, ask
+    (unless --yes)."""
 
     def adopt(found: list[Candidate]) -> bool:
-        """List what will be signed; on a terminal, ask (unless --yes)."""
         shown.break_line()
         click.echo(
-            f"unsigned entries to adopt (sign with key {signing_key.name!r}): {len(found)}",
+            f"unsigned entries to adopt (sign with key {key_name!r}): {len(found)}",
             file=listing,
         )
         for c in found:
@@ -119,33 +154,25 @@ def sign_cmd(
             return True
         return click.confirm(f"sign these {len(found)} unsigned entries?", err=True)
 
-    with obj.store(changes=True) as store, shown:
-        report = sign_entries(
-            store,
-            signing_key,
-            signed_by=set(signed_by),
-            adopt=adopt if adopt_unsigned else None,
-            progress=shown.counter("signing entries", store.stats().entries),
-        )
-    if as_json:
-        print_json(report.to_json())
-    else:
-        click.echo(
-            f"signed {report.signed} of {plural(report.entries, 'entry', 'entries')} with key "
-            f"{report.signer!r}; {report.already_signed} already signed by it, "
-            f"{report.skipped_signer} skipped (--signed-by), "
-            f"{plural(report.objects_removed, 'old object', 'old objects')} removed"
-        )
-        if report.adopted:
-            click.echo(f"adopted (were unsigned): {len(report.adopted)}")
-        for why, keys in sorted(report.skipped.items()):
-            _listed(f"skipped, never signed ({_SKIPPED[why]})", keys)
-        if report.missing:
-            click.echo(f"entries without object: {len(report.missing)}")
-        for why, keys in sorted(report.refused.items()):
-            _listed(f"not signed ({why})", keys)
-    if not report.ok:
-        sys.exit(EXIT_FAIL)
+    return adopt
+
+
+def _print_report(report: SignReport) -> None:
+    """What `artstore sign` did, and what it skipped and why."""
+    click.echo(
+        f"signed {report.signed} of {plural(report.entries, 'entry', 'entries')} with key "
+        f"{report.signer!r}; {report.already_signed} already signed by it, "
+        f"{report.skipped_signer} skipped (--signed-by), "
+        f"{plural(report.objects_removed, 'old object', 'old objects')} removed"
+    )
+    if report.adopted:
+        click.echo(f"adopted (were unsigned): {len(report.adopted)}")
+    for why, keys in sorted(report.skipped.items()):
+        _listed(f"skipped, never signed ({_SKIPPED[why]})", keys)
+    if report.missing:
+        click.echo(f"entries without object: {len(report.missing)}")
+    for why, keys in sorted(report.refused.items()):
+        _listed(f"not signed ({why})", keys)
 
 
 _SKIPPED = {
