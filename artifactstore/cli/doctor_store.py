@@ -11,8 +11,9 @@ every command name the same fix. Nothing is created, migrated or written.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from artifactstore import config as _config
 from artifactstore.cli import doctor_chain
@@ -21,6 +22,9 @@ from artifactstore.errors import ArtstoreError, ConfigError, one_line
 from artifactstore.index import diagnosis, grants, health
 from artifactstore.redact import redact
 from artifactstore.store.background import call_with_timeout
+
+if TYPE_CHECKING:
+    from artifactstore.index.db import SchemaStatus
 
 
 def check_objects(settings: _config.Settings) -> Check:
@@ -113,42 +117,12 @@ def _dir_problem(label: str, path: Path, problem: str, data: dict[str, Any]) -> 
 def check_index(settings: _config.Settings) -> Check:
     """The index answers, this user may read (and write) it, and its schema is (or will
     by itself become) current. `data["writes"]`: why writes would be refused, or None."""
-    from artifactstore.index import db
-    from artifactstore.store import migrates_on_open
-
     shown = redact(settings.index_url)
     if not doctor_chain.index_contacted(settings):
         return doctor_chain.not_contacted(settings, shown)
     data: dict[str, Any] = {"url": shown, "writes": None, "kind": None}
-    sqlite_file = diagnosis.sqlite_path(settings.index_url)
-
-    def read_schema() -> tuple[db.SchemaStatus, str, str | None, str | None]:
-        if sqlite_file is not None and not sqlite_file.exists():  # do not create it
-            empty = db.SchemaStatus(db.SchemaState.EMPTY, None, db.SCHEMA_HEAD)
-            return empty, "sqlite", None, None
-        engine = db.open_engine(
-            settings.index_url,
-            timeout_secs=settings.timeout_secs,
-            read_only=settings.read_only,
-            namespace=settings.namespace,
-        )
-        try:
-            status = db.schema_status(engine)
-            refused = None
-            if not settings.read_only and db.read_only_reason(engine) is not None:
-                refused = f"the index {sqlite_file or shown} is read-only for this user"
-            if status.state is db.SchemaState.CURRENT:
-                problem = health.integrity_problem(engine)
-                if problem is not None:
-                    raise _Found(problem)
-                if engine.dialect.name == "postgresql":
-                    refused = _pg_access(engine, settings) or refused
-            return status, engine.dialect.name, refused, None
-        finally:
-            engine.dispose()
-
     try:
-        status, dialect, refused, _ = call_with_timeout(read_schema, settings.timeout_secs)
+        schema = call_with_timeout(lambda: _read_schema(settings, shown), settings.timeout_secs)
     except TimeoutError:
         return unanswered("index", shown, settings, data)
     except ConfigError as exc:
@@ -165,9 +139,59 @@ def check_index(settings: _config.Settings) -> Check:
         return Check(
             "index", "fail", f"{shown}: {found.problem}", data=data, verdict=f"index: {found}"
         )
+    return _schema_check(settings, schema, shown, data)
+
+
+@dataclass(frozen=True)
+class _Schema:
+    """What doctor read of the index: its schema, its dialect, and why this user's
+    writes would be refused (None: they would not)."""
+
+    status: SchemaStatus
+    dialect: str
+    refused: str | None
+
+
+def _read_schema(settings: _config.Settings, shown: str) -> _Schema:
+    """The index's schema and this user's access to it; a missing SQLite file is an empty
+    schema (doctor does not create it). Raises what opening or asking it raised, or
+    `_Found` where the index is damaged."""
+    from artifactstore.index import db
+    from artifactstore.store.backends import unchecked_index
+
+    sqlite_file = diagnosis.sqlite_path(settings.index_url)
+    if sqlite_file is not None and not sqlite_file.exists():
+        return _Schema(db.SchemaStatus(db.SchemaState.EMPTY, None, db.SCHEMA_HEAD), "sqlite", None)
+    engine = unchecked_index(settings)
+    try:
+        status = db.schema_status(engine)
+        refused = None
+        if not settings.read_only and db.read_only_reason(engine) is not None:
+            refused = f"the index {sqlite_file or shown} is read-only for this user"
+        if status.state is db.SchemaState.CURRENT:
+            problem = health.integrity_problem(engine)
+            if problem is not None:
+                raise _Found(problem)
+            if engine.dialect.name == "postgresql":
+                refused = _pg_access(engine, settings) or refused
+        return _Schema(status, engine.dialect.name, refused)
+    finally:
+        engine.dispose()
+
+
+def _schema_check(
+    settings: _config.Settings, schema: _Schema, shown: str, data: dict[str, Any]
+) -> Check:
+    """The verdict on a schema read: current, brought current on first use (where its
+    directory lets it be created), or what to run."""
+    from artifactstore.index import db
+    from artifactstore.store import migrates_on_open
+
+    status, refused = schema.status, schema.refused
+    sqlite_file = diagnosis.sqlite_path(settings.index_url)
     data["writes"] = refused
     revision = status.current or "not created"
-    auto = migrates_on_open(settings, dialect, status.state) and refused is None
+    auto = migrates_on_open(settings, schema.dialect, status.state) and refused is None
     data.update(
         revision=status.current,
         head=status.head,

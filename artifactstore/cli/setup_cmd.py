@@ -70,17 +70,12 @@ def db_group() -> None:
 
 
 def _engine(obj: Ctx) -> tuple[_config.Settings, Engine]:
-    from artifactstore.index import db
     from artifactstore.store import secure_local_dirs
+    from artifactstore.store.backends import unchecked_index
 
     settings = obj.settings()
     secure_local_dirs(settings)  # the directory the index is created in: ours, private
-    return settings, db.open_engine(
-        settings.index_url,
-        timeout_secs=settings.timeout_secs,
-        read_only=settings.read_only,
-        namespace=settings.namespace,
-    )
+    return settings, unchecked_index(settings)
 
 
 @db_group.command("upgrade")

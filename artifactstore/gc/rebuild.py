@@ -29,6 +29,7 @@ from artifactstore.index import health
 from artifactstore.index.diagnosis import sqlite_path
 from artifactstore.index.repo import NewEntry
 from artifactstore.store import Store, StoreParts, identity
+from artifactstore.store.backends import unchecked_index
 
 
 @dataclass(frozen=True)
@@ -266,12 +267,7 @@ def check(settings: Settings) -> CheckReport:
                 "run `artstore db rebuild`"
             )
         return report
-    engine = db.open_engine(
-        settings.index_url,
-        timeout_secs=settings.timeout_secs,
-        read_only=settings.read_only,
-        namespace=settings.namespace,
-    )
+    engine = unchecked_index(settings)
     try:
         damage = health.integrity_problem(engine)
         if damage is not None:

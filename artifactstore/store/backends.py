@@ -116,6 +116,17 @@ def refused_topic(exc: PrivilegeRefused) -> str:
     return f"refused: {exc}"
 
 
+def unchecked_index(settings: Settings) -> Engine:
+    """The index's engine as the settings name it, its schema not checked nor migrated:
+    for the commands that diagnose or rebuild it."""
+    return db.open_engine(
+        settings.index_url,
+        timeout_secs=settings.timeout_secs,
+        read_only=settings.read_only,
+        namespace=settings.namespace,
+    )
+
+
 def open_index(settings: Settings) -> Engine:
     """The index's engine, its schema checked; the embedded default migrates itself."""
     engine = db.open_engine(
