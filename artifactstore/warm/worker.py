@@ -262,6 +262,33 @@ def warm_one(item: Item, recorder: child.Recorder, warnings: Warnings) -> dict[s
     started = time.monotonic()
     mark, warned = recorder.mark(), len(warnings.messages)
     before = _ji.process_stats()
+    failed = _compile(item)
+    if failed is not None:
+        result["error"] = failed
+        return result
+    flushed = _ji.flush(child.flush_secs())
+    after = _ji.process_stats()
+    result["secs"] = time.monotonic() - started
+    compiles = after.get("compiles", 0) - before.get("compiles", 0)
+    loads = after.get("loads", 0) - before.get("loads", 0)
+    result["xla_compiles"] = compiles
+    events = recorder.since(mark)
+    if not events and loads and not compiles:  # served by a source in front of the store
+        events = [{"kind": "present", "key": item.name, "module": item.name}]
+    result["events"] = events  # what the parent's report counts (Report.add_event)
+    result.update(_outcome(events, compiles))
+    if result["status"] == "failed" and not result["error"]:
+        if not flushed:
+            result["error"] = "compiled, but the upload did not finish within the flush bound"
+        else:
+            why = "the store did not handle this compile (PGLE, or a program it cannot hold)"
+            result["error"] = "compiled, but not stored: " + warnings.since(warned, why)
+    return result
+
+
+def _compile(item: Item) -> str | None:
+    """Build `item` (a named executable) or lower and compile it (a function); why it
+    failed, or None."""
     if item.named is not None:
         from artifactstore.named.api import compiled
 
@@ -276,62 +303,48 @@ def warm_one(item: Item, recorder: child.Recorder, warnings: Warnings) -> dict[s
                 platforms=spec.platforms,
             )
         except Exception as exc:
-            result["error"] = f"does not build: {one_line(exc)}"
-            return result
-    else:
-        try:
-            lowered = item.fn.lower(*item.args, **item.kwargs)
-        except Exception as exc:
-            result["error"] = f"does not lower: {one_line(exc)}"
-            return result
-        try:
-            lowered.compile()
-        except Exception as exc:
-            result["error"] = f"does not compile: {one_line(exc)}"
-            return result
-    flushed = _ji.flush(child.flush_secs())
-    after = _ji.process_stats()
-    result["secs"] = time.monotonic() - started
-    events = recorder.since(mark)
-    compiles = after.get("compiles", 0) - before.get("compiles", 0)
-    loads = after.get("loads", 0) - before.get("loads", 0)
-    result["xla_compiles"] = compiles
+            return f"does not build: {one_line(exc)}"
+        return None
+    try:
+        lowered = item.fn.lower(*item.args, **item.kwargs)
+    except Exception as exc:
+        return f"does not lower: {one_line(exc)}"
+    try:
+        lowered.compile()
+    except Exception as exc:
+        return f"does not compile: {one_line(exc)}"
+    return None
+
+
+def _outcome(events: list[dict[str, Any]], compiles: int) -> dict[str, Any]:
+    """What the store's events for one item say of it: not stored (and why), compiled
+    and stored (here or by another process), or present; nothing where none says."""
     kinds: dict[str, list[dict[str, Any]]] = {}
     for event in events:
         kinds.setdefault(event["kind"], []).append(event)
     added, present = kinds.get("added", []), kinds.get("present", [])
     stored = added + kinds.get("concurrent", [])
-    if not events and loads and not compiles:  # served by a source in front of the store
-        events = [{"kind": "present", "key": item.name, "module": item.name}]
-        present = events
-    result["events"] = events  # what the parent's report counts (Report.add_event)
     if kinds.get("not_stored"):
         first = kinds["not_stored"][0]
         why = NOT_STORED.get(first["why"], first["why"])
         detail = f" ({first['error']})" if first.get("error") else ""
-        result.update(error=f"compiled, but not stored: {why}{detail}", why=first["why"])
-    elif stored:
-        result.update(
-            status="compiled",
-            compile_secs=sum(a["compile_secs"] for a in stored),
-            bytes=sum(a["bytes"] for a in stored),
-            fingerprint=stored[0]["fingerprint"],
-        )
-        if not added:
-            result["stored_by"] = "another process"
-    elif present:
-        result.update(
-            status="present",
-            compile_secs=sum(p.get("compile_secs", 0.0) for p in present),
-            fingerprint=present[0].get("fingerprint"),
-            compiled=compiles > 0,
-        )
-    elif not flushed:
-        result["error"] = "compiled, but the upload did not finish within the flush bound"
-    else:
-        why = "the store did not handle this compile (PGLE, or a program it cannot hold)"
-        result["error"] = "compiled, but not stored: " + warnings.since(warned, why)
-    return result
+        return {"error": f"compiled, but not stored: {why}{detail}", "why": first["why"]}
+    if stored:
+        outcome = {
+            "status": "compiled",
+            "compile_secs": sum(a["compile_secs"] for a in stored),
+            "bytes": sum(a["bytes"] for a in stored),
+            "fingerprint": stored[0]["fingerprint"],
+        }
+        return outcome if added else {**outcome, "stored_by": "another process"}
+    if present:
+        return {
+            "status": "present",
+            "compile_secs": sum(p.get("compile_secs", 0.0) for p in present),
+            "fingerprint": present[0].get("fingerprint"),
+            "compiled": compiles > 0,
+        }
+    return {}
 
 
 # -- the process ------------------------------------------------------------
