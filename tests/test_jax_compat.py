@@ -84,7 +84,10 @@ def test_key_conventions_follow_the_signature_not_the_version() -> None:
     unknown one is named, never guessed."""
     import enum
 
-    from artifactstore.jaxhook.compat import _key_fn
+    from artifactstore.jaxhook.compat import KeyInputs, _key_fn
+
+    def inputs(drop_partitioning: bool, host_callbacks: bool) -> KeyInputs:
+        return KeyInputs("m", "d", "o", "b", "fmt", drop_partitioning, host_callbacks)
 
     calls: list[tuple[object, ...]] = []
 
@@ -113,22 +116,22 @@ def test_key_conventions_follow_the_signature_not_the_version() -> None:
     old = _key_fn(_cache_key_module(get_010, IgnoreCallbacks=IgnoreCallbacks))
     assert not isinstance(old, str)
     key, _ = old
-    assert key("m", "d", "o", "b", "fmt", False, True) == "jit_f-010"
-    assert key("m", "d", "o", "b", "fmt", True, False) == "jit_f-010"
-    assert key("m", "d", "o", "b", "fmt", False, False) == "jit_f-010"
+    assert key(inputs(False, True)) == "jit_f-010"
+    assert key(inputs(True, False)) == "jit_f-010"
+    assert key(inputs(False, False)) == "jit_f-010"
     assert calls == [("fmt", IgnoreCallbacks.ALL), ("fmt", IgnoreCallbacks.CUSTOM_PARTITIONING),
                      ("fmt", IgnoreCallbacks.NO)]  # fmt: skip
     calls.clear()
 
     new = _key_fn(_cache_key_module(get_012))
     assert not isinstance(new, str)
-    new[0]("m", "d", "o", "b", "fmt", True, True)
+    new[0](inputs(True, True))
     assert calls == [("fmt", True)]  # callbacks are keyed by index: nothing to strip
     calls.clear()
 
     plain = _key_fn(_cache_key_module(get_plain))
     assert not isinstance(plain, str)
-    plain[0]("m", "d", "o", "b", "fmt", True, True)
+    plain[0](inputs(True, True))
     assert calls == [("fmt",)]
 
     assert _key_fn(_cache_key_module(get_010)) == "cache_key.IgnoreCallbacks missing"

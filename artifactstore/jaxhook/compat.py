@@ -31,9 +31,24 @@ COMPILE_PARAMS = (
     "executable_devices",
 )
 
-# (computation, devices, compile_options, backend, key_format, drop_partitioning,
-#  host_callbacks) -> JAX's cache key with our hook's string in it.
-KeyFn = Callable[[Any, Any, Any, Any, str, bool, bool], str]
+
+@dataclass(frozen=True)
+class KeyInputs:
+    """What one cache key is made of, whichever convention this JAX's `cache_key.get`
+    follows: the module, its devices, compile options and backend, the key format, and
+    whether custom-partitioning pointers and host callbacks are left out of it."""
+
+    computation: Any
+    devices: Any
+    compile_options: Any
+    backend: Any
+    key_format: str
+    drop_partitioning: bool
+    host_callbacks: bool
+
+
+# KeyInputs -> JAX's cache key with our hook's string in it.
+KeyFn = Callable[[KeyInputs], str]
 
 
 @dataclass(frozen=True)
@@ -80,24 +95,33 @@ def _key_fn(cache_key: Any) -> tuple[KeyFn, str] | str:
         if ignore is None or not all(hasattr(ignore, n) for n in ("NO", "ALL")):
             return "cache_key.IgnoreCallbacks missing"
 
-        def enum_key(m: Any, d: Any, o: Any, b: Any, fmt: str, drop: bool, cbs: bool) -> str:
-            mode = ignore.ALL if cbs else ignore.CUSTOM_PARTITIONING if drop else ignore.NO
-            return str(get(m, d, o, b, fmt, mode))
+        def enum_key(k: KeyInputs) -> str:
+            mode = ignore.NO
+            if k.host_callbacks:
+                mode = ignore.ALL
+            elif k.drop_partitioning:
+                mode = ignore.CUSTOM_PARTITIONING
+            return str(get(*_module_and_target(k), k.key_format, mode))
 
         return enum_key, "ignore_callbacks enum (JAX <= 0.10)"
     if extra == ("ignore_custom_partitioning",):
 
-        def bool_key(m: Any, d: Any, o: Any, b: Any, fmt: str, drop: bool, cbs: bool) -> str:
-            return str(get(m, d, o, b, fmt, drop))
+        def bool_key(k: KeyInputs) -> str:
+            return str(get(*_module_and_target(k), k.key_format, k.drop_partitioning))
 
         return bool_key, "ignore_custom_partitioning flag (JAX >= 0.11)"
     if not extra:
 
-        def plain_key(m: Any, d: Any, o: Any, b: Any, fmt: str, drop: bool, cbs: bool) -> str:
-            return str(get(m, d, o, b, fmt))
+        def plain_key(k: KeyInputs) -> str:
+            return str(get(*_module_and_target(k), k.key_format))
 
         return plain_key, "no callback options"
     return f"cache_key.get{params}"
+
+
+def _module_and_target(k: KeyInputs) -> tuple[Any, Any, Any, Any]:
+    """The first four arguments of every convention of `cache_key.get`."""
+    return k.computation, k.devices, k.compile_options, k.backend
 
 
 def probe() -> Probe:

@@ -365,13 +365,15 @@ def _prepare(session: Session, request: _Compile) -> None:
     _local.fingerprint = fingerprint.digest + (f"|callbacks:{extra}" if extra else "")
     try:
         full = hooks.key(
-            request.computation,
-            request.devices,
-            request.options,
-            backend,
-            KEY_FORMAT,
-            drop_partitioning,
-            bool(request.callbacks),
+            compat.KeyInputs(
+                request.computation,
+                request.devices,
+                request.options,
+                backend,
+                KEY_FORMAT,
+                drop_partitioning,
+                bool(request.callbacks),
+            )
         )
     finally:
         _local.fingerprint = None
