@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from artifactstore.errors import (
@@ -56,31 +57,29 @@ def compiled(
     keys.check_name(name)
     keys.check_version(version)
     chosen = keys.check_platforms(platforms)
-    build = functools.partial(
-        _compiled,
-        name=name,
-        version=version,
-        static_argnums=static_argnums,
-        portable=portable,
-        platforms=chosen,
-    )
+    wanted = _Wanted(name, version, static_argnums, portable, chosen)
+    build = functools.partial(_compiled, wanted=wanted)
     if fn is None or not callable(fn) or _is_spec(fn):  # the decorator form
         return functools.partial(build, specs=specs if fn is None else (fn, *specs))
     return build(fn, specs=specs)
 
 
-def _compiled(
-    fn: Callable[..., Any],
-    *,
-    specs: Sequence[Any],
-    name: str,
-    version: str,
-    static_argnums: int | Sequence[int],
-    portable: bool,
-    platforms: tuple[str, ...] | None = None,
-) -> NamedExecutable:
-    static = _static_positions(static_argnums, len(specs))
-    wanted = Signature.of(tuple(specs), spec_leaf, path="args", static=static_check(static))
+@dataclass(frozen=True)
+class _Wanted:
+    """What `compiled` was asked for, but the function and its specs: NAME@VERSION, its
+    static arguments, and whether (and for which platforms) to store a portable form."""
+
+    name: str
+    version: str
+    static_argnums: int | Sequence[int]
+    portable: bool
+    platforms: tuple[str, ...] | None
+
+
+def _compiled(fn: Callable[..., Any], *, specs: Sequence[Any], wanted: _Wanted) -> NamedExecutable:
+    name, version = wanted.name, wanted.version
+    static = _static_positions(wanted.static_argnums, len(specs))
+    inputs = Signature.of(tuple(specs), spec_leaf, path="args", static=static_check(static))
     context = Context.open()
     try:
         found = context.find(name, version)
@@ -88,12 +87,13 @@ def _compiled(
         warn_once("named-rebuild", "%s; compiling it from the function", exc)
         found = None
     if found is not None:
-        _check_same_inputs(found.header, wanted)
+        _check_same_inputs(found.header, inputs)
         return found
     built = build(fn, specs, static, name=name, version=version, backend=context.backend)
     context.store_native(built)
-    if portable and (name, version) not in context.gone:  # a removed version: not stored
-        exported = _portable.export(fn, specs, static, built.executable.header, platforms)
+    if wanted.portable and (name, version) not in context.gone:  # a removed one: not stored
+        header = built.executable.header
+        exported = _portable.export(fn, specs, static, header, wanted.platforms)
         if exported is not None:
             context.store_portable(name, version, exported)
     return built.executable
