@@ -29,12 +29,9 @@ def drop_stale_leases(run: GcRun) -> None:
     """Delete (dry run: count) stale compile lease rows and records of the namespace."""
     settings = run.parts.settings
     grace = settings.lease_ttl_secs
-    ns = run.parts.namespace
-    prefix, _, suffix = compile_lease_name(ns, "\0").partition("\0")
     rows = stale_leases(
         run.parts.engine,
-        prefix,
-        suffix,
+        run.parts.namespace,
         grace_secs=grace,
         max_hold_secs=settings.lease_max_hold_secs,
         remove=not run.policy.dry_run,

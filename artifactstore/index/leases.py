@@ -177,19 +177,19 @@ class Lease:
 
 def stale_leases(
     engine: Engine,
-    prefix: str,
-    suffix: str,
+    namespace: str,
     *,
     grace_secs: float,
     max_hold_secs: float,
     remove: bool,
     limit: int = 10_000,
 ) -> list[str]:
-    """The names of leases named `prefix...suffix` whose holder is gone: expired more than
+    """The names of `namespace`'s compile leases whose holder is gone: expired more than
     `grace_secs` ago, expiring further ahead than `max_hold_secs` (forged, or a clock far
     ahead: takers already treat it as expired), or held by a process of this host that has
     exited; deleted when `remove` (gc), each only if still held by the same token. At most
     `limit` a call. A holder paused past that finds its lease lost, as after a takeover."""
+    prefix, _, suffix = compile_lease_name(namespace, "\0").partition("\0")
     now = utcnow()
     early = now - timedelta(seconds=grace_secs)
     late = now + timedelta(seconds=max_hold_secs + grace_secs)
