@@ -145,11 +145,7 @@ def signing_key_from_text(text: str | None, path: str) -> SigningKey:
         "(expected one line NAME:BASE64 of a 32-byte Ed25519 seed, as `artstore keygen` "
         "writes it)"
     )
-    if text is None or text.count(":") != 1:
-        raise bad
-    name, b64 = text.split(":", 1)
-    if not KEY_NAME_RE.fullmatch(name):
-        raise bad
+    name, b64 = _key_line(text, bad)
     seed = decode_b64(b64, SEED_LEN)
     if seed is None:
         # Nix writes 64 bytes (seed followed by the public key); accept that too.
@@ -158,6 +154,17 @@ def signing_key_from_text(text: str | None, path: str) -> SigningKey:
             raise bad
         seed = both[:SEED_LEN]
     return SigningKey(name, path, Ed25519PrivateKey.from_private_bytes(seed))
+
+
+def _key_line(text: str | None, bad: ConfigError) -> tuple[str, str]:
+    """The NAME and BASE64 of a key file's `NAME:BASE64` line, the name checked; `bad`,
+    which never shows the text, where it is not one."""
+    if text is None or text.count(":") != 1:
+        raise bad
+    name, b64 = text.split(":", 1)
+    if not KEY_NAME_RE.fullmatch(name):
+        raise bad
+    return name, b64
 
 
 def looks_like_key_material(value: str) -> bool:
@@ -231,24 +238,18 @@ def public_key_from_text(text: str, where: str, item: str) -> tuple[str, bytes]:
         f"{where} is not a public key: expected NAME:BASE64 of a 32-byte Ed25519 public key, "
         "as `artstore keygen` writes it into NAME.pub"
     )
-    if text.count(":") != 1:
-        raise bad
-    name, b64 = text.split(":", 1)
-    if not KEY_NAME_RE.fullmatch(name):
-        raise bad
+    secret = ConfigError(
+        f"{where} looks like a secret key: list public keys (NAME.pub) in "
+        "ARTSTORE_TRUSTED_KEYS, never .key files"
+    )
+    name, b64 = _key_line(text, bad)
     raw_key = decode_b64(b64, PUBLIC_LEN)
     if raw_key is None:
         if decode_b64(b64, SEED_LEN + PUBLIC_LEN) is not None or _looks_secret(item):
-            raise ConfigError(
-                f"{where} looks like a secret key: list public keys (NAME.pub) in "
-                "ARTSTORE_TRUSTED_KEYS, never .key files"
-            )
+            raise secret
         raise bad
     if _looks_secret(item):
-        raise ConfigError(
-            f"{where} looks like a secret key: list public keys (NAME.pub) in "
-            "ARTSTORE_TRUSTED_KEYS, never .key files"
-        )
+        raise secret
     if not is_curve_point(raw_key):
         # About half of all secret seeds are no point at all: never a public key.
         raise ConfigError(
