@@ -12,8 +12,9 @@ Publication (`Store.put`): object durable -> index row -> manifest.
   - killed after the object: an object without row or manifest; readers miss.
     gc turns it into its entry after the grace period (`reconcile._restored`).
   - killed after the row: an entry without manifest (`manifests_missing`); readers
-    miss, and a later put of the key finds the row and stores nothing, so the miss
-    lasts until `--repair` publishes the manifest from the row.
+    miss until the first of: the next writer of the key (it finds the row when it
+    stores its compile, and publishes the row's manifest: `WritePath.admit`), the next
+    `artstore gc` (`gc.publish`), or `--repair`; each publishes it from the row.
   - killed after the manifest: nothing to repair.
 
 Removal (`artstore rm`, `gc.remove`): manifest -> index row -> object.
