@@ -212,7 +212,8 @@ def test_a_removal_record_planted_without_the_key_is_reported_not_obeyed(
 def test_rm_name_without_a_signing_key_changes_nothing(team_env: dict[str, str]) -> None:
     """Where signatures are required readers obey only a signed removal record, so `rm
     --name` without ARTSTORE_SIGNING_KEY refuses before removing anything (else the
-    version would be gone, and could be planted back)."""
+    version would be gone, and could be planted back). Slow: a JAX process and two CLI
+    calls (about 15 s)."""
     built = _run(_writer(team_env), "old")
     assert built["stats"]["stored"] == 2, built  # native and portable
     keyless = {k: v for k, v in team_env.items() if k != "ARTSTORE_SIGNING_KEY"}
