@@ -176,7 +176,7 @@ UNTRUSTED_KINDS: tuple[UntrustedKind, ...] = (
     UntrustedKind(
         "named removal record",
         "bucket keys/ (`<sha256>.removed`), local manifests/",
-        "artifactstore.formats.named:removed_at",
+        "artifactstore.formats.named:decode_removed",
         1024,
     ),
     UntrustedKind(
@@ -254,6 +254,15 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
         """Write the record atomically, replacing any other; durable on return."""
+
+    def create_record(self, kind: RecordKind, name: str, data: bytes) -> bool:
+        """Write the record only where none is (a removal record: a bucket writer may
+        create one, never replace one); False, writing nothing, if one is there. Backends
+        with a conditional write override this look-then-write."""
+        if self.get_record(kind, name) is not None:
+            return False
+        self.put_record(kind, name, data)
+        return True
 
     @abc.abstractmethod
     def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:

@@ -243,14 +243,26 @@ class S3BlobStore(BlobStore):
 
     def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
         try:
-            self.client.put_object(
-                Bucket=self.bucket,
-                Key=self.record_key(kind, name),
-                Body=data,
-                ContentType="application/json",
-            )
+            self._put_record(kind, name, data)
         except Exception as exc:
             self._fail(f"put {kind.name}", exc)
+
+    def _put_record(self, kind: RecordKind, name: str, data: bytes, **condition: str) -> None:
+        key = self.record_key(kind, name)
+        body = {"Body": data, "ContentType": "application/json"}
+        self.client.put_object(Bucket=self.bucket, Key=key, **body, **condition)
+
+    def create_record(self, kind: RecordKind, name: str, data: bytes) -> bool:
+        # If-None-Match: the writer policy denies any other put of a removal record.
+        try:
+            self._put_record(kind, name, data, IfNoneMatch="*")
+            return True
+        except Exception as exc:
+            if error_code(exc) in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
+                return False
+            if error_code(exc) not in {"NotImplemented", "InvalidArgument"}:
+                self._fail(f"put {kind.name}", exc)
+        return super().create_record(kind, name, data)  # a store without conditional writes
 
     def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:
         def one_by_one(names: Sequence[str]) -> None:

@@ -17,10 +17,9 @@ from artifactstore.cli.render import (
     when,
 )
 from artifactstore.formats.counters import with_aliases
-from artifactstore.formats.sizes import format_seconds, format_size, plural
+from artifactstore.formats.sizes import format_seconds, format_size
 
 if TYPE_CHECKING:
-    from artifactstore.gc.remove import RemoveReport
     from artifactstore.index.repo import EntryInfo
     from artifactstore.index.usage import UsageGroup
 
@@ -38,6 +37,12 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Only named executables (artifactstore.compiled), by name and version.",
 )
+@click.option(
+    "--removed",
+    is_flag=True,
+    help="Instead: the removal records of named versions (`rm --name`), and whether "
+    "they are obeyed. Lists the object store's manifests.",
+)
 @click.pass_obj
 def ls_cmd(
     obj: Ctx,
@@ -47,10 +52,18 @@ def ls_cmd(
     jaxlib: str | None,
     limit: int | None,
     named: bool,
+    removed: bool,
 ) -> None:
-    """List entries, most recently used first. Reads only the index."""
+    """List entries, most recently used first. Reads only the index (--removed: the
+    object store)."""
     from artifactstore.index.repo import Filters
     from artifactstore.named.keys import MODULE_PREFIX
+
+    if removed:
+        from artifactstore.cli.removals import list_removals
+
+        list_removals(obj, as_json)
+        return
 
     filters = Filters(
         platform=platform,
@@ -359,16 +372,38 @@ def _group_row(g: UsageGroup, by: str, *, is_total: bool) -> list[str]:
     help="Remove a named executable: every fingerprint (native and portable) of that "
     "version, or of all its versions.",
 )
+@click.option(
+    "--removal",
+    metavar="NAME@VERSION",
+    help="Withdraw that version's removal record (as `ls --removed` shows it), so that it "
+    "may be stored and loaded again. The gc role's.",
+)
 @click.pass_obj
-def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: str | None) -> None:
-    """Remove entries by KEY (or a unique prefix of 8+ characters, as `ls` shows), or a
-    named executable by --name (as `ls --named` shows)."""
+def rm_cmd(
+    obj: Ctx,
+    keys: tuple[str, ...],
+    remove_all: bool,
+    yes: bool,
+    ref: str | None,
+    removal: str | None,
+) -> None:
+    """Remove entries by KEY (or a unique prefix of 8+ characters, as `ls` shows), a
+    named executable by --name (as `ls --named` shows), or a removal record."""
     from artifactstore.gc.remove import remove, resolve_keys
 
+    if removal is not None:
+        if keys or remove_all or ref is not None:
+            fail("give --removal alone (not with KEY..., --all or --name)", EXIT_USAGE)
+        from artifactstore.cli.removals import withdraw
+
+        withdraw(obj, removal, yes)
+        return
     if ref is not None:
         if keys or remove_all:
             fail("give --name alone (not with KEY... or --all)", EXIT_USAGE)
-        _rm_named(obj, ref, yes)
+        from artifactstore.cli.removals import remove_version
+
+        remove_version(obj, ref, yes)
         return
     if bool(keys) == remove_all:
         fail("give KEY... or --all (not both), or --name: see `artstore rm --help`", EXIT_USAGE)
@@ -396,38 +431,6 @@ def rm_cmd(obj: Ctx, keys: tuple[str, ...], remove_all: bool, yes: bool, ref: st
                     f"{len(full)} entries",
                 )
             report = remove(store, full)
-    _removed(report)
+    from artifactstore.cli.removals import removed_report
 
-
-def _rm_named(obj: Ctx, ref: str, yes: bool) -> None:
-    """`rm --name`: the named executable's entries (all fingerprints; one version or
-    all), found in the index and removed as `rm KEY...` removes them."""
-    from artifactstore.gc.remove import remove_named
-    from artifactstore.index.repo import Filters
-    from artifactstore.named import keys as named_keys
-
-    name, version = named_keys.parse_ref(ref)
-    glob = f"{named_keys.MODULE_PREFIX}{name}@{version or '*'}"
-    with obj.store(changes=True) as store:
-        found = {
-            e.key: e.module_name
-            for e in store.iter_entries(Filters(module_glob=glob))
-            if named_keys.matches(e.module_name, name, version)
-        }
-        if not found:
-            fail(
-                f"no named executable matches {ref!r} in namespace {store.namespace!r}: "
-                "check `artstore ls --named`"
-            )
-        if len(found) > 1:
-            confirm(yes, f"remove {len(found)} entries of {ref!r}?", f"{len(found)} entries")
-        report = remove_named(store, found)  # and the versions' removal records
-    _removed(report)
-
-
-def _removed(report: RemoveReport) -> None:
-    noun = plural(report.entries, "entry", "entries"), plural(report.objects, "object", "objects")
-    click.echo(f"removed {noun[0]}, {noun[1]} ({format_size(report.bytes)})")
-    if report.versions:  # `rm --name`: final (artifactstore/store/removed.py)
-        names = ", ".join(safe(v) for v in report.versions)
-        click.echo(f"removed for good (never loaded or stored again; use a new version): {names}")
+    removed_report(report)

@@ -100,6 +100,10 @@ class Output:
             verb = "would restore" if self.dry_run else "restored"
             restored = plural(report.entries_restored, "entry", "entries")
             self._write(f"  {verb} {restored} the index had lost, from their objects' metadata\n")
+        if report.manifests_published:
+            verb = "would publish" if self.dry_run else "published"
+            entries = plural(report.manifests_published, "entry", "entries")
+            self._write(f"  {verb} the manifests of {entries} whose writer died before it did\n")
         folds = (report.journals_folded, report.journals_refused, report.journals_set_aside)
         if any(folds) or report.journals_left:
             line = fold_line(*folds, left=report.journals_left)

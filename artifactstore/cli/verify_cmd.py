@@ -67,6 +67,11 @@ def verify_cmd(
             ("unsigned entries", report.unsigned),
             ("badly signed entries", report.bad_signature),
             ("entries signed by an untrusted key", report.untrusted_key),
+            ("removed named versions", report.removals),
+            (
+                "removal records ignored (withdraw: `artstore rm --removal`)",
+                report.removals_ignored,
+            ),
         ):
             if title.startswith(("badly", "entries signed")) and not report.signatures_checked:
                 continue

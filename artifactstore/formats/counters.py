@@ -139,6 +139,9 @@ NAMES: dict[str, Name] = {
     "kept_in_tier": Name("compiled while the store was down: kept in this host's tier"),
     "store_mismatch": Name("writes refused: object store and index are not one store"),
     "named_removed_not_stored": Name("named builds of a removed version: not stored"),
+    "named_removal_ignored": Name(
+        "removal records ignored: not signed by a trusted key where signatures are required"
+    ),
     # -- compile leases (single-flight) ---------------------------------------------------
     "lease_waits": Name(
         "compiles that waited for another process's lease",

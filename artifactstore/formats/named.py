@@ -12,10 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import CorruptObject
+from artifactstore.formats import signing
 from artifactstore.formats.records import load_record
+
+if TYPE_CHECKING:
+    from artifactstore.formats.signing import SigningKey, TrustedKeys
 
 MAGIC = b"ARTSTORE-NAMED\0"
 FORMAT_VERSION = 1
@@ -60,19 +65,52 @@ def native_devices(header: Any) -> tuple[int, ...] | None:
     return tuple(devices)
 
 
-# -- removed versions (issue 38) --------------------------------------------------
+# -- removed versions ----------------------------------------------------------------
 # `artstore rm --name` leaves one small record per NAME@VERSION it removed, beside the
 # manifests under a name no manifest can have (a digest and a suffix), so listings of
-# manifests never show it and every role's bucket policy already covers it. Its only
-# power is to refuse: a store-fetched entry of that version is not loaded, and writers do
-# not store that version again (versions are immutable once published). So it needs no
-# signature: a forged one costs what deleting the version's objects costs.
+# manifests never show it and every role's bucket policy already covers it. Its power is
+# to refuse: a store-fetched entry of that version is not loaded, and writers do not
+# store that version again (versions are immutable once published). Where signatures are
+# required, that power is a trusted key's only: the record carries formats.signing's
+# "s" field (domain `REMOVAL_DOMAIN`, over the namespace and the record's name), and one
+# without a trusted signature is ignored (a bucket writer without the key could
+# otherwise make any unpublished version unstorable). Without signatures its presence
+# refuses, whatever it holds.
 MODULE_PREFIX = "named:"
 REMOVED_SUFFIX = ".removed"
 REMOVED_VERSION = 1
 MAX_REMOVED_BYTES = 1024
 _REMOVED_DOMAIN = "artifactstore-named-removed-v1"
+REMOVAL_DOMAIN = b"artifactstore-named-removal-signature-v1\x00"
 HEX = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What a removal record says, as far as it says it legibly (never raises: a record
+    is untrusted bytes; its name, not its body, decides which version it concerns)."""
+
+    record: str  # its name: `removed_name(name, version)`
+    name: str | None  # NAME@VERSION when the body names the version its name is for
+    version: str | None
+    removed_at: int | None  # for messages only
+    signature: signing.RecordSignature | None
+    malformed: str | None = None  # why the body or its signature field is unreadable
+
+    @property
+    def ref(self) -> str:
+        """NAME@VERSION, or the record's name where the body does not say."""
+        if self.name is None or self.version is None:
+            return self.record
+        return f"{self.name[:128]}@{self.version[:64]}"
+
+    def refusal(self, trusted: TrustedKeys, namespace: str) -> str | None:
+        """Why a process that requires signatures ignores this record; None: obeyed."""
+        if self.malformed is not None:
+            return self.malformed
+        return signing.record_refusal(
+            self.signature, trusted, REMOVAL_DOMAIN, namespace, self.record
+        )
 
 
 def split_module(module: str) -> tuple[str, str] | None:
@@ -97,18 +135,47 @@ def check_removed_name(record: str) -> str:
     return record
 
 
-def encode_removed(name: str, version: str, removed_at: int) -> bytes:
-    """A removal record: which version, and when (for messages; never trusted)."""
-    body = {"v": REMOVED_VERSION, "name": name, "version": version, "removed": int(removed_at)}
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+def encode_removed(
+    name: str,
+    version: str,
+    removed_at: int,
+    signer: SigningKey | None = None,
+    namespace: str = "",
+) -> bytes:
+    """A removal record: which version, and when (for messages); signed by `signer` for
+    `namespace` where given."""
+    body: dict[str, object] = {
+        "v": REMOVED_VERSION,
+        "name": name,
+        "version": version,
+        "removed": int(removed_at),
+    }
+    if signer is not None:
+        body = signing.sign_record(
+            body, signer, REMOVAL_DOMAIN, namespace, removed_name(name, version)
+        )
+    return json.dumps(body, separators=signing.RECORD_SEPARATORS).encode()
+
+
+def decode_removed(record: str, data: bytes) -> Removal:
+    """What the removal record `record` holding `data` says (see `Removal`)."""
+    blank = Removal(record, None, None, None, None)
+    try:
+        body = load_record(data) if len(data) <= MAX_REMOVED_BYTES else None
+        if not isinstance(body, dict):
+            return replace(blank, malformed="not a removal record (unreadable)")
+        name, version = body.get("name"), body.get("version")
+        said = isinstance(name, str) and isinstance(version, str)
+        if not said or removed_name(str(name), str(version)) != record:
+            name = version = None
+        at = body.get("removed")
+        when = at if type(at) is int and at >= 0 else None
+        return Removal(record, name, version, when, signing.record_signature(body))
+    except Exception as exc:  # anything the bytes can cause: never a reader's error
+        return replace(blank, malformed=f"not a removal record ({str(exc)[:80]})")
 
 
 def removed_at(data: bytes) -> int | None:
     """When a removal record says its version was removed; None if it does not say
-    legibly (the record still refuses: its presence, not its contents, is what counts)."""
-    try:
-        body = json.loads(data[:MAX_REMOVED_BYTES]) if len(data) <= MAX_REMOVED_BYTES else None
-        at = body.get("removed") if isinstance(body, dict) else None
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    return at if type(at) is int and at >= 0 else None
+    legibly (what a record refuses is its name's version, never its body's)."""
+    return decode_removed("", data).removed_at

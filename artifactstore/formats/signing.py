@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import json
 import re
@@ -43,10 +44,14 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "RecordSignature",
     "SigningKey",
     "TrustedKeys",
     "message",
     "public_key_from_text",
+    "record_refusal",
+    "record_signature",
+    "sign_record",
     "signing_key_from_text",
 ]
 
@@ -79,6 +84,82 @@ def message(
     fixed fields after a domain tag that no other message of ours starts with)."""
     fields = [namespace, key, content_digest, fingerprint_digest, callbacks, int(raw_size)]
     return DOMAIN + json.dumps(fields, separators=(",", ":")).encode()
+
+
+# -- signed records (working sets, removal records) ---------------------------------
+# A record from a bucket that decides what a process does (what it loads ahead, which
+# version it refuses) carries one more field, "s": {"k": key name, "sig": base64
+# Ed25519}, over `record_message(domain, namespace, name, sha256 of the record without
+# "s")`: the record re-encoded as a writer encodes it (compact JSON, its fields in their
+# order), so a reader checks the fields it parsed, whatever the bytes' spacing. Each kind
+# has its own domain tag: no signature of one kind (nor an entry's) is another's.
+RECORD_SEPARATORS = (",", ":")
+
+
+@dataclass(frozen=True)
+class RecordSignature:
+    """A record's "s" field: who signed it, and the digest of the record it covers."""
+
+    signer: str
+    signature: bytes
+    content: str  # sha256 of the record without "s", re-encoded as a writer encodes it
+
+
+def record_message(domain: bytes, namespace: str, name: str, content_digest: str) -> bytes:
+    """What a record's signature covers: its kind's domain tag, then a JSON array."""
+    fields = [namespace, name, content_digest]
+    return domain + json.dumps(fields, separators=RECORD_SEPARATORS).encode()
+
+
+def _content(record: dict[str, object]) -> str:
+    unsigned = {k: v for k, v in record.items() if k != "s"}
+    return hashlib.sha256(json.dumps(unsigned, separators=RECORD_SEPARATORS).encode()).hexdigest()
+
+
+def sign_record(
+    record: dict[str, object], signer: SigningKey, domain: bytes, namespace: str, name: str
+) -> dict[str, object]:
+    """`record` with its "s" field: signed by `signer` for `namespace` and `name`."""
+    message = record_message(domain, namespace, name, _content(record))
+    sig = base64.b64encode(signer.sign(message)).decode()
+    return {**record, "s": {"k": signer.name, "sig": sig}}
+
+
+def record_signature(raw: dict[str, object]) -> RecordSignature | None:
+    """The "s" field of a parsed record (None: unsigned); ValueError if malformed."""
+    if "s" not in raw:
+        return None
+    s = raw["s"]
+    if (
+        not isinstance(s, dict)
+        or not isinstance(s.get("k"), str)
+        or not isinstance(s.get("sig"), str)
+    ):
+        raise ValueError("the signature field is not {k, sig}")
+    if not KEY_NAME_RE.fullmatch(s["k"]) or len(s["sig"]) > 128:
+        raise ValueError("the signature field names no key")
+    try:
+        signature = base64.b64decode(s["sig"], validate=True)
+    except binascii.Error:
+        raise ValueError("the signature is not base64") from None
+    if len(signature) != SIGNATURE_LEN:
+        raise ValueError(f"the signature is not {SIGNATURE_LEN} bytes")
+    return RecordSignature(s["k"], signature, _content(raw))
+
+
+def record_refusal(
+    sig: RecordSignature | None, trusted: TrustedKeys, domain: bytes, namespace: str, name: str
+) -> str | None:
+    """Why a process that requires signatures does not follow a record (one line, no key
+    material); None when a key in `trusted` signed it for `namespace` and `name`."""
+    if sig is None:
+        return "unsigned"
+    if not trusted.knows(sig.signer):
+        return f"signed by key {sig.signer!r}, which is not trusted"
+    message = record_message(domain, namespace, name, sig.content)
+    if not trusted.verify(sig.signer, sig.signature, message):
+        return f"the signature of key {sig.signer!r} does not match (altered or misplaced)"
+    return None
 
 
 def decode_b64(text: str, length: int) -> bytes | None:

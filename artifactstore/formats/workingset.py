@@ -33,10 +33,9 @@ key signed it. A writer holding ARTSTORE_SIGNING_KEY adds one field to the objec
 
     "s": {"k": key name, "sig": base64 Ed25519 signature}
 
-over `signature_message(namespace, program id, sha256 of the record without "s")`, that
-record re-encoded as the writer encoded it (compact JSON, its fields in their order), so
-a reader checks the fields it parsed, whatever the bytes' spacing. The message has its
-own domain tag (`SET_DOMAIN`): no entry signature is a working set's, nor the other way.
+over the namespace, the program id and the record without "s" (formats.signing's signed
+records, under a domain tag of its own, `SET_DOMAIN`: no entry signature is a working
+set's, nor the other way).
 Old and new clients during a rollout: clients from before signatures ignore the field
 and read a signed set as before; a new client that requires signatures refuses an old
 client's unsigned set whole (no prediction, never a wrong load); one that does not
@@ -63,6 +62,13 @@ from artifactstore.errors import CorruptObject
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.manifest import check_key
 from artifactstore.formats.records import decode_record
+from artifactstore.formats.signing import (
+    RECORD_SEPARATORS,
+    RecordSignature,
+    record_refusal,
+    record_signature,
+    sign_record,
+)
 
 if TYPE_CHECKING:
     from artifactstore.formats.signing import SigningKey, TrustedKeys
@@ -79,17 +85,6 @@ MAX_OPTIONS_BYTES = 64 * 1024
 MAX_DEVICES = 16384
 _NAME_RE = re.compile(r"[0-9a-f]{40}")
 SET_DOMAIN = b"artifactstore-working-set-signature-v1\x00"
-_SEPARATORS = (",", ":")  # how a writer encodes a record, and so what a signature covers
-_SIGNER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # formats.signing's key names
-
-
-@dataclass(frozen=True)
-class SetSignature:
-    """A set's "s" field: who signed it, and the digest of the record it covers."""
-
-    signer: str
-    signature: bytes
-    content: str  # sha256 of the record without "s", re-encoded as a writer encodes it
 
 
 @dataclass(frozen=True)
@@ -108,7 +103,7 @@ class WorkingSet:
     program: str  # the record's name: `program_id(...)`
     fingerprint: str  # the fingerprint digest every entry was built for
     entries: tuple[WorkingEntry, ...]
-    signature: SetSignature | None = field(default=None, compare=False)
+    signature: RecordSignature | None = field(default=None, compare=False)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -135,12 +130,9 @@ class WorkingSet:
                 "f": self.fingerprint,
                 "e": rows,
             }
-            data = json.dumps(record, separators=_SEPARATORS).encode()
             if signer is not None:
-                message = signature_message(namespace, self.program, _sha256(data))
-                sig = base64.b64encode(signer.sign(message)).decode()
-                record["s"] = {"k": signer.name, "sig": sig}
-                data = json.dumps(record, separators=_SEPARATORS).encode()
+                record = sign_record(record, signer, SET_DOMAIN, namespace, self.program)
+            data = json.dumps(record, separators=RECORD_SEPARATORS).encode()
             if len(data) <= MAX_WORKING_SET_BYTES or not rows:
                 return data
             rows = rows[: len(rows) * 3 // 4]
@@ -157,7 +149,7 @@ class WorkingSet:
                 program=check_program_id(raw["p"]),
                 fingerprint=check_digest(raw["f"]),
                 entries=tuple(_entry(row, raw["v"]) for row in rows),
-                signature=_signature(raw) if "s" in raw else None,
+                signature=record_signature(raw),
             )
 
         what = f"working set {program[:12]}"
@@ -169,48 +161,7 @@ class WorkingSet:
     def refusal(self, trusted: TrustedKeys, namespace: str) -> str | None:
         """Why a process that requires signatures does not follow this set (one line, no
         key material); None when a key in `trusted` signed it for `namespace`."""
-        sig = self.signature
-        if sig is None:
-            return "unsigned"
-        if not trusted.knows(sig.signer):
-            return f"signed by key {sig.signer!r}, which is not trusted"
-        message = signature_message(namespace, self.program, sig.content)
-        if not trusted.verify(sig.signer, sig.signature, message):
-            return f"the signature of key {sig.signer!r} does not match (altered or misplaced)"
-        return None
-
-
-def signature_message(namespace: str, program: str, content_digest: str) -> bytes:
-    """What a set's signature covers: its own domain tag, then a JSON array."""
-    return (
-        SET_DOMAIN
-        + json.dumps([namespace, program, content_digest], separators=_SEPARATORS).encode()
-    )
-
-
-def _signature(raw: dict[str, Any]) -> SetSignature:
-    s = raw["s"]
-    if (
-        not isinstance(s, dict)
-        or not isinstance(s.get("k"), str)
-        or not isinstance(s.get("sig"), str)
-    ):
-        raise ValueError("the signature field is not {k, sig}")
-    if not _SIGNER_RE.fullmatch(s["k"]) or len(s["sig"]) > 128:
-        raise ValueError("the signature field names no key")
-    try:
-        signature = base64.b64decode(s["sig"], validate=True)
-    except binascii.Error:
-        raise ValueError("the signature is not base64") from None
-    if len(signature) != 64:
-        raise ValueError("the signature is not 64 bytes")
-    unsigned = {k: v for k, v in raw.items() if k != "s"}
-    content = _sha256(json.dumps(unsigned, separators=_SEPARATORS).encode())
-    return SetSignature(s["k"], signature, content)
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+        return record_refusal(self.signature, trusted, SET_DOMAIN, namespace, self.program)
 
 
 def _entry(row: Any, version: int) -> WorkingEntry:

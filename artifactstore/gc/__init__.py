@@ -13,7 +13,9 @@ never overlap:
 4. delete objects no entry references, once older than the grace period;
 5. reconcile (one listing of the blob store): blobs with no row and no entry,
    older than the grace period, are deleted; entries whose object is gone
-   are dropped.
+   are dropped;
+6. publish the manifest of every entry that has none (one listing of the
+   manifests: a writer killed between its row and its manifest; `gc.publish`).
 
 Victims are predicates, not lists (`Victims`): gc never holds the entries in
 memory, the database sorts and deletes them set-wise, and an entry hit while gc

@@ -12,6 +12,7 @@ from artifactstore.gc import reconcile
 from artifactstore.gc.journals import fold_or_say_why
 from artifactstore.gc.leases import drop_stale_leases
 from artifactstore.gc.policy import Policy, effective_limit, old_jaxlib_versions
+from artifactstore.gc.publish import Publish, publish_missing
 from artifactstore.gc.quick import drop_stored_quick_keys
 from artifactstore.gc.rebuild import require_sound_index
 from artifactstore.gc.report import GcReport, OnRemove, PhaseProgress, Removal
@@ -46,7 +47,7 @@ def collect(
         # A dry run deletes nothing: it may look at the index with the object store down.
     run = GcRun(store, store.withdraw, policy, on_remove, progress)
     try:
-        report = _run(run, wait=wait)
+        report = _run(run, store.publish, wait=wait)
     finally:  # also when interrupted part way
         if run.report.entries_removed and not policy.dry_run:
             store.entries_removed()  # this host's tier must not serve evicted entries
@@ -54,7 +55,7 @@ def collect(
     return report
 
 
-def _run(run: GcRun, *, wait: bool) -> GcReport:
+def _run(run: GcRun, publish: Publish, *, wait: bool) -> GcReport:
     max_hold = run.parts.settings.lease_max_hold_secs
     run.lease = Lease(run.parts.engine, f"gc:{run.parts.namespace}", max_hold_secs=max_hold)
     try:
@@ -96,6 +97,7 @@ def _run(run: GcRun, *, wait: bool) -> GcReport:
         if run.policy.reconcile and not store_down:
             try:
                 reconcile.remove_orphans(run)
+                publish_missing(run, publish)
             except StoreUnavailable as exc:
                 if not run.policy.dry_run:
                     raise

@@ -59,6 +59,7 @@ class GcReport:
     objects_waiting_from: str | None = None
     objects_waiting_until: str | None = None
     entries_restored: int = 0  # orphans that carried an entry the index had lost
+    manifests_published: int = 0  # entries whose writer died before publishing (gc/publish.py)
     reconcile_skipped: str | None = None  # why the object store was not cross-checked
     reasons: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0

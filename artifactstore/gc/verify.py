@@ -12,8 +12,9 @@ Publication (`Store.put`): object durable -> index row -> manifest.
   - killed after the object: an object without row or manifest; readers miss.
     gc turns it into its entry after the grace period (`reconcile._restored`).
   - killed after the row: an entry without manifest (`manifests_missing`); readers
-    miss, and a later put of the key finds the row and stores nothing, so the miss
-    lasts until `--repair` publishes the manifest from the row.
+    miss until the first of: the next writer of the key (it finds the row when it
+    stores its compile, and publishes the row's manifest: `WritePath.admit`), the next
+    `artstore gc` (`gc.publish`), or `--repair`; each publishes it from the row.
   - killed after the manifest: nothing to repair.
 
 Removal (`artstore rm`, `gc.remove`): manifest -> index row -> object.
@@ -42,6 +43,7 @@ from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
 from artifactstore.gc import reconcile
 from artifactstore.gc.policy import DEFAULT_GRACE_SECS
+from artifactstore.gc.remove import removal_rows
 from artifactstore.index.eviction import EvictionIndex
 from artifactstore.index.identity import entry_count
 from artifactstore.index.repo import EntryInfo
@@ -74,6 +76,11 @@ class VerifyReport:
     manifests_missing: list[str] = field(default_factory=list)
     manifests_without_entry: list[str] = field(default_factory=list)
     manifests_without_object: list[str] = field(default_factory=list)
+    # Removal records of named versions (gc.remove.removal_rows): those this store obeys,
+    # and those it ignores (no trusted signature where one is required: planted by a
+    # bucket writer without the key, or left by a client from before signed records).
+    removals: list[str] = field(default_factory=list)
+    removals_ignored: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -88,6 +95,7 @@ class VerifyReport:
             or self.manifests_missing
             or self.manifests_without_entry
             or self.manifests_without_object
+            or self.removals_ignored
         )
 
     def to_json(self) -> dict[str, object]:
@@ -108,6 +116,8 @@ class VerifyReport:
             "manifests_missing": self.manifests_missing,
             "manifests_without_entry": self.manifests_without_entry,
             "manifests_without_object": self.manifests_without_object,
+            "removals": self.removals,
+            "removals_ignored": self.removals_ignored,
         }
 
 
@@ -166,6 +176,11 @@ def _check(
     for names in (report.unsigned, report.bad_signature, report.untrusted_key):
         names.sort()
     report.quarantined = sorted(b.digest for b in parts.blobs.iter_quarantined())
+    for row in removal_rows(parts):
+        if row["obeyed"]:
+            report.removals.append(row["ref"])
+        else:
+            report.removals_ignored.append(f"{row['ref']} ({row['why_ignored']})")
     return missing, _check_manifests(parts, report, set(missing))
 
 

@@ -237,6 +237,14 @@ class EvictionIndex:
         with self.engine.connect() as conn:
             return {str(d) for d in conn.scalars(stmt.distinct())}
 
+    def keys_between(self, low: str, high: str | None) -> set[str]:
+        """Keys of the entries with low <= key < high (one manifest listing chunk)."""
+        stmt = select(Entry.key).where(Entry.namespace == self.namespace, Entry.key >= low)
+        if high is not None:
+            stmt = stmt.where(Entry.key < high)
+        with self.engine.connect() as conn:
+            return {str(k) for k in conn.scalars(stmt)}
+
     def keys_for_digests(
         self, digests: list[str], excluding: Victims = NO_VICTIMS
     ) -> list[tuple[str, int]]:

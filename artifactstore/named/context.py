@@ -141,7 +141,15 @@ class Context:
         def store_it() -> str | None:
             """Stored, or why not: a removed version is never stored again (readers
             refuse it, so the build would be lost; see `store.removed`)."""
-            record = removed.removal(store.records, name, version)
+            settings = store.settings
+            try:
+                record = removed.removal(
+                    store.records, name, version, settings.trusted_keys, settings.namespace
+                )
+            except removed.Ignored as exc:  # not a trusted key's removal: stored
+                store.counters.add("named_removal_ignored")
+                warn_once("named-removal-ignored", "%s", exc)
+                record = None
             if record is not None:
                 return removed.describe(name, version, record)
             store.put(put)

@@ -323,8 +323,9 @@ class Store:
         return self.writes.put(put)
 
     def publish(self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None) -> bool:
-        """Publish `entry`'s manifest (see WritePath.publish); False if the store refused."""
-        return self.writes.publish(entry, callbacks=callbacks)
+        """Publish `entry`'s manifest, withdrawn again if its row went meanwhile (see
+        WritePath.publish_checked); False if the store refused or the row is gone."""
+        return self.writes.publish_checked(entry, callbacks=callbacks)
 
     def require_bound(self) -> None:
         """For a command about to change the index or delete objects: StoreMismatch (one

@@ -185,7 +185,14 @@ class ReadPath:
             trusted=settings.trusted_keys,
             namespace=settings.namespace,
         )
-        removed.check(self.backends.blobs, data)  # after: only authentic objects cost a GET
+        # After: only authentic objects cost a GET. A record without a trusted signature
+        # where one is required is ignored, and said once.
+        ignored = removed.check(
+            self.backends.blobs, data, settings.trusted_keys, settings.namespace
+        )
+        if ignored is not None:
+            self.accounts.counters.add("named_removal_ignored")
+            process_warn_once("named-removal-ignored", "%s", ignored)
         return payload
 
     def _over_limit(self, exc: OverLimit) -> Missed:

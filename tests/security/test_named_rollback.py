@@ -149,23 +149,84 @@ def test_rm_then_old_objects_planted_back_never_run(
     report = json.loads(pulled.stdout)
     assert report["fetched"] == 0 and report["refused"] >= 1, report
     _assert_refused(_run(_reader(team_env, node), "load"))
-    # The removal record is no manifest (listings and `verify` do not see it); what was
-    # planted back is: `verify` names the two manifests that have no entry.
-    checked = artstore("verify", "--json", env=team_env)
+    # The removal record is no manifest, but `verify` and `ls --removed` show it: signed
+    # by the key that removed the version, so obeyed. What was planted back is a problem:
+    # `verify` names the two manifests that have no entry.
+    checked = json.loads(artstore("verify", "--json", env=team_env).stdout)
     planted = sorted(k.rsplit("/", 1)[1] for k in saved if "/keys/" in k)
-    assert json.loads(checked.stdout)["manifests_without_entry"] == planted, checked.stdout
+    assert checked["manifests_without_entry"] == planted, checked
+    assert (checked["removals"], checked["removals_ignored"]) == (["t/step@1"], []), checked
+    [row] = json.loads(artstore("ls", "--removed", "--json", env=team_env).stdout)
+    assert (row["ref"], row["obeyed"], row["signer"]) == ("t/step@1", True, "team-tests"), row
 
 
-# -- hostile removal records (no JAX): whatever bytes sit at the name, the version is refused
-@pytest.fixture(scope="module")
-def named_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    root = tmp_path_factory.mktemp("removal")
-    env = clean_env(
-        ARTSTORE_URL=str(root / "store"),
-        ARTSTORE_SIGNING_KEY=str(TEAM_KEY),
-        ARTSTORE_TRUSTED_KEYS=str(TEAM_PUB),
+# -- removal records where signatures are required: a trusted key's only ------------
+def test_a_removal_record_planted_without_the_key_is_reported_not_obeyed(
+    team_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A bucket writer without the key plants t/step@1's removal record before CI builds
+    it. Failed before: CI's build was not stored (`named_removed_not_stored`), readers got
+    NamedNotFound, and neither `ls` nor any command showed or withdrew the record. Now it
+    is ignored (said once), listed, a `verify` finding, and the gc role withdraws it.
+    Slow: two JAX processes and six CLI calls (about 15 s)."""
+    bucket = Bucket(team_env)
+    record = f"{bucket.base}/keys/{named.removed_name('t/step', '1')}"
+    forged = named.encode_removed("t/step", "1", 1_700_000_000)  # well formed, unsigned
+    bucket.s3.put_object(Bucket=bucket.bucket, Key=record, Body=forged)
+
+    built = _run(_writer(team_env), "old")
+    assert built["source"] == "compiled" and built["result"] == OLD, built
+    assert "named_removed_not_stored" not in built["stats"], built
+    assert built["stats"]["stored"] == 2, built  # native and portable: both stored
+    assert built["stats"]["named_removal_ignored"] >= 1, built
+    ignored = "ignoring the removal record of t/step@1 (unsigned)"
+    assert built["_stderr"].count(ignored) == 1, built["_stderr"][-2000:]
+    loaded = _run(_reader(team_env, tmp_path / "node-0"), "load")
+    assert loaded["source"] == "store" and loaded["result"] == OLD, loaded
+    assert loaded["stats"]["named_removal_ignored"] >= 1, loaded
+    assert loaded["_stderr"].count(ignored) == 1, loaded["_stderr"][-2000:]
+
+    [row] = json.loads(artstore("ls", "--removed", "--json", env=team_env).stdout)
+    assert (row["ref"], row["obeyed"], row["why_ignored"]) == ("t/step@1", False, "unsigned")
+    checked = artstore("verify", "--json", env=team_env)
+    assert checked.returncode == 1, checked.stderr
+    assert json.loads(checked.stdout)["removals_ignored"] == ["t/step@1 (unsigned)"]
+    shown = artstore("verify", env=team_env).stdout
+    assert (
+        "removal records ignored (withdraw: `artstore rm --removal`): 1\n  t/step@1 (unsigned)"
+        in shown
     )
-    store = Store.open(config.resolve({}, environ=env))
+
+    asked = artstore("rm", "--removal", "t/step@1", env=team_env)  # no terminal, no --yes
+    assert asked.returncode == 2 and "pass --yes" in asked.stderr, asked.stderr
+    assert bucket.removal_records() == [record]
+    gone = artstore("rm", "--removal", "t/step@1", "--yes", env=team_env)
+    assert gone.returncode == 0 and "withdrew the removal record of t/step@1" in gone.stdout
+    assert bucket.removal_records() == []
+    assert artstore("ls", "--removed", env=team_env).stdout.strip() == "no removal records"
+    again = artstore("rm", "--removal", "t/step@1", "--yes", env=team_env)
+    assert again.returncode == 1 and "no removal record for 't/step@1'" in again.stderr
+    assert artstore("verify", env=team_env).returncode == 0
+
+
+def test_rm_name_without_a_signing_key_changes_nothing(team_env: dict[str, str]) -> None:
+    """Where signatures are required readers obey only a signed removal record, so `rm
+    --name` without ARTSTORE_SIGNING_KEY refuses before removing anything (else the
+    version would be gone, and could be planted back). Slow: a JAX process and two CLI
+    calls (about 15 s)."""
+    built = _run(_writer(team_env), "old")
+    assert built["stats"]["stored"] == 2, built  # native and portable
+    keyless = {k: v for k, v in team_env.items() if k != "ARTSTORE_SIGNING_KEY"}
+    out = artstore("rm", "--name", "t/step@1", "--yes", env=keyless)
+    assert out.returncode == 1 and "set ARTSTORE_SIGNING_KEY" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(json.loads(artstore("ls", "--named", "--json", env=team_env).stdout)) == 2
+    assert Bucket(team_env).removal_records() == []
+
+
+# -- hostile removal records (no JAX) ----------------------------------------------
+def _named_store(root: Path, **keys: str) -> Store:
+    store = Store.open(config.resolve({}, environ=clean_env(ARTSTORE_URL=str(root), **keys)))
     store.put(
         Put(
             KEY,
@@ -176,33 +237,72 @@ def named_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
             callbacks=0,
         )
     )
-    yield store
-    store.close()
+    return store
+
+
+@pytest.fixture(scope="module")
+def named_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, Store]]:
+    """t/step@1 in a store without signatures, and in one that requires them."""
+    root = tmp_path_factory.mktemp("removal")
+    signed = {"ARTSTORE_SIGNING_KEY": str(TEAM_KEY), "ARTSTORE_TRUSTED_KEYS": str(TEAM_PUB)}
+    stores = (_named_store(root / "open"), _named_store(root / "signed", **signed))
+    yield stores
+    for store in stores:
+        store.close()
+
+
+def _refused(store: Store, data: bytes) -> bool:
+    """Whether t/step@1 is refused with `data` as its removal record (each refusal or
+    ignored record counted); the entry loads again once the record is gone."""
+    record = named.removed_name("t/step", "1")
+    store.blobs.put_record(removed.REMOVED, record, data)
+    before = store.counters.snapshot()
+    hit = store.get(KEY, FP.digest, callbacks=0)
+    after = store.counters.snapshot()
+    store.blobs.delete_records(removed.REMOVED, [record])
+    back = store.get(KEY, FP.digest, callbacks=0)
+    assert back is not None and back.payload == PAYLOADS[KEY]
+    counted = "named_removed" if hit is None else "named_removal_ignored"
+    assert after.get(counted, 0) == before.get(counted, 0) + 1, (counted, after)
+    assert hit is None or hit.payload == PAYLOADS[KEY]
+    return hit is None
 
 
 @pytest.mark.hostile_record("named removal record")
-def test_a_removal_record_refuses_whatever_it_holds(named_store: Store) -> None:
-    """A removal record's presence, not its contents, refuses its version: hostile bytes there
-    (random, truncated, oversized, nested, another version's record) never raise, never let
-    the version load, and each refusal is counted; without the record the entry loads."""
-    store, record = named_store, named.removed_name("t/step", "1")
-    good = json.loads(named.encode_removed("t/step", "1", 1_700_000_000))
-    other = json.loads(named.encode_removed("t/step", "2", 1))
+def test_a_removal_record_refuses_where_it_is_obeyed_only(
+    named_stores: tuple[Store, Store],
+) -> None:
+    """Without signatures a removal record's presence refuses its version, whatever it
+    holds; where signatures are required only one a trusted key signed for this namespace
+    and this version does, and any other bytes (random, truncated, oversized, nested,
+    another version's record, a signed record altered or moved) are ignored and counted.
+    Never an exception, never another entry's bytes."""
+    open_store, signed_store = named_stores
+    signer = signed_store.settings.signing_key
+    good = named.encode_removed("t/step", "1", 1_700_000_000, signer, "default")
+    other = named.encode_removed("t/step", "2", 1, signer, "default")
+    elsewhere = named.encode_removed("t/step", "1", 1, signer, "another-team")
+    record = named.removed_name("t/step", "1")
 
-    @given(hostile.records(good, max_bytes=named.MAX_REMOVED_BYTES, others=[other]))
+    @given(hostile.records(json.loads(good), max_bytes=named.MAX_REMOVED_BYTES,
+                           others=[json.loads(other), json.loads(elsewhere)]))  # fmt: skip
     @example(hostile.DEEP)
     @example(b"")
+    @example(good)
+    @example(other)
+    @example(elsewhere)
+    @example(named.encode_removed("t/step", "1", 1))  # well formed, unsigned
     def run(data: bytes) -> None:
-        assert named.removed_at(data) is None or named.removed_at(data) >= 0  # never raises
-        store.blobs.put_record(removed.REMOVED, record, data)
-        before = store.counters.snapshot().get("named_removed", 0)
-        assert store.get(KEY, FP.digest, callbacks=0) is None
-        assert store.counters.snapshot().get("named_removed", 0) == before + 1
-        store.blobs.delete_records(removed.REMOVED, [record])
-        hit = store.get(KEY, FP.digest, callbacks=0)
-        assert hit is not None and hit.payload == PAYLOADS[KEY]
+        assert _refused(open_store, data)
+        found = named.decode_removed(record, data)
+        obeyed = found.refusal(signed_store.settings.trusted_keys, "default") is None
+        assert _refused(signed_store, data) == obeyed
+        if obeyed:  # a trusted key signed this version's removal, in this namespace
+            assert (found.name, found.version, found.signature is not None) == ("t/step", "1", True)
 
     run()
+    assert _refused(signed_store, good) and not _refused(signed_store, other)
+    assert not _refused(signed_store, elsewhere)
 
 
 @given(hostile.names())

@@ -40,7 +40,7 @@ from artifactstore.gc.rebuild import rebuild
 from artifactstore.gc.remove import remove
 from artifactstore.gc.sign import sign_entries
 from artifactstore.gc.verify import verify
-from artifactstore.store import Store, identity
+from artifactstore.store import Store, identity, removed
 from security.flights import fp, key, loaded, publish, put, turn, waiting
 
 POLICIES = Path(__file__).resolve().parents[2] / "infra" / "policies"
@@ -137,11 +137,13 @@ def _statements(kind: str, bucket: str, prefix: str, effect: str) -> list[dict[s
     return [s for s in statements if s["Effect"] == effect]
 
 
-def _denials(kind: str, bucket: str, prefix: str) -> list[Grant]:
-    """What a role's policy refuses outright (Deny wins over every Allow in IAM)."""
+def _denials(kind: str, bucket: str, prefix: str, *, conditional: bool = False) -> list[Grant]:
+    """What a role's policy refuses outright (Deny wins over every Allow in IAM); with
+    `conditional`, what it refuses only under a condition (a put without If-None-Match)."""
     return [
         Grant(action, resource.removeprefix(f"arn:aws:s3:::{bucket}/"))
         for statement in _statements(kind, bucket, prefix, "Deny")
+        if ("Condition" in statement) == conditional
         for action in statement["Action"]
         for resource in statement["Resource"]
     ]
@@ -359,3 +361,28 @@ def test_a_writer_cannot_delete_a_removal_record() -> None:
     assert not refused("gc", record)
     allowed = _grants("writer", bucket, prefix)
     assert any(g.action == "s3:PutObject" and _matches(g.pattern, record) for g in allowed)
+
+
+def test_a_writer_cannot_replace_a_removal_record(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """Where signatures are required a removal record without a trusted signature is
+    ignored, so replacing a signed one with junk would restore the version: the writer
+    policy denies any put of one without If-None-Match (created once, never replaced),
+    and `rm --name` creates it so (S3BlobStore.create_record, on moto over HTTP)."""
+    bucket, prefix = "b", "cache"
+    record = f"{prefix}/{NS}/keys/{named_format.removed_name('t/step', '1')}"
+    [denied] = [s for s in _statements("writer", bucket, prefix, "Deny") if s.get("Condition")]
+    assert denied["Action"] == ["s3:PutObject"] and denied["Condition"] == {
+        "Null": {"s3:if-none-match": "true"}
+    }
+    assert any(_matches(r.removeprefix(f"arn:aws:s3:::{bucket}/"), record)
+               for r in denied["Resource"])  # fmt: skip
+    manifest = f"{prefix}/{NS}/keys/{key(1)}"
+    assert not any(_matches(d.pattern, manifest)
+                   for d in _denials("writer", bucket, prefix, conditional=True))  # fmt: skip
+    blobs = open_store(team_env).blobs
+    name = named_format.removed_name("t/step", "1")
+    assert blobs.create_record(removed.REMOVED, name, b"first")
+    assert not blobs.create_record(removed.REMOVED, name, b"second")
+    assert blobs.get_record(removed.REMOVED, name) == b"first"
