@@ -9,7 +9,7 @@ import time
 
 from conftest import PROGRAMS
 
-from artifactstore.store.background import Executor
+from artifactstore.process.background import Executor
 
 
 def test_no_store_work_races_the_interpreters_exit() -> None:

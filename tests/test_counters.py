@@ -10,9 +10,9 @@ from pathlib import Path
 
 from artifactstore.formats import codec, journal, usage
 from artifactstore.formats.counters import DEPRECATED, NAMES, snapshot, stored_name
+from artifactstore.process.counters import Counters
 from artifactstore.runtime import summary
 from artifactstore.store.account import Pending
-from artifactstore.store.counters import Counters
 
 PACKAGE = Path(__file__).resolve().parents[1] / "artifactstore"
 

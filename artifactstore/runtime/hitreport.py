@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from artifactstore.errors import one_line
-from artifactstore.store.background import call_with_timeout
+from artifactstore.process.background import call_with_timeout
 
 if TYPE_CHECKING:
     from artifactstore.runtime.session import Session

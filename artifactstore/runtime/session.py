@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, TypeVar
 
 from artifactstore.config import Settings
 from artifactstore.errors import one_line
+from artifactstore.process.background import Timer, call_with_timeout, executor
+from artifactstore.process.breaker import BACKENDS, describe, per_backend
+from artifactstore.process.counters import Counters
+from artifactstore.process.lanes import Lane
+from artifactstore.process.notices import warn_once
 from artifactstore.runtime import hitreport
 from artifactstore.runtime.sources import StoreSource, TierSource
 from artifactstore.runtime.workingset import WorkingSets
-from artifactstore.store.background import Timer, call_with_timeout, executor
-from artifactstore.store.breaker import BACKENDS, describe, per_backend
 from artifactstore.store.chain import Chain, Found, Request
-from artifactstore.store.counters import Counters
-from artifactstore.store.lanes import Lane
-from artifactstore.store.notices import warn_once
 from artifactstore.store.tier import LocalTier
 from artifactstore.store.tiers import keep_in_tier, open_quick_tier, open_tier
 

@@ -14,8 +14,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from artifactstore.errors import one_line
+from artifactstore.process.notices import warn_once
 from artifactstore.store.chain import Found, Missed, Request
-from artifactstore.store.notices import warn_once
 
 if TYPE_CHECKING:
     from artifactstore.runtime.session import Session

@@ -26,8 +26,8 @@ from artifactstore.formats.journal import MAX_JOURNAL_KEYS, Journal, new_name
 from artifactstore.index.accesses import clean_touches
 from artifactstore.index.errors import ROW_REFUSED
 from artifactstore.index.models import utcnow
+from artifactstore.process.counters import Counters
 from artifactstore.store.backends import Backends, refused_topic
-from artifactstore.store.counters import Counters
 from artifactstore.store.tier import Accesses
 
 log = logging.getLogger("artifactstore")

@@ -22,8 +22,8 @@ from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import ArtstoreError, PrivilegeRefused, StoreUnavailable, one_line
 from artifactstore.index import db
 from artifactstore.index.repo import EntryIndex
-from artifactstore.store import notices
-from artifactstore.store.breaker import Breaker, per_backend
+from artifactstore.process import notices
+from artifactstore.process.breaker import Breaker, per_backend
 from artifactstore.store.tier import LocalTier
 from artifactstore.store.tiers import open_tier
 

@@ -19,12 +19,12 @@ from typing import Literal
 from artifactstore.errors import PrivilegeRefused, StoreUnavailable, one_line
 from artifactstore.formats.put import Put
 from artifactstore.index.errors import UNAVAILABLE
+from artifactstore.process.background import call_with_timeout
+from artifactstore.process.breaker import allow_all
+from artifactstore.process.lanes import Lane
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends, refused_topic
-from artifactstore.store.background import call_with_timeout
-from artifactstore.store.breaker import allow_all
 from artifactstore.store.flight import SingleFlight
-from artifactstore.store.lanes import Lane
 from artifactstore.store.tiers import keep_in_tier
 from artifactstore.store.write import WritePath
 

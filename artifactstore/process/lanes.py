@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from artifactstore.store.background import Executor, Task, Timer, executor
+from artifactstore.process.background import Executor, Task, Timer, executor
 
 log = logging.getLogger("artifactstore")
 T = TypeVar("T")
