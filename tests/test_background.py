@@ -1,4 +1,4 @@
-"""The process's one executor (store.background) at exit: quiet after the flush."""
+"""The process's one executor (process.background) at exit: quiet after the flush."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The process's one counting object (store.counters) and its one table of names
+"""The process's one counting object (process.counters) and its one table of names
 (formats.counters): every name counted is declared there, the snapshot is the documented
 flat view, and the names the index, the journals and the summaries use derive from it."""
 

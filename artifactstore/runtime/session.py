@@ -55,7 +55,7 @@ class Session:
         self.settings = settings
         self._store: Store | None = None
         # The process's one counting object: the session's parts, its tier and its Store
-        # count here; process_stats() is its snapshot (store.counters).
+        # count here; process_stats() is its snapshot (process.counters).
         self.counters = Counters()
         self.counters.state("active", lambda: int(self.active))
         # One breaker per backend, so the log and the stats name the one that failed.

@@ -58,7 +58,7 @@ class Backends:
         # Told which backend a lookup turns to, so that a caller timing the lookup out
         # knows which one hung (the session's per-backend circuit breakers).
         self.using: Callable[[str], None] = ignore
-        # Asked before each call to a backend by every part (store.breaker).
+        # Asked before each call to a backend by every part (process.breaker).
         self.breakers = breakers if breakers is not None else per_backend(settings)
 
     @property
