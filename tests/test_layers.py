@@ -322,8 +322,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circles() -> None:
     """No two modules of the package import each other, directly or around a circle
-    (function-level imports and a package's lazy names count: they run too)."""
-    graph = _import_graph()
+    (function-level imports and a package's lazy names count: they run too; so do
+    type-only imports, under `if TYPE_CHECKING:`: two modules that each need the other
+    to be understood are one module in two files). A level that calls back the part
+    holding it names what it uses there (a Protocol, or the values themselves)."""
+    graph = _import_graph(typing=True)
     assert "artifactstore.store.facade" in graph["artifactstore.store"]  # lazy names seen
     circles = _cycles(graph)
     assert not circles, "\n".join(" <-> ".join(c) for c in circles)
@@ -332,6 +335,24 @@ def test_no_import_circles() -> None:
 def test_the_cycle_finder_finds_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_circle_rule_counts_type_only_imports(tmp_path: Path) -> None:
+    """A circle closed only by a `TYPE_CHECKING` import is found (and is not one at run time)."""
+    (tmp_path / "a.py").write_text("from artifactstore.b import B\n")
+    (tmp_path / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from artifactstore.a import A\n"
+    )
+    modules = {"artifactstore.a", "artifactstore.b"}
+
+    def graph(typing: bool) -> dict[str, set[str]]:
+        return {
+            name: _runtime_imports(name, tmp_path / f"{name[-1]}.py", modules, typing=typing)
+            for name in modules
+        }
+
+    assert _cycles(graph(typing=True)) == [["artifactstore.a", "artifactstore.b"]]
+    assert _cycles(graph(typing=False)) == []
 
 
 STORE_PARTS = ("read", "write", "account", "flight", "lease", "uploads", "backends")

@@ -308,7 +308,7 @@ class Session:
         elif self.tier is not None:
             try:
                 self.tier.write_journal()
-                hitreport.report_tier_hits(self)
+                hitreport.report_tier_hits(self.tier, self.settings)
             except Exception as exc:
                 log.debug("artifactstore: tier hits not reported: %s", one_line(exc))
 
