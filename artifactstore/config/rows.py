@@ -105,11 +105,9 @@ class Record:
         raise AttributeError(f"{type(self).__name__} is immutable: cannot set {name!r}")
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Record)
-            and type(other) is type(self)
-            and (other._values() == self._values())
-        )
+        if not isinstance(other, Record) or type(other) is not type(self):
+            return False
+        return other._values() == self._values()
 
     def __hash__(self) -> int:
         return hash(self._values())
