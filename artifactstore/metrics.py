@@ -15,7 +15,7 @@ A process that does neither never imports prometheus_client (nor this module); o
 asks without it installed logs one line and runs as before. Metrics never break the
 program: a failure to count is logged at debug level.
 
-Every event the process counts (`store.counters.Counters.add`) reaches `Recorder.counted`,
+Every event the process counts (`process.counters.Counters.add`) reaches `Recorder.counted`,
 which feeds the metric formats.counters names for it; the session reports the seconds
 of loads and compiles (the histograms). `IndexGauges` turns what `artstore metrics`
 read from the index into metric families. Names and labels are listed below:

@@ -1,4 +1,4 @@
-"""The process's one executor (store.background) at exit: quiet after the flush."""
+"""The process's one executor (process.background) at exit: quiet after the flush."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 from conftest import PROGRAMS
 
-from artifactstore.store.background import Executor
+from artifactstore.process.background import Executor
 
 
 def test_no_store_work_races_the_interpreters_exit() -> None:

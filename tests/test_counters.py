@@ -1,4 +1,4 @@
-"""The process's one counting object (store.counters) and its one table of names
+"""The process's one counting object (process.counters) and its one table of names
 (formats.counters): every name counted is declared there, the snapshot is the documented
 flat view, and the names the index, the journals and the summaries use derive from it."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 from artifactstore.formats import codec, journal, usage
 from artifactstore.formats.counters import DEPRECATED, NAMES, snapshot, stored_name
+from artifactstore.process.counters import Counters
 from artifactstore.runtime import summary
 from artifactstore.store.account import Pending
-from artifactstore.store.counters import Counters
 
 PACKAGE = Path(__file__).resolve().parents[1] / "artifactstore"
 

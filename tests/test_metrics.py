@@ -22,7 +22,7 @@ from conftest import IN_CI, REPO, clean_env, run_program, start_program
 
 from artifactstore import config, metrics
 from artifactstore.formats.counters import NAMES
-from artifactstore.store.counters import Counters
+from artifactstore.process.counters import Counters
 
 try:  # the test extra installs it: CI must run these tests, never skip them
     from prometheus_client import CollectorRegistry

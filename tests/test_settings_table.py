@@ -6,7 +6,6 @@ and no module outside config/ reads a setting's variable itself."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 import importlib.util
 import inspect
 import json
@@ -19,6 +18,7 @@ from conftest import PROGRAMS, artstore, clean_env, run_program
 
 from artifactstore import config
 from artifactstore.config import table, variables
+from artifactstore.config.values import seconds
 from artifactstore.errors import ConfigError
 from artifactstore.jaxhook import api
 
@@ -38,21 +38,43 @@ def test_each_variable_is_declared_once() -> None:
     assert all(row.doc.strip() and row.kind for row in variables.VARIABLES)
 
 
-def test_every_configure_keyword_maps_to_a_row_and_a_settings_field() -> None:
-    fields = {f.name: f for f in dataclasses.fields(config.Settings)}
+def test_every_configure_keyword_maps_to_a_row_and_a_settings_attribute() -> None:
     explicit = [
         p.name
         for p in inspect.signature(api.configure).parameters.values()
         if p.kind is not p.VAR_KEYWORD
     ]
     assert set(explicit) <= set(table.BY_KEYWORD)
+    built = config.resolve({}, {})
     for row in config.SETTINGS:
-        assert row.attr in fields, row.env
-        default = fields[row.attr].default
+        assert getattr(config.Settings, row.attr) is row, row.env  # the row is the attribute
         if row.parse is not None and row.keyword != "require_signatures":  # scheme decides
-            assert default == row.default, (row.env, default, row.default)
+            assert getattr(built, row.attr) == row.default, row.env
     with pytest.raises(ConfigError, match="unknown option 'read_onyl'"):
         config.resolve({"read_onyl": True}, {})
+
+
+def test_a_row_added_to_the_table_is_a_settings_attribute_with_its_default() -> None:
+    """A new setting is one row in the class body (here a subclass's, as the table's
+    own would be): an attribute with its default, its value where given, in the rows,
+    the repr and equality; and mypy reads its type from the row (`mypy artifactstore`)."""
+
+    class Wider(config.Settings):
+        new_secs = config.Var("NEW_SECS", "new_secs", "seconds", 2.5, "A new one.", seconds())
+
+    where = {"blobs": config.BlobLocation("file", "/x"), "index_url": "sqlite:///x"}
+    plain = Wider(**where)
+    assert plain.new_secs == 2.5 and plain.namespace == config.defaults.DEFAULT_NAMESPACE
+    assert Wider.rows()[-1] is Wider.new_secs and Wider.new_secs.env == "ARTSTORE_NEW_SECS"
+    given = Wider(**where, new_secs=Wider.new_secs.parse("ARTSTORE_NEW_SECS", "7", 2.5))
+    assert given.new_secs == 7.0 and "new_secs=7.0" in repr(given) and given != plain
+    assert Wider(**where) == plain and hash(Wider(**where)) == hash(plain)
+    with pytest.raises(AttributeError, match="immutable"):
+        plain.new_secs = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError, match="blobs"):
+        Wider(index_url="sqlite:///x")  # where the store lives has no default
+    with pytest.raises(TypeError, match="no 'new_sec'"):
+        Wider(**where, new_sec=1.0)
 
 
 def test_the_environment_is_parsed_by_the_rows() -> None:

@@ -35,7 +35,8 @@ from artifactstore.config.host import compute
 from artifactstore.errors import CorruptObject, UnsafeDirectory
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.put import Put
-from artifactstore.store import Store, notices
+from artifactstore.process import notices
+from artifactstore.store import Store
 from artifactstore.store.tier import LocalTier, TierEntry
 from artifactstore.store.tiers import open_tier
 

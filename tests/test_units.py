@@ -275,7 +275,7 @@ def test_read_only_reader_does_not_claim_to_quarantine(
 
 
 def test_breaker_opens_refuses_probes_and_closes(caplog: pytest.LogCaptureFixture) -> None:
-    from artifactstore.store.breaker import Breaker
+    from artifactstore.process.breaker import Breaker
 
     now = [0.0]
     breaker = Breaker("store", failures=2, cooldown_secs=10, clock=lambda: now[0])

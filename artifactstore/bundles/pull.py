@@ -60,8 +60,8 @@ from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.quick import SEPARATOR, split_quick_name
 from artifactstore.formats.workingset import WorkingSet, check_program_id
+from artifactstore.process.lanes import Lane
 from artifactstore.store import Store, StoreParts, secure_local_dirs
-from artifactstore.store.lanes import Lane
 from artifactstore.store.quick import BELOW_THRESHOLD_MAX
 from artifactstore.store.tier import LocalTier
 from artifactstore.store.tiers import open_tier

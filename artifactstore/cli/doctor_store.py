@@ -20,8 +20,8 @@ from artifactstore.cli import doctor_chain
 from artifactstore.cli.doctor_report import Check, Status
 from artifactstore.errors import ArtstoreError, ConfigError, one_line
 from artifactstore.index import diagnosis, grants, health
+from artifactstore.process.background import call_with_timeout
 from artifactstore.redact import redact
-from artifactstore.store.background import call_with_timeout
 
 if TYPE_CHECKING:
     from artifactstore.index.db import SchemaStatus

@@ -68,7 +68,9 @@ def warm_cmd(
     writer's role, a quota, a failed upload). Exits 1 if any failed or anything compiled
     was not stored, one line per reason, or with fewer entries than --min-entries.
     """
-    from artifactstore import warm
+    from artifactstore.warm.command import run_command
+    from artifactstore.warm.preflight import check_store, load_expected
+    from artifactstore.warm.specs import run_specs
 
     obj: Ctx = ctx.obj
     command: list[str] | None = ctx.meta.get("cmd")
@@ -78,19 +80,19 @@ def warm_cmd(
         raise click.UsageError("no command after --", ctx)
     if command is not None and jobs != 1:
         raise click.UsageError("-j applies to MODULE:FUNCTION, not to -- CMD", ctx)
-    expected = warm.load_expected(expect_fingerprint) if expect_fingerprint else None
+    expected = load_expected(expect_fingerprint) if expect_fingerprint else None
     if obj.settings(need_index=False).read_only:  # never turned into a writer by warm
         raise ConfigError(
             "artstore warm stores entries, and ARTSTORE_READ_ONLY says this process stores "
             "nothing: unset it (warm with writer credentials) to fill the store"
         )
-    warm.check_store(obj.settings(read_only=False))
+    check_store(obj.settings(read_only=False))
     if command is not None:
-        report = warm.run_command(command, obj.overrides, expected)
+        report = run_command(command, obj.overrides, expected)
     else:
         assert target is not None
         with _SpecsProgress() as display:
-            report = warm.run_specs(target, jobs, obj.overrides, expected, display.start)
+            report = run_specs(target, jobs, obj.overrides, expected, display.start)
     report.conclude(min_entries)
     click.echo(report.render())
     if report_json:
@@ -119,7 +121,7 @@ class _SpecsProgress(Progress):
         )
 
     def start(self, total: int) -> Callable[[dict[str, Any], int, int], None]:
-        """The callback of `warm.run_specs`, once it knows how many there are."""
+        """The callback of `warm.specs.run_specs`, once it knows how many there are."""
         self.update("warming", 0, total, item=self._counts())
         return self.result
 

@@ -10,95 +10,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
-from artifactstore.config import defaults as d
-from artifactstore.config.table import BY_KEYWORD, SETTINGS
+from artifactstore.config.table import BY_KEYWORD, SETTINGS, Settings
 from artifactstore.config.urls import BlobLocation, parse_blob_url, parse_index_url
 from artifactstore.config.values import parse_metrics
 from artifactstore.errors import ConfigError
-from artifactstore.redact import redact, remember_secrets_in
+from artifactstore.redact import remember_secrets_in
 
 if TYPE_CHECKING:
     from artifactstore.formats.signing import SigningKey, TrustedKeys
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything needed to open a store; immutable once built. The defaults are the
-    table's (`config.table`; tests/test_settings_table.py keeps them equal), typed here."""
-
-    blobs: BlobLocation
-    index_url: str
-    namespace: str = d.DEFAULT_NAMESPACE
-    read_only: bool = False
-    min_compile_secs: float = d.DEFAULT_MIN_COMPILE_SECS
-    timeout_secs: float = d.DEFAULT_TIMEOUT_SECS
-    flush_secs: float = d.DEFAULT_FLUSH_SECS
-    db_pool_size: int = d.DEFAULT_DB_POOL_SIZE
-    db_idle_secs: float = d.DEFAULT_DB_IDLE_SECS
-    journal_secs: float = d.DEFAULT_JOURNAL_SECS
-    s3_endpoint_url: str | None = None
-    cache_callbacks: bool = True
-    local_tier: str | None = None  # a directory, "off", or None for the default place
-    local_tier_bytes: int = d.DEFAULT_LOCAL_TIER_BYTES
-    enforce_quota: bool = False  # a background gc pass after this process's writes
-    breaker_failures: int = d.DEFAULT_BREAKER_FAILURES
-    breaker_cooldown_secs: float = d.DEFAULT_BREAKER_COOLDOWN_SECS
-    max_object_bytes: int = d.DEFAULT_MAX_OBJECT_BYTES  # a stored object, compressed
-    max_executable_bytes: int = d.DEFAULT_MAX_EXECUTABLE_BYTES  # the executable it inflates to
-    bundle_max_entries: int = d.DEFAULT_BUNDLE_MAX_ENTRIES  # entries of one imported bundle
-    bundle_max_bytes: int | None = None  # what a bundle unpacks to; None: from its size
-    # Signed entries (artifactstore.formats.signing): the key this writer signs with (read from
-    # the .key file ARTSTORE_SIGNING_KEY names), and the keys this reader accepts: those
-    # listed plus its own (see `_trust`); None only where signatures are not required and
-    # none are listed: every intact object is loaded (the digest proves integrity only).
-    # Empty: this process loads nothing. Required by default on a team (S3) store.
-    signing_key: SigningKey | None = field(default=None, repr=False)
-    trusted_keys: TrustedKeys | None = field(default=None, repr=False)
-    require_signatures: bool = False
-    embedded: bool = field(default=False)
-    # A local store's new directories and files readable by their group (0750/0640)
-    # rather than private (0700/0600), to share it read-only; never group-writable.
-    group_readable: bool = False
-    # Single-flight compiles: "auto" (see singleflight.enabled), "on" or "off"; how long
-    # a waiter waits at most (None: from the key's last known compile time), the lease TTL.
-    single_flight: str = "auto"
-    lease_wait_secs: float | None = None
-    lease_ttl_secs: float = d.DEFAULT_LEASE_TTL_SECS
-    lease_max_hold_secs: float = d.DEFAULT_LEASE_MAX_HOLD_SECS
-    # How long a read-only reader waits for a writer's compile at most (store.lease).
-    lease_reader_wait_secs: float = d.DEFAULT_LEASE_READER_WAIT_SECS
-    # Prometheus metrics (artifactstore.metrics): serve this process's counters on this
-    # port (None: not served), bound to `metrics_addr`.
-    metrics_port: int | None = None
-    metrics_addr: str = d.DEFAULT_METRICS_ADDR
-    # Why the metrics settings were refused: metrics are optional, so a typo there turns
-    # off metrics alone (one log line), never the store.
-    metrics_error: str | None = None
-    # Working-set prefetch (artifactstore.jaxhook.prefetch): on, off, or None (auto: on
-    # for accelerators, off on the CPU, where loading ahead competes with the program's
-    # own tracing for the same cores); the bound on what it holds, and the program's name
-    # for its record (None: the script's resolved path).
-    prefetch: bool | None = None
-    prefetch_max_bytes: int = d.DEFAULT_PREFETCH_BYTES
-    program: str | None = None
-
-    @property
-    def index_is_server(self) -> bool:
-        """A database server (PostgreSQL), whose connections are few and shared by the
-        cluster, rather than a SQLite file: the read path never asks it (issue 16)."""
-        return not self.index_url.lower().startswith("sqlite")
-
-    def __repr__(self) -> str:
-        """The dataclass's repr, redacted: configure() returns Settings, and a program
-        that prints or logs them must not print the index URL's password."""
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
-        return redact(f"Settings({shown})")
 
 
 def default_cache_dir() -> Path:
@@ -126,7 +50,7 @@ def resolve(
             fields[row.attr] = row.default if raw is None else row.parse(row.env, raw, row.default)
     # Nix's require-sigs: on a team store, write access to the bucket alone must not
     # decide what every reader runs; a local directory is its owner's (modes guard it).
-    if fields["require_signatures"] is None:
+    if "require_signatures" not in given:
         fields["require_signatures"] = blobs.scheme != "file"
     fields["trusted_keys"] = _trust(
         fields["trusted_keys"], fields["signing_key"], fields["require_signatures"]

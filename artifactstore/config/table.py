@@ -10,71 +10,53 @@ is warned about. A setting written in one place cannot drift between them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from artifactstore.config import defaults as d
 from artifactstore.config import values as v
+from artifactstore.config.rows import GIVEN, Record, Var
+from artifactstore.config.urls import BlobLocation
 
 
-@dataclass(frozen=True)
-class Var:
-    """One `ARTSTORE_*` variable. A setting has a `keyword` (its `configure()` argument)
-    and a `parse` (variable name, given value, default -> the `Settings` field), except
-    where `resolve` parses rows together (the URLs, the metrics); the other variables
-    (`keyword` None) are read where they act, `internal` ones set by us for our children."""
+class Settings(Record):
+    """Everything needed to open a store, immutable once built (`resolve`): one attribute
+    per row below, in the reference's order, and what `resolve` derives besides.
 
-    name: str  # after ARTSTORE_
-    keyword: str | None
-    kind: str  # what a value looks like, for the reference
-    default: Any
-    doc: str
-    parse: v.Parse | None = None
-    field: str = ""  # the Settings field, where it is not `keyword`
-    shown: str = ""  # the default as the reference says it, where not `default` itself
-    internal: bool = False
+    The signing rows: the key this writer signs with (read from the .key file
+    ARTSTORE_SIGNING_KEY names), and the keys this reader accepts, those listed plus its
+    own (`settings._trust`); None only where signatures are not required and none are
+    listed (every intact object is loaded: the digest proves integrity only), empty where
+    this process loads nothing.
+    """
 
-    @property
-    def env(self) -> str:
-        return d.ENV_PREFIX + self.name
-
-    @property
-    def attr(self) -> str:
-        """The `Settings` field this setting fills."""
-        return self.field or self.keyword or ""
-
-
-SETTINGS: tuple[Var, ...] = (
-    Var(
+    blobs: Var[BlobLocation] = Var(
         "URL",
         "url",
         "URL",
-        None,
+        GIVEN,
         "The object store: a directory, `file:///path`, or `s3://bucket/prefix` (no "
         "credentials in the URL).",
-        field="blobs",
         shown="`$XDG_CACHE_HOME/artifactstore/objects` (the embedded store)",
-    ),
-    Var(
+    )
+    index_url: Var[str] = Var(
         "INDEX",
         "index",
         "URL",
-        None,
+        GIVEN,
         "`sqlite:///path` or `postgresql+psycopg://user@host/db` (no password: see "
         "[Security](../security.md#secrets)).",
-        field="index_url",
         shown="SQLite: `index.db` beside the embedded store's `objects/`, or in the store's "
         "directory; none for S3 (required there)",
-    ),
-    Var(
+    )
+    namespace = Var(
         "NAMESPACE",
         "namespace",
         "name",
         d.DEFAULT_NAMESPACE,
         "A team's or project's partition of one store, with its own quota.",
         v.namespace,
-    ),
-    Var(
+    )
+    read_only = Var(
         "READ_ONLY",
         "read_only",
         "boolean",
@@ -82,8 +64,8 @@ SETTINGS: tuple[Var, ...] = (
         "Never write objects or entries (readers with read-only credentials). A store this "
         "user cannot write is opened read-only whatever this says.",
         v.boolean,
-    ),
-    Var(
+    )
+    min_compile_secs = Var(
         "MIN_COMPILE_SECS",
         "min_compile_secs",
         "seconds",
@@ -93,8 +75,8 @@ SETTINGS: tuple[Var, ...] = (
         "processes, so it keeps more. `artstore warm` stores everything. This host's tier "
         "keeps them all the same, for its own later processes.",
         v.seconds(),
-    ),
-    Var(
+    )
+    timeout_secs = Var(
         "TIMEOUT",
         "timeout_secs",
         "seconds",
@@ -102,16 +84,16 @@ SETTINGS: tuple[Var, ...] = (
         "Bound, in seconds, on any one store operation (S3 retries included) before the "
         "program compiles instead (0.01 to 86400).",
         v.seconds(minimum=0.01),
-    ),
-    Var(
+    )
+    flush_secs = Var(
         "FLUSH_TIMEOUT",
         "flush_secs",
         "seconds",
         d.DEFAULT_FLUSH_SECS,
         "Bound, in seconds, on finishing pending uploads at exit.",
         v.seconds(),
-    ),
-    Var(
+    )
+    db_pool_size = Var(
         "DB_POOL_SIZE",
         "db_pool_size",
         "count",
@@ -119,8 +101,8 @@ SETTINGS: tuple[Var, ...] = (
         "PostgreSQL connections a process keeps while it writes (as many again in bursts; 1 "
         "to 100). Keep it at 1-2 on large fleets, behind PgBouncer.",
         v.count(100),
-    ),
-    Var(
+    )
+    db_idle_secs = Var(
         "DB_IDLE_SECS",
         "db_idle_secs",
         "seconds",
@@ -128,8 +110,8 @@ SETTINGS: tuple[Var, ...] = (
         "A process closes its PostgreSQL connections after this long unused, so one that "
         "compiled and then trains for a day holds none.",
         v.seconds(),
-    ),
-    Var(
+    )
+    journal_secs = Var(
         "JOURNAL_SECS",
         "journal_secs",
         "seconds",
@@ -137,8 +119,8 @@ SETTINGS: tuple[Var, ...] = (
         "On a team store, how often a running process writes its hits as a hit journal "
         "object (and once at exit); `artstore fold` or `gc` apply them to the index.",
         v.seconds(),
-    ),
-    Var(
+    )
+    s3_endpoint_url = Var(
         "S3_ENDPOINT_URL",
         "s3_endpoint_url",
         "URL",
@@ -146,8 +128,8 @@ SETTINGS: tuple[Var, ...] = (
         "An S3-compatible endpoint (MinIO, Ceph, moto), `http(s)://host:port`.",
         v.endpoint,
         shown="boto3's (`AWS_ENDPOINT_URL_S3`)",
-    ),
-    Var(
+    )
+    cache_callbacks = Var(
         "CACHE_CALLBACKS",
         "cache_callbacks",
         "boolean",
@@ -155,8 +137,8 @@ SETTINGS: tuple[Var, ...] = (
         "Store programs with host callbacks (`jax.debug.print`, `pure_callback`, equinox "
         "checks); `0` compiles them every time, as JAX's own cache did before 0.11.",
         v.boolean,
-    ),
-    Var(
+    )
+    local_tier = Var(
         "LOCAL_TIER",
         "local_tier",
         "directory",
@@ -166,8 +148,8 @@ SETTINGS: tuple[Var, ...] = (
         "[the local tier](../jax.md#the-local-tier).",
         v.tier,
         shown="`$XDG_CACHE_HOME/artifactstore/tiers`",
-    ),
-    Var(
+    )
+    local_tier_bytes = Var(
         "LOCAL_TIER_SIZE",
         "local_tier_size",
         "size",
@@ -175,9 +157,8 @@ SETTINGS: tuple[Var, ...] = (
         "Bound on that copy, and apart on the quick compiles kept; the least recently used "
         "go first.",
         v.tier_size,
-        field="local_tier_bytes",
-    ),
-    Var(
+    )
+    enforce_quota = Var(
         "ENFORCE_QUOTA",
         "enforce_quota",
         "boolean",
@@ -185,8 +166,8 @@ SETTINGS: tuple[Var, ...] = (
         "After this process writes, a background `gc` pass keeps the namespace within its "
         "quota (see [quotas](../operations.md#quotas-between-gc-runs)).",
         v.boolean,
-    ),
-    Var(
+    )
+    breaker_failures = Var(
         "BREAKER_FAILURES",
         "breaker_failures",
         "count",
@@ -194,16 +175,16 @@ SETTINGS: tuple[Var, ...] = (
         "Consecutive store failures (each bounded by `ARTSTORE_TIMEOUT`) before that backend "
         "is bypassed.",
         v.count(1000),
-    ),
-    Var(
+    )
+    breaker_cooldown_secs = Var(
         "BREAKER_COOLDOWN",
         "breaker_cooldown_secs",
         "seconds",
         d.DEFAULT_BREAKER_COOLDOWN_SECS,
         "How long it is bypassed (calls cost nothing) before one probe tries it again.",
         v.seconds(),
-    ),
-    Var(
+    )
+    max_object_bytes = Var(
         "MAX_OBJECT_SIZE",
         "max_object_size",
         "size",
@@ -211,9 +192,8 @@ SETTINGS: tuple[Var, ...] = (
         "Largest stored (compressed) object this process reads; a bigger one is a miss, "
         "refused before it is downloaded.",
         v.limit,
-        field="max_object_bytes",
-    ),
-    Var(
+    )
+    max_executable_bytes = Var(
         "MAX_EXECUTABLE_SIZE",
         "max_executable_size",
         "size",
@@ -222,27 +202,25 @@ SETTINGS: tuple[Var, ...] = (
         "size before a byte is inflated, so a decompression bomb is refused before any "
         "allocation.",
         v.limit,
-        field="max_executable_bytes",
-    ),
-    Var(
+    )
+    bundle_max_entries = Var(
         "BUNDLE_MAX_ENTRIES",
         "bundle_max_entries",
         "count",
         d.DEFAULT_BUNDLE_MAX_ENTRIES,
         "Most entries `artstore import` accepts in one bundle (`--max-entries`).",
         v.count(10**9),
-    ),
-    Var(
+    )
+    bundle_max_bytes: Var[int | None] = Var(
         "BUNDLE_MAX_SIZE",
         "bundle_max_size",
         "size",
         None,
         "Most bytes `artstore import` unpacks one bundle to (`--max-size`).",
         v.limit,
-        field="bundle_max_bytes",
         shown="64x the bundle file's size + 16 MiB",
-    ),
-    Var(
+    )
+    signing_key = Var(
         "SIGNING_KEY",
         "signing_key",
         "path",
@@ -250,8 +228,9 @@ SETTINGS: tuple[Var, ...] = (
         "Path of the `.key` file this writer signs its entries with (never the key itself; "
         "a key file others can read is refused).",
         v.signing_key,
-    ),
-    Var(
+        secret=True,
+    )
+    trusted_keys = Var(
         "TRUSTED_KEYS",
         "trusted_keys",
         "keys",
@@ -259,19 +238,20 @@ SETTINGS: tuple[Var, ...] = (
         "Comma-separated `.pub` files or `NAME:BASE64` public keys; when set, only entries "
         "signed by one of them (or by this process's own key) are loaded.",
         v.trusted_keys,
-    ),
-    Var(
+        secret=True,
+    )
+    require_signatures = Var(
         "REQUIRE_SIGNATURES",
         "require_signatures",
         "boolean",
-        None,
+        False,  # where not given, `resolve` decides by the store's scheme
         "Load only entries signed by a trusted key (or this process's own signing key); "
         "with none trusted, load nothing. `0`: every writer of the bucket decides what "
         "readers run.",
         v.boolean,
         shown="`1` for S3, `0` for a local directory",
-    ),
-    Var(
+    )
+    group_readable = Var(
         "GROUP_READABLE",
         "group_readable",
         "boolean",
@@ -279,8 +259,8 @@ SETTINGS: tuple[Var, ...] = (
         "A local store's new directories and files are readable by their group (0750/0640) "
         "instead of private (0700/0600), to share it read-only.",
         v.boolean,
-    ),
-    Var(
+    )
+    single_flight = Var(
         "SINGLE_FLIGHT",
         "single_flight",
         "auto, 1 or 0",
@@ -289,8 +269,8 @@ SETTINGS: tuple[Var, ...] = (
         "(`auto`: on for PostgreSQL and for SQLite on a local filesystem; `on`; `off` or "
         "`0`).",
         v.single_flight,
-    ),
-    Var(
+    )
+    lease_wait_secs = Var(
         "LEASE_WAIT",
         "lease_wait_secs",
         "seconds",
@@ -300,8 +280,8 @@ SETTINGS: tuple[Var, ...] = (
         v.seconds(),
         shown="3x the key's last compile time in the index (writers; at least "
         "30 s), else 300, at most `lease_max_hold_secs`",
-    ),
-    Var(
+    )
+    lease_ttl_secs = Var(
         "LEASE_TTL",
         "lease_ttl_secs",
         "seconds",
@@ -309,8 +289,8 @@ SETTINGS: tuple[Var, ...] = (
         "A compile lease's lifetime, renewed every third of it; a holder that stops "
         "renewing is taken over after it (at once when it died on the same host).",
         v.seconds(minimum=0.5, maximum=3600),
-    ),
-    Var(
+    )
+    lease_max_hold_secs = Var(
         "LEASE_MAX_HOLD",
         "lease_max_hold_secs",
         "seconds",
@@ -318,8 +298,8 @@ SETTINGS: tuple[Var, ...] = (
         "No lease (compile or gc) stands further ahead than this: a row expiring later "
         "(forged, or a clock far ahead) is taken over as expired.",
         v.seconds(minimum=1),
-    ),
-    Var(
+    )
+    lease_reader_wait_secs = Var(
         "LEASE_READER_WAIT",
         "lease_reader_wait_secs",
         "seconds",
@@ -330,23 +310,23 @@ SETTINGS: tuple[Var, ...] = (
         "is dead (expired, or on this host and gone) costs no wait; each wait is said in "
         "one log line.",
         v.seconds(),
-    ),
-    Var(
+    )
+    metrics_port: Var[int | None] = Var(
         "METRICS_PORT",
         "metrics_port",
         "port",
         None,
         "Serve this process's Prometheus metrics on this port (needs the `metrics` extra). "
         "A malformed value turns off metrics alone, with one log line, never the store.",
-    ),
-    Var(
+    )
+    metrics_addr = Var(
         "METRICS_ADDR",
         "metrics_addr",
         "address",
         d.DEFAULT_METRICS_ADDR,
         "The address that port is bound to (`0.0.0.0`: every interface).",
-    ),
-    Var(
+    )
+    prefetch = Var(
         "PREFETCH",
         "prefetch",
         "auto, 1 or 0",
@@ -358,8 +338,8 @@ SETTINGS: tuple[Var, ...] = (
         "own tracing for the same cores; `1` on everywhere; `0` off.",
         v.auto_bool,
         shown="`auto`",
-    ),
-    Var(
+    )
+    prefetch_max_bytes = Var(
         "PREFETCH_MAX_SIZE",
         "prefetch_max_size",
         "size",
@@ -367,9 +347,8 @@ SETTINGS: tuple[Var, ...] = (
         "Bound on the executables loaded ahead and not yet asked for (serialized size): "
         "what a wrong prediction can cost in memory.",
         v.limit,
-        field="prefetch_max_bytes",
-    ),
-    Var(
+    )
+    program = Var(
         "PROGRAM",
         "program",
         "name",
@@ -379,10 +358,24 @@ SETTINGS: tuple[Var, ...] = (
         "that load different things.",
         v.program,
         shown="the script's resolved path (`sys.argv[0]`)",
-    ),
-)
+    )
 
-BY_KEYWORD: dict[str, Var] = {row.keyword: row for row in SETTINGS if row.keyword}
+    # Not variables: whether the store is the embedded default (no ARTSTORE_URL), and
+    # why the metrics settings were refused (metrics are optional: a typo there turns
+    # off metrics alone, with one log line, never the store).
+    embedded: bool = False
+    metrics_error: str | None = None
+
+    @property
+    def index_is_server(self) -> bool:
+        """A database server (PostgreSQL), whose connections are few and shared by the
+        cluster, rather than a SQLite file: the read path never asks it (issue 16)."""
+        return not self.index_url.lower().startswith("sqlite")
+
+
+SETTINGS: tuple[Var[Any], ...] = Settings.rows()
+
+BY_KEYWORD: dict[str, Var[Any]] = {row.keyword: row for row in SETTINGS if row.keyword}
 
 
 def help_text(keyword: str, what: str = "") -> str:
@@ -393,7 +386,7 @@ def help_text(keyword: str, what: str = "") -> str:
     return f"{_plain(text)} [env {row.env}; default: {_plain(default_text(row))}]"
 
 
-def default_text(row: Var) -> str:
+def default_text(row: Var[Any]) -> str:
     """The default as the reference says it (markdown): `shown`, else the value as a
     user would write it (`10`, `0.1`, `4GiB`, `10G`, `1`/`0` for booleans)."""
     if row.shown:

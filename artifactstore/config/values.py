@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from artifactstore.config.defaults import (
     DEFAULT_LOCAL_TIER_BYTES,
@@ -20,9 +20,12 @@ from artifactstore.errors import ConfigError
 if TYPE_CHECKING:
     from artifactstore.formats.signing import SigningKey, TrustedKeys
 
+T = TypeVar("T")
+D = TypeVar("D")
+
 # A setting's parser (the table's `parse`): its variable's name (for the error), the value
 # given (a string from the environment, or what configure() was passed), its default.
-Parse = Callable[[str, Any, Any], Any]
+Parse = Callable[[str, Any, Any], T]
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _TRUE = {"1", "true", "yes", "on"}
@@ -64,12 +67,12 @@ def parse_float(
     return number
 
 
-def seconds(*, minimum: float = 0.0, maximum: float = MAX_SECS) -> Parse:
+def seconds(*, minimum: float = 0.0, maximum: float = MAX_SECS) -> Parse[float]:
     """A duration within bounds (by default 0 to a day)."""
     return lambda name, value, _: parse_float(name, value, minimum=minimum, maximum=maximum)
 
 
-def count(maximum: int) -> Parse:
+def count(maximum: int) -> Parse[int]:
     """A whole number of things, 1 to `maximum` (a fraction is rounded down)."""
     return lambda name, value, _: int(parse_float(name, value, minimum=1, maximum=maximum))
 
@@ -218,7 +221,7 @@ def parse_tier_size(value: Any) -> int:
     return parse_size(str(value))
 
 
-def limit(name: str, value: Any, default: int | None) -> int | None:
+def limit(name: str, value: Any, default: D) -> int | D:
     """A size limit (`500M`, `4GiB`, or bytes as an int): at least one byte."""
     from artifactstore.formats.sizes import parse_size
 

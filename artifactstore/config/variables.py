@@ -16,14 +16,16 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from artifactstore.config.defaults import ENV_PREFIX
-from artifactstore.config.table import BY_KEYWORD, SETTINGS, Var
+from artifactstore.config.rows import Var
+from artifactstore.config.table import BY_KEYWORD, SETTINGS
 
 _SECRET = "(read by infra/policies/postgres-roles.sql, never by artifactstore)"
 
 # Read where they act (`keyword` None); `internal` ones are set by us for our children.
-OTHERS: tuple[Var, ...] = (
+OTHERS: tuple[Var[None], ...] = (
     Var(
         "ACTIVATE",
         None,
@@ -64,7 +66,7 @@ OTHERS: tuple[Var, ...] = (
     ),
 )
 
-VARIABLES: tuple[Var, ...] = SETTINGS + OTHERS
+VARIABLES: tuple[Var[Any], ...] = SETTINGS + OTHERS
 KNOWN: frozenset[str] = frozenset(row.env for row in VARIABLES)
 
 

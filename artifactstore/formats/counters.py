@@ -1,7 +1,7 @@
 """The names a process counts under, each declared once with what it means.
 
 One table, because the readers must agree: `process_stats()` is a snapshot of the
-process's one counting object (`artifactstore.store.counters.Counters`), the
+process's one counting object (`artifactstore.process.counters.Counters`), the
 `artstore run` and pytest summaries add up those snapshots, the Prometheus metrics
 are fed from the same counts (`metric` below), `artstore stats --json` names the
 index's totals with the same names, and the reference docs are generated from here.

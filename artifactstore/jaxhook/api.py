@@ -12,9 +12,9 @@ from artifactstore.formats import fingerprint as _fp
 from artifactstore.jaxhook import compat, events, prefetch
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.jaxhook.platform import backend_fingerprint
+from artifactstore.process.background import executor
 from artifactstore.runtime import process
 from artifactstore.runtime.session import Session, warn_once
-from artifactstore.store.background import executor
 
 if TYPE_CHECKING:
     from artifactstore.store import Store

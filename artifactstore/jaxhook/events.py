@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 import weakref
 
+from artifactstore.process.counters import Counters
 from artifactstore.runtime.session import Session
-from artifactstore.store.counters import Counters
 
 USE_CACHE = "/jax/compilation_cache/compile_requests_use_cache"
 MISS = "/jax/compilation_cache/cache_misses"

@@ -34,10 +34,10 @@ from artifactstore.jaxhook import compat
 from artifactstore.jaxhook.ahead import THREADS, Ahead, deserialize, loadable
 from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.jaxhook.validate import Refused
+from artifactstore.process.background import Timer, executor
+from artifactstore.process.lanes import Lane
 from artifactstore.runtime.session import Session
-from artifactstore.store.background import Timer, executor
 from artifactstore.store.chain import Found, Missed, Request
-from artifactstore.store.lanes import Lane
 
 log = logging.getLogger("artifactstore")
 LEVELS = ("tier", "store")  # what a load ahead peeks at: the chain's levels below its own

@@ -29,8 +29,8 @@ from artifactstore.named.build import build, spec_leaf, static_check
 from artifactstore.named.call import NamedExecutable
 from artifactstore.named.context import Context
 from artifactstore.named.signature import Leaf, NamedCallError, Signature
+from artifactstore.process.lanes import run_all
 from artifactstore.runtime.session import warn_once
-from artifactstore.store.lanes import run_all
 
 LOAD_THREADS = 4  # named executables deserialized at once by `load_many`
 

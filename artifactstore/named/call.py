@@ -19,7 +19,7 @@ from artifactstore.errors import CorruptObject, NamedNotFound, one_line
 from artifactstore.jaxhook import compile as _compile
 from artifactstore.named import container
 from artifactstore.named.signature import Leaf, NamedCallError, UnsupportedTree, check_array
-from artifactstore.store.background import executor
+from artifactstore.process.background import executor
 
 log = logging.getLogger("artifactstore")
 

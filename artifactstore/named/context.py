@@ -19,9 +19,9 @@ from artifactstore.jaxhook.platform import backend_fingerprint
 from artifactstore.named import container, keys
 from artifactstore.named.build import Built, device_list, rebuild
 from artifactstore.named.call import NamedExecutable
+from artifactstore.process.background import call_with_timeout
 from artifactstore.runtime.session import Session, warn_once
 from artifactstore.store import removed
-from artifactstore.store.background import call_with_timeout
 from artifactstore.store.chain import Found, Request
 
 IMMUTABLE = (

@@ -22,10 +22,10 @@ import time
 from typing import TYPE_CHECKING
 
 from artifactstore.errors import one_line
-from artifactstore.store.background import call_with_timeout
+from artifactstore.process.background import call_with_timeout
 
 if TYPE_CHECKING:
-    from artifactstore.runtime.session import Session
+    from artifactstore.config import Settings
     from artifactstore.store import Store
     from artifactstore.store.tier import LocalTier
 
@@ -47,12 +47,11 @@ def report_due(tier: LocalTier, every_secs: float) -> bool:
     return last is None or not 0 <= now - last < every_secs
 
 
-def report_tier_hits(session: Session) -> None:
+def report_tier_hits(tier: LocalTier | None, settings: Settings) -> None:
     """At exit, with no store open: report the tier's journals when due (see above).
 
     Quietly: the program never needed the store, so a store that cannot be reached
     now is no news to its user (a debug line); the hits wait in the tier."""
-    tier, settings = session.tier, session.settings
     if tier is None or not tier.owns_objects:
         return  # none, or the store's own directory: every Store.open folds its journals
     if not tier.has_journals() or not report_due(tier, settings.journal_secs):

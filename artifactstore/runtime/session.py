@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, TypeVar
 
 from artifactstore.config import Settings
 from artifactstore.errors import one_line
+from artifactstore.process.background import Timer, call_with_timeout, executor
+from artifactstore.process.breaker import BACKENDS, describe, per_backend
+from artifactstore.process.counters import Counters
+from artifactstore.process.lanes import Lane
+from artifactstore.process.notices import warn_once
 from artifactstore.runtime import hitreport
 from artifactstore.runtime.sources import StoreSource, TierSource
 from artifactstore.runtime.workingset import WorkingSets
-from artifactstore.store.background import Timer, call_with_timeout, executor
-from artifactstore.store.breaker import BACKENDS, describe, per_backend
 from artifactstore.store.chain import Chain, Found, Request
-from artifactstore.store.counters import Counters
-from artifactstore.store.lanes import Lane
-from artifactstore.store.notices import warn_once
 from artifactstore.store.tier import LocalTier
 from artifactstore.store.tiers import keep_in_tier, open_quick_tier, open_tier
 
@@ -55,7 +55,7 @@ class Session:
         self.settings = settings
         self._store: Store | None = None
         # The process's one counting object: the session's parts, its tier and its Store
-        # count here; process_stats() is its snapshot (store.counters).
+        # count here; process_stats() is its snapshot (process.counters).
         self.counters = Counters()
         self.counters.state("active", lambda: int(self.active))
         # One breaker per backend, so the log and the stats name the one that failed.
@@ -308,7 +308,7 @@ class Session:
         elif self.tier is not None:
             try:
                 self.tier.write_journal()
-                hitreport.report_tier_hits(self)
+                hitreport.report_tier_hits(self.tier, self.settings)
             except Exception as exc:
                 log.debug("artifactstore: tier hits not reported: %s", one_line(exc))
 

@@ -11,16 +11,35 @@ calls bounded by ARTSTORE_TIMEOUT and fed to the session's breakers.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from artifactstore.errors import one_line
+from artifactstore.process.notices import warn_once
 from artifactstore.store.chain import Found, Missed, Request
-from artifactstore.store.notices import warn_once
 
 if TYPE_CHECKING:
-    from artifactstore.runtime.session import Session
+    from artifactstore.process.counters import Counters
+    from artifactstore.store import Store
+    from artifactstore.store.tier import LocalTier
 
 log = logging.getLogger("artifactstore")
+T = TypeVar("T")
+
+
+class SessionView(Protocol):
+    """What the levels use of the session that holds them (`runtime.session.Session`),
+    named here so that the session imports its levels and not the reverse."""
+
+    tier: LocalTier | None
+    quick_tier: LocalTier | None
+    counters: Counters
+
+    def tier_hit(self) -> None: ...
+
+    def store(self) -> Store | None: ...
+
+    def bounded(self, call: Callable[[], T]) -> T: ...
 
 
 class TierSource:
@@ -29,7 +48,7 @@ class TierSource:
 
     name = "tier"
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionView) -> None:
         self.session = session
 
     def peek(self, request: Request) -> Found | None:
@@ -72,7 +91,7 @@ class StoreSource:
 
     name = "store"
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionView) -> None:
         self.session = session
 
     def peek(self, request: Request) -> Found | Missed | None:

@@ -1,6 +1,6 @@
 """What one store owes its index: counts, hits and their access times; recent misses.
 
-The counting itself is the process's (store.counters): a store observes it and keeps
+The counting itself is the process's (process.counters): a store observes it and keeps
 what its index must hear (`Pending`). Why batched: a hit must cost no database round
 trip of its own (a cluster of readers would load the index with every compile), so
 hits and counters wait here
@@ -26,8 +26,8 @@ from artifactstore.formats.journal import MAX_JOURNAL_KEYS, Journal, new_name
 from artifactstore.index.accesses import clean_touches
 from artifactstore.index.errors import ROW_REFUSED
 from artifactstore.index.models import utcnow
+from artifactstore.process.counters import Counters
 from artifactstore.store.backends import Backends, refused_topic
-from artifactstore.store.counters import Counters
 from artifactstore.store.tier import Accesses
 
 log = logging.getLogger("artifactstore")

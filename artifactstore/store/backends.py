@@ -22,8 +22,8 @@ from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import ArtstoreError, PrivilegeRefused, StoreUnavailable, one_line
 from artifactstore.index import db
 from artifactstore.index.repo import EntryIndex
-from artifactstore.store import notices
-from artifactstore.store.breaker import Breaker, per_backend
+from artifactstore.process import notices
+from artifactstore.process.breaker import Breaker, per_backend
 from artifactstore.store.tier import LocalTier
 from artifactstore.store.tiers import open_tier
 
@@ -58,7 +58,7 @@ class Backends:
         # Told which backend a lookup turns to, so that a caller timing the lookup out
         # knows which one hung (the session's per-backend circuit breakers).
         self.using: Callable[[str], None] = ignore
-        # Asked before each call to a backend by every part (store.breaker).
+        # Asked before each call to a backend by every part (process.breaker).
         self.breakers = breakers if breakers is not None else per_backend(settings)
 
     @property

@@ -27,6 +27,9 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.put import Put
 from artifactstore.index.repo import EntryIndex, EntryInfo, Filters, NewEntry
 from artifactstore.index.totals import IndexStats
+from artifactstore.process.breaker import Breaker
+from artifactstore.process.counters import Counters
+from artifactstore.process.lanes import Lane
 from artifactstore.redact import redact
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import (
@@ -36,11 +39,8 @@ from artifactstore.store.backends import (
     open_tier_quietly,
     secure_local_dirs,
 )
-from artifactstore.store.breaker import Breaker
 from artifactstore.store.chain import Found, Missed
-from artifactstore.store.counters import Counters
 from artifactstore.store.flight import SingleFlight
-from artifactstore.store.lanes import Lane
 from artifactstore.store.lease import enabled
 from artifactstore.store.read import Hit, ReadPath
 from artifactstore.store.records import Records

@@ -48,11 +48,11 @@ from artifactstore.errors import LeaseHeld, PrivilegeRefused, StoreUnavailable, 
 from artifactstore.formats.lease import LeaseRecord
 from artifactstore.index.errors import UNAVAILABLE
 from artifactstore.index.leases import Lease, compile_hint, compile_lease_name, dead_here
+from artifactstore.process.background import call_with_timeout
+from artifactstore.process.breaker import describe
+from artifactstore.process.counters import Counters
+from artifactstore.process.lanes import Lane
 from artifactstore.store.backends import Backends, refused_topic
-from artifactstore.store.background import call_with_timeout
-from artifactstore.store.breaker import describe
-from artifactstore.store.counters import Counters
-from artifactstore.store.lanes import Lane
 from artifactstore.store.lease import expired, reader_wait, wait_bound
 
 log = logging.getLogger("artifactstore")

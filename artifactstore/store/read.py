@@ -17,11 +17,11 @@ from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
 from artifactstore.index.repo import EntryInfo
+from artifactstore.process.notices import warn_once as process_warn_once
 from artifactstore.store import removed
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
 from artifactstore.store.chain import Found, Missed
-from artifactstore.store.notices import warn_once as process_warn_once
 from artifactstore.store.write import WritePath, remember
 
 NO_TRUSTED_KEYS = (

@@ -55,8 +55,8 @@ from artifactstore.formats import codec
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.records import load_record
-from artifactstore.store.counters import Counters
-from artifactstore.store.notices import warn_once
+from artifactstore.process.counters import Counters
+from artifactstore.process.notices import warn_once
 from artifactstore.store.quick import QuickKeys
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import one_line
 from artifactstore.formats import codec
 from artifactstore.formats.put import Put
-from artifactstore.store.counters import Counters
-from artifactstore.store.notices import warn_once
+from artifactstore.process.counters import Counters
+from artifactstore.process.notices import warn_once
 from artifactstore.store.tier import LocalTier
 
 

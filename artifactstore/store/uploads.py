@@ -1,8 +1,8 @@
 """Uploads off the program's thread, and the bounded flush at exit.
 
 Why: a compile the program just paid for must not wait for the object store. Puts
-queue on the background writer (a store.lanes.Lane); each asks the backends' breakers
-(store.breaker) first, and one that fails opens its backend's breaker for writes
+queue on the background writer (a process.lanes.Lane); each asks the backends' breakers
+(process.breaker) first, and one that fails opens its backend's breaker for writes
 (ARTSTORE_BREAKER_*), so the puts queued behind it are skipped for the cool-down while
 this host's tier keeps what could not be stored. At exit everything pending is finished within
 ARTSTORE_FLUSH_TIMEOUT, and what was not is said in one line.
@@ -19,12 +19,12 @@ from typing import Literal
 from artifactstore.errors import PrivilegeRefused, StoreUnavailable, one_line
 from artifactstore.formats.put import Put
 from artifactstore.index.errors import UNAVAILABLE
+from artifactstore.process.background import call_with_timeout
+from artifactstore.process.breaker import allow_all
+from artifactstore.process.lanes import Lane
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends, refused_topic
-from artifactstore.store.background import call_with_timeout
-from artifactstore.store.breaker import allow_all
 from artifactstore.store.flight import SingleFlight
-from artifactstore.store.lanes import Lane
 from artifactstore.store.tiers import keep_in_tier
 from artifactstore.store.write import WritePath
 

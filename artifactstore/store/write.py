@@ -21,9 +21,9 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.put import Put
 from artifactstore.index import db
 from artifactstore.index.repo import EntryInfo, NewEntry
+from artifactstore.process.counters import Counters
 from artifactstore.store import identity
 from artifactstore.store.backends import Backends
-from artifactstore.store.counters import Counters
 from artifactstore.store.tiers import encode_entry, stamped
 
 if TYPE_CHECKING:

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 from artifactstore.blobstores.base import MANIFESTS
 from artifactstore.errors import CorruptObject, one_line
 from artifactstore.formats.torchxla import key_prefix, unframe
+from artifactstore.process.lanes import Lane
+from artifactstore.process.notices import warn_once
 from artifactstore.store.chain import Found, Request
-from artifactstore.store.lanes import Lane
-from artifactstore.store.notices import warn_once
 
 if TYPE_CHECKING:
     from artifactstore.runtime.session import Session

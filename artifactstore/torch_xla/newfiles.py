@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from artifactstore.errors import one_line
 from artifactstore.formats.put import Put
 from artifactstore.formats.torchxla import entry_key, frame, module_name
-from artifactstore.store.background import Timer, executor
-from artifactstore.store.notices import warn_once
+from artifactstore.process.background import Timer, executor
+from artifactstore.process.notices import warn_once
 
 if TYPE_CHECKING:
     from artifactstore.formats.fingerprint import Fingerprint

@@ -10,35 +10,18 @@ The parent never imports JAX: one holding a GPU client would take memory the
 children need.
 
 Every activated child imports this package, so it defines only what parent and
-children share; the parent's functions load on first use.
+children share, and imports none of its modules (each imports it): the parent's
+functions are imported from theirs (`command.run_command`, `specs.run_specs`,
+`preflight.check_store`), by `artstore warm` when it runs.
 """
 
 from __future__ import annotations
 
-import importlib
 import re
-from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import ArtstoreError
 
-if TYPE_CHECKING:
-    from artifactstore.warm.command import run_command
-    from artifactstore.warm.preflight import check_store, load_expected
-    from artifactstore.warm.report import Report
-    from artifactstore.warm.specs import run_specs
-
-__all__ = [
-    "ENV_VAR",
-    "NOT_STORED",
-    "SUMMARY_FIELDS",
-    "TARGET_RE",
-    "Report",
-    "WarmError",
-    "check_store",
-    "load_expected",
-    "run_command",
-    "run_specs",
-]
+__all__ = ["ENV_VAR", "NOT_STORED", "SUMMARY_FIELDS", "TARGET_RE", "WarmError"]
 
 # The report directory, set only by `artstore warm`: activated processes write their
 # records there. The startup hook keeps its own copy (it cannot import us).
@@ -77,21 +60,6 @@ NOT_STORED = {
     "ARTSTORE_SIGNING_KEY to replace it with a signed one",
 }
 
-_LAZY = {
-    "run_command": "command",
-    "check_store": "preflight",
-    "load_expected": "preflight",
-    "Report": "report",
-    "run_specs": "specs",
-}
-
 
 class WarmError(ArtstoreError):
     """`artstore warm` cannot start or its input is wrong; one line for the user."""
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -20,7 +20,7 @@ store, and repairs it (quarantines it or drops its entry, compiles, stores it ag
 | exit flush, database frozen, only hits | nothing waits: hits go to a hit journal | 0 | 0 |
 
 After a write fails because a backend is unavailable (the lookups answered, the compile
-lease or the upload did not), that backend's breaker opens for writes (store.breaker): the
+lease or the upload did not), that backend's breaker opens for writes (process.breaker): the
 writer drops the uploads queued behind it for the cool-down, counted as `put_skipped`, and
 takes no compile lease, instead of paying T for each (and then F at exit): tests/test_units.py.
 

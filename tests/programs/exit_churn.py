@@ -13,7 +13,7 @@ import json
 import time
 import weakref
 
-from artifactstore.store.background import executor
+from artifactstore.process.background import executor
 
 
 class Pool:

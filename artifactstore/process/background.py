@@ -5,7 +5,7 @@ and timers each started threads of their own (a new one per bounded store call).
 a few daemon threads, started as work needs them and reused, run every `Task`, at most
 MAX_THREADS at once (more wait their turn), and one timer thread runs what is due later
 (`later`, `every`). Daemon threads: a hung network call never keeps the program from
-exiting. Ordered queues of work on these threads are `store.lanes`.
+exiting. Ordered queues of work on these threads are `process.lanes`.
 
 Python 3.12+ refuses new threads once the interpreter shuts down: `submit` then raises
 RuntimeError (unless an idle thread takes the task), and callers run the work on their

@@ -3,7 +3,7 @@
 Why: a store's uploads must run one after another off the program's thread, and be
 finished within a bound at exit; its lease bookkeeping too; a load ahead deserializes
 a few executables at once, `artstore pull` fetches `--jobs` at a time. Each is a
-`Lane` on the one executor (store.background), not a queue and threads of its own.
+`Lane` on the one executor (process.background), not a queue and threads of its own.
 
 `drain(timeout)` waits for everything submitted so far, never longer than `timeout`:
 at interpreter exit a slow object store delays the program by at most the flush bound,
@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from artifactstore.store.background import Executor, Task, Timer, executor
+from artifactstore.process.background import Executor, Task, Timer, executor
 
 log = logging.getLogger("artifactstore")
 T = TypeVar("T")
