@@ -55,7 +55,7 @@ from artifactstore.store.background import call_with_timeout
 from artifactstore.store.breaker import describe
 from artifactstore.store.counters import Counters
 from artifactstore.store.lanes import Lane
-from artifactstore.store.lease import expired, reader_wait, wait_bound
+from artifactstore.store.lease import expired, reader_wait, trusts_no_key, wait_bound
 
 log = logging.getLogger("artifactstore")
 
@@ -121,10 +121,7 @@ class SingleFlight:
         self._taking = threading.Condition()
         self._being_taken = 0
         self._waits_said = False  # a wait was said once as a warning (see _say_wait)
-        # Signatures required and no key trusted (not even its own): every entry of this
-        # store is refused here, so no wait can end in a load, and a writer stores nothing.
-        trusted = self.settings.trusted_keys
-        self._loads_nothing = trusted is not None and not trusted.names
+        self._loads_nothing = trusts_no_key(self.settings)
 
     # -- holding --------------------------------------------------------------
     def try_hold(self, key: str) -> Held | None:
