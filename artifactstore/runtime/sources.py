@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from artifactstore.errors import one_line
+from artifactstore.errors import ObjectUnreadable, one_line
 from artifactstore.store.chain import Found, Missed, Request
 from artifactstore.store.notices import warn_once
 
@@ -85,6 +85,10 @@ class StoreSource:
             outcome = session.bounded(
                 lambda: store.peek(request.key, request.fingerprint, callbacks=request.callbacks)
             )
+        except ObjectUnreadable as exc:  # a miss for that object: said once per process
+            warn_once("object unreadable", "%s", one_line(exc))
+            request.notes.append(f"an object was not served ({one_line(exc)})")
+            return None
         except Exception as exc:  # counted by the session's breakers, logged once per outage
             request.notes.append(f"the store did not answer ({one_line(exc)})")
             return None
