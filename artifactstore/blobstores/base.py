@@ -8,6 +8,7 @@ any backend, as in sccache's storage layer.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -263,6 +264,13 @@ class BlobStore(abc.ABC):
     def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
         """The name of every record of `kind` (streamed), or of those whose names start
         with `prefix` (S3 lists only those)."""
+
+    def list_records(self, kind: RecordKind) -> Iterator[BlobInfo]:
+        """`iter_records`, each with its size and the time the store wrote it (S3's
+        LastModified: what the record's writer cannot choose). This default, for stores
+        that keep no time, gives the listing's time."""
+        now = time.time()
+        return (BlobInfo(name, 0, now) for name in self.iter_records(kind))
 
     # -- the store's identity: one object beside the folders (artifactstore.store.identity) --
     @abc.abstractmethod

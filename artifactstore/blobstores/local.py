@@ -139,6 +139,9 @@ class LocalBlobStore(BlobStore):
         found = _scan(self._records_dir(kind), nested=kind.sharded, ours=kind.listed)
         return (info.digest for info in found if info.digest.startswith(prefix))
 
+    def list_records(self, kind: RecordKind) -> Iterator[BlobInfo]:
+        return _scan(self._records_dir(kind), nested=kind.sharded, ours=kind.listed)
+
     def get_identity(self) -> bytes | None:
         try:
             with self.tree.open(self.base / IDENTITY) as handle:

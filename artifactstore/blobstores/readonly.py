@@ -57,6 +57,9 @@ class ReadOnlyBlobStore(BlobStore):
     def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
         return self.inner.iter_records(kind, prefix=prefix)
 
+    def list_records(self, kind: RecordKind) -> Iterator[BlobInfo]:
+        return self.inner.list_records(kind)
+
     def get_identity(self) -> bytes | None:
         return self.inner.get_identity()
 

@@ -266,9 +266,14 @@ class S3BlobStore(BlobStore):
         self._delete_keys(keys, f"{kind.name}s", one_by_one)
 
     def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
+        return (info.digest for info in self._records(kind, prefix))
+
+    def list_records(self, kind: RecordKind) -> Iterator[BlobInfo]:
+        return self._records(kind, "")
+
+    def _records(self, kind: RecordKind, prefix: str) -> Iterator[BlobInfo]:
         listed = f"{self.base}/{kind.folder}/{prefix}"
-        listing = self._list(listed, f"list {kind.name}s", kind.listed)
-        return (info.digest for info in listing)
+        return self._list(listed, f"list {kind.name}s", kind.listed)
 
     def get_identity(self) -> bytes | None:
         key = f"{self.base}/{IDENTITY}"
