@@ -282,6 +282,11 @@ class BlobStore(abc.ABC):
         """Create the identity object unless one exists (never replaced: two first
         writers must agree on one); True if this call created it."""
 
+    def delete_identity(self) -> None:
+        """Delete an identity object that is not one (`artstore db bind --force`, after a
+        person said yes): the only way one is ever replaced. Stores that cannot refuse."""
+        raise NotImplementedError(f"{self.describe()} cannot delete its identity object")
+
     def get_manifest(self, key: str) -> bytes | None:
         """`key`'s manifest as stored, or None if none is published."""
         return self.get_record(MANIFESTS, key)

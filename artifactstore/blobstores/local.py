@@ -151,6 +151,10 @@ class LocalBlobStore(BlobStore):
         except safedir.NotRegularFile:
             return b""  # not an identity: its decode refuses it
 
+    def delete_identity(self) -> None:
+        with self.tree.dir(self.base, create=True) as base, contextlib.suppress(FileNotFoundError):
+            os.unlink(IDENTITY, dir_fd=base)
+
     def put_identity(self, data: bytes) -> bool:
         with self.tree.dir(self.base, create=True) as base:
             tmp = f".tmp-{uuid.uuid4().hex}.part"

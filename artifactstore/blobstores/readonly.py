@@ -66,6 +66,9 @@ class ReadOnlyBlobStore(BlobStore):
     def put_identity(self, data: bytes) -> bool:
         raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
 
+    def delete_identity(self) -> None:
+        raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
+
     def describe(self) -> str:
         return self.inner.describe() + " (read-only)"
 

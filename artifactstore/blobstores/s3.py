@@ -308,6 +308,12 @@ class S3BlobStore(BlobStore):
             self._fail("put identity", exc)
         return True
 
+    def delete_identity(self) -> None:
+        try:  # the operator's role may (s3-gc.json); a writer's may only create one
+            self.client.delete_object(Bucket=self.bucket, Key=f"{self.base}/{IDENTITY}")
+        except Exception as exc:
+            self._fail("delete identity", exc)
+
     def quarantine(self, digest: str) -> None:
         source = self.key(digest)
         target = self.quarantine_key(digest)
