@@ -243,7 +243,7 @@ def db_bind(obj: Ctx, force: bool, allow_missing: bool, yes: bool) -> None:
         if store.read_only:
             fail("bind writes the index and the object store: unset ARTSTORE_READ_ONLY")
         pair = (store.blobs, store.engine, store.namespace, store.settings.index_url)
-        junk = identity.unreadable(store.blobs) if force else None
+        junk = identity.unreadable(pair[0]) if force else None
         if force:
             click.echo(identity.force_count(*pair, allow_missing=allow_missing))
         if junk is not None:
