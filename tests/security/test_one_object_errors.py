@@ -8,6 +8,8 @@ opened the reader's object-store breaker, and every other entry compiled for 60 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import botocore.exceptions as bce
 import pytest
 from conftest import TEAM_PUB, bucket_of, run_program, s3_client
@@ -43,7 +45,7 @@ def test_transport_failures_are_outages() -> None:
     assert not about_one_object(bce.ReadTimeoutError(endpoint_url="http://x"))
 
 
-def test_an_archived_object_costs_its_entry_only(team_env: dict[str, str], tmp_path) -> None:
+def test_an_archived_object_costs_its_entry_only(team_env: dict[str, str], tmp_path: Path) -> None:
     """Slow: two JAX processes (about 15 s)."""
     first = run_program("job.py", {**team_env, "ARTSTORE_LOCAL_TIER": "off"})
     assert first["store"]["stored"] == 12, first["store"]
