@@ -35,6 +35,11 @@ class StoreUnavailable(ArtstoreError):
     """The object store or index cannot be reached or answered too slowly."""
 
 
+class ObjectUnreadable(StoreUnavailable):
+    """The store answered, about one object only (archived, gone, a checksum mismatch):
+    a miss for that object, never counted against the store's breaker."""
+
+
 class SchemaMismatch(ArtstoreError):
     """The index schema is older or newer than this version understands."""
 

@@ -65,3 +65,6 @@ class AbsentBlobStore(BlobStore):
 
     def put_identity(self, data: bytes) -> bool:
         self._refuse()
+
+    def delete_identity(self) -> None:
+        self._refuse()

@@ -8,6 +8,7 @@ any backend, as in sccache's storage layer.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -273,6 +274,13 @@ class BlobStore(abc.ABC):
         """The name of every record of `kind` (streamed), or of those whose names start
         with `prefix` (S3 lists only those)."""
 
+    def list_records(self, kind: RecordKind) -> Iterator[BlobInfo]:
+        """`iter_records`, each with its size and the time the store wrote it (S3's
+        LastModified: what the record's writer cannot choose). This default, for stores
+        that keep no time, gives the listing's time."""
+        now = time.time()
+        return (BlobInfo(name, 0, now) for name in self.iter_records(kind))
+
     # -- the store's identity: one object beside the folders (artifactstore.store.identity) --
     @abc.abstractmethod
     def get_identity(self) -> bytes | None:
@@ -282,6 +290,11 @@ class BlobStore(abc.ABC):
     def put_identity(self, data: bytes) -> bool:
         """Create the identity object unless one exists (never replaced: two first
         writers must agree on one); True if this call created it."""
+
+    def delete_identity(self) -> None:
+        """Delete an identity object that is not one (`artstore db bind --force`, after a
+        person said yes): the only way one is ever replaced. Stores that cannot refuse."""
+        raise NotImplementedError(f"{self.describe()} cannot delete its identity object")
 
     def get_manifest(self, key: str) -> bytes | None:
         """`key`'s manifest as stored, or None if none is published."""

@@ -139,6 +139,9 @@ class LocalBlobStore(BlobStore):
         found = _scan(self._records_dir(kind), nested=kind.sharded, ours=kind.listed)
         return (info.digest for info in found if info.digest.startswith(prefix))
 
+    def list_records(self, kind: RecordKind) -> Iterator[BlobInfo]:
+        return _scan(self._records_dir(kind), nested=kind.sharded, ours=kind.listed)
+
     def get_identity(self) -> bytes | None:
         try:
             with self.tree.open(self.base / IDENTITY) as handle:
@@ -147,6 +150,10 @@ class LocalBlobStore(BlobStore):
             return None
         except safedir.NotRegularFile:
             return b""  # not an identity: its decode refuses it
+
+    def delete_identity(self) -> None:
+        with self.tree.dir(self.base, create=True) as base, contextlib.suppress(FileNotFoundError):
+            os.unlink(IDENTITY, dir_fd=base)
 
     def put_identity(self, data: bytes) -> bool:
         with self.tree.dir(self.base, create=True) as base:

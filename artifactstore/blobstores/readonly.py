@@ -57,10 +57,16 @@ class ReadOnlyBlobStore(BlobStore):
     def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
         return self.inner.iter_records(kind, prefix=prefix)
 
+    def list_records(self, kind: RecordKind) -> Iterator[BlobInfo]:
+        return self.inner.list_records(kind)
+
     def get_identity(self) -> bytes | None:
         return self.inner.get_identity()
 
     def put_identity(self, data: bytes) -> bool:
+        raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
+
+    def delete_identity(self) -> None:
         raise ReadOnlyError("this store is read-only: unset ARTSTORE_READ_ONLY to write")
 
     def describe(self) -> str:

@@ -43,12 +43,14 @@ from artifactstore.blobstores.s3client import credential_source, make_client
 from artifactstore.blobstores.s3errors import (
     DENIED,
     NOT_FOUND,
+    about_one_object,
     error_code,
     is_backend_error,
     message,
+    object_message,
 )
 from artifactstore.config import check_namespace
-from artifactstore.errors import OverLimit, StoreUnavailable
+from artifactstore.errors import ObjectUnreadable, OverLimit, StoreUnavailable
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.identity import MAX_IDENTITY_BYTES
 from artifactstore.redact import redact
@@ -147,7 +149,7 @@ class S3BlobStore(BlobStore):
         except Exception as exc:
             if error_code(exc) in NOT_FOUND or self._denied_but_absent(key, exc):
                 return None
-            self._fail("get", exc)
+            self._fail("get", exc, key)
 
     def exists(self, digest: str) -> bool:
         return self._head(self.key(digest))
@@ -239,7 +241,7 @@ class S3BlobStore(BlobStore):
         except Exception as exc:
             if error_code(exc) in NOT_FOUND or self._denied_but_absent(key, exc):
                 return None
-            self._fail(f"get {kind.name}", exc)
+            self._fail(f"get {kind.name}", exc, key)
 
     def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
         try:
@@ -276,9 +278,14 @@ class S3BlobStore(BlobStore):
         self._delete_keys(keys, f"{kind.name}s", one_by_one)
 
     def iter_records(self, kind: RecordKind, *, prefix: str = "") -> Iterator[str]:
+        return (info.digest for info in self._records(kind, prefix))
+
+    def list_records(self, kind: RecordKind) -> Iterator[BlobInfo]:
+        return self._records(kind, "")
+
+    def _records(self, kind: RecordKind, prefix: str) -> Iterator[BlobInfo]:
         listed = f"{self.base}/{kind.folder}/{prefix}"
-        listing = self._list(listed, f"list {kind.name}s", kind.listed)
-        return (info.digest for info in listing)
+        return self._list(listed, f"list {kind.name}s", kind.listed)
 
     def get_identity(self) -> bytes | None:
         key = f"{self.base}/{IDENTITY}"
@@ -312,6 +319,12 @@ class S3BlobStore(BlobStore):
         except Exception as exc:
             self._fail("put identity", exc)
         return True
+
+    def delete_identity(self) -> None:
+        try:  # the operator's role may (s3-gc.json); a writer's may only create one
+            self.client.delete_object(Bucket=self.bucket, Key=f"{self.base}/{IDENTITY}")
+        except Exception as exc:
+            self._fail("delete identity", exc)
 
     def quarantine(self, digest: str) -> None:
         source = self.key(digest)
@@ -373,7 +386,7 @@ class S3BlobStore(BlobStore):
         except Exception as exc:
             if error_code(exc) in NOT_FOUND or self._denied_but_absent(key, exc):
                 return False
-            self._fail("head", exc)
+            self._fail("head", exc, key)
 
     def _denied_but_absent(self, key: str, exc: BaseException) -> bool:
         """Whether a 403 for `key` only means that it does not exist.
@@ -387,8 +400,11 @@ class S3BlobStore(BlobStore):
         try:
             found = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
         except Exception:
-            return False
-        return not any(item.get("Key") == key for item in found.get("Contents", ()))
+            return False  # the prefix is denied too: the caller reports it
+        if any(item.get("Key") == key for item in found.get("Contents", ())):
+            # Listed but not readable: that one object (its ACL, its KMS key), not the store.
+            raise ObjectUnreadable(object_message("get", key, exc, bucket=self.bucket))
+        return True
 
     def _list(
         self, prefix: str, op: str, ours: Callable[[str], bool] = is_digest_name
@@ -408,10 +424,13 @@ class S3BlobStore(BlobStore):
         except Exception as exc:
             self._fail(op, exc)
 
-    def _fail(self, op: str, exc: BaseException) -> NoReturn:
-        """Re-raise a backend failure as one secret-free line naming the fix."""
+    def _fail(self, op: str, exc: BaseException, key: str = "") -> NoReturn:
+        """Re-raise a backend failure as one secret-free line naming the fix; S3's answer
+        about the one object `key` as ObjectUnreadable (a miss for it, not an outage)."""
         if not is_backend_error(exc):
             raise exc
+        if key and about_one_object(exc):
+            raise ObjectUnreadable(object_message(op, key, exc, bucket=self.bucket)) from None
         raise StoreUnavailable(self._message(op, exc)) from None
 
     def _message(self, op: str, exc: BaseException) -> str:

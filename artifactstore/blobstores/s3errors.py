@@ -1,7 +1,12 @@
 """What an S3 failure means, in one secret-free line that names the fix.
 
 Every botocore failure except "not found" becomes `StoreUnavailable`, so callers
-degrade to a compile (invariant 2) without leaking credentials (invariant 5).
+degrade to a compile (invariant 2) without leaking credentials (invariant 5). An answer
+about one object (`about_one_object`: archived, a conflict, a failed precondition or
+range, a checksum mismatch) is `ObjectUnreadable`: a miss for that object, not an
+outage, since anyone who may write the bucket can put such an object and must not
+switch a reader's store off. Only transport failures, timeouts, 5xx, throttling and
+denials of the whole prefix count toward a breaker.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ BAD_CREDENTIALS = {
 }
 DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 NO_BUCKET = {"NoSuchBucket"}
+# S3 answers about one object (the bucket and the credentials are fine).
+ONE_OBJECT = {"InvalidObjectState", "NoSuchVersion", "InvalidRange", "PreconditionFailed"}
+ONE_OBJECT_STATUS = {404, 409, 412, 416}
 # Where boto3 found the credentials: its provider's `method` ("env",
 # "shared-credentials-file", "iam-role", ...; "" when not known) and the profile.
 Source = tuple[str, str | None]
@@ -42,6 +50,35 @@ def error_code(exc: BaseException) -> str:
         match = re.search(r"An error occurred \(([A-Za-z0-9]+)\)", str(exc))
         return match.group(1) if match else ""
     return ""
+
+
+def about_one_object(exc: BaseException) -> bool:
+    """Whether `exc` is S3's answer about one object, not about the store (see above)."""
+    if isinstance(exc, (bce.FlexibleChecksumError, bce.ChecksumError)):
+        return True
+    code = error_code(exc)
+    if code in ONE_OBJECT:
+        return True
+    if not isinstance(exc, bce.ClientError) or code in NO_BUCKET:
+        return False
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status in ONE_OBJECT_STATUS
+
+
+def object_message(op: str, key: str, exc: BaseException, *, bucket: str) -> str:
+    """The line for an answer about one object (`about_one_object`, or a denial of one
+    object the listing shows): what it costs and the fix."""
+    detail = error_code(exc) or type(exc).__name__
+    if detail == "InvalidObjectState":
+        fix = "restore it, or copy it to the STANDARD storage class"
+    elif detail in DENIED:
+        fix = "check its ACL or KMS key, and the IAM policy for these credentials"
+    else:
+        fix = "check that object"
+    return (
+        f"S3 object '{key[-200:]}' in bucket '{bucket}' was not served during {op} "
+        f"({detail}): a miss for that object only; {fix}"
+    )
 
 
 def message(

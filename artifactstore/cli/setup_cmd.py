@@ -224,8 +224,10 @@ def db_bind(obj: Ctx, force: bool, allow_missing: bool, yes: bool) -> None:
     anything, it asks first (--yes: without asking; no terminal: refused without it).
 
     --force is for a pair the rule refuses, such as a bucket copied without its identity
-    object, once you have checked both URLs. It refuses an object store that holds none
-    of the newest entries' objects (a mistyped or empty bucket) unless --allow-missing.
+    object, once you have checked both URLs; an identity object that is not one (junk) it
+    replaces, after asking (--yes), with the operator's S3 credentials (s3-gc.json). It
+    refuses an object store that holds none of the newest entries' objects (a mistyped or
+    empty bucket) unless --allow-missing.
     """
     from artifactstore.gc.reconcile import orphaned
     from artifactstore.store import identity
@@ -236,8 +238,12 @@ def db_bind(obj: Ctx, force: bool, allow_missing: bool, yes: bool) -> None:
         if store.read_only:
             fail("bind writes the index and the object store: unset ARTSTORE_READ_ONLY")
         pair = (store.blobs, store.engine, store.namespace, store.settings.index_url)
+        junk = identity.unreadable(pair[0]) if force else None
         if force:
             click.echo(identity.force_count(*pair, allow_missing=allow_missing))
+        if junk is not None:
+            click.echo(f"the object store's {junk}: --force replaces it with a new identity")
+            confirm(yes, "replace it?", "its identity object", doing="replacing", verb="replace")
         found = identity.check(*pair)
         if found.state == identity.UNBOUND or found.other is not None or (force and not found.ok):
             lost, unreferenced = orphaned(*pair[:3])
@@ -251,7 +257,10 @@ def db_bind(obj: Ctx, force: bool, allow_missing: bool, yes: bool) -> None:
             if lost or unreferenced:
                 what = f"{entries} and {objects}"
                 confirm(yes, "bind them?", what, doing="binding them, orphaning", verb="bind")
-            found = identity.bind(*pair, force=True) if force else identity.adopt(*pair)
+            if force:
+                found = identity.bind(*pair, force=True, replace=junk is not None)
+            else:
+                found = identity.adopt(*pair)
     if not found.ok:
         fail(found.refusal())
     click.echo(

@@ -154,6 +154,7 @@ NAMES: dict[str, Name] = {
     "lease_loaded": Name("waits that ended with the other process's executable"),
     "lease_timeouts": Name("waits that ran out of time (compiled here)"),
     "lease_stale": Name("leases whose holder was dead (expired, or exited on this host)"),
+    "lease_skipped": Name("misses not waited on: this process trusts no key, loads nothing"),
     "lease_errors": Name("lease operations that failed (compiled without one)"),
     "bad_lease_records": Name("lease records refused as damaged"),
     # -- loading ahead (jaxhook.prefetch) ---------------------------------------------

@@ -1,7 +1,9 @@
 """Hit journals folded into the index: `artstore fold`, and the first step of every gc.
 
 Readers' hits reach the index only through here (artifactstore.formats.journal says why):
-each journal's rows are checked and clamped like any access row, appended to the
+each journal's rows are checked and clamped like any access row (and no access is later
+than the journal object itself: a reader may say which entries it used, never that it
+used them after it wrote the journal), appended to the
 index's access rows with its miss counters and its usage rows (per day and
 fingerprint: clamped by `usage.clean_usage`; journals of clients that wrote none
 fold as before), and the journal is deleted after the commit. Then the access
@@ -78,8 +80,10 @@ def fold_journals(
     max_journals = FOLD_MAX_JOURNALS if max_journals is None else max_journals
     max_bytes = FOLD_MAX_BYTES if max_bytes is None else max_bytes
     read, gets = 0, 0  # bytes of the journals taken, journals asked for
-    names = parts.blobs.iter_records(JOURNALS)
-    for name in names:
+    listing = parts.blobs.list_records(JOURNALS)
+    names = (info.digest for info in listing)  # what is left after a break: counted
+    for info in listing:
+        name = info.digest
         if gets >= max_journals and _is_journal(name):
             result.left = _count_left(name, names)
             break
@@ -105,7 +109,7 @@ def fold_journals(
         read += len(data)
         batch.append(name)
         try:
-            rows = _rows(data)
+            rows = _rows(data, info.mtime)
         except Exception as exc:
             result.refused += 1
             log.warning("artifactstore: deleting hit journal %s: %s", name, _why(exc))
@@ -140,11 +144,14 @@ def _is_journal(name: str) -> bool:
     return True
 
 
-def _rows(data: bytes) -> _Rows:
-    """A journal's rows as the index takes them; raises whatever its bytes make fail."""
+def _rows(data: bytes, written: float) -> _Rows:
+    """A journal's rows as the index takes them, no access later than when the store
+    wrote it (`written`: S3's LastModified, which its writer cannot choose); raises
+    whatever its bytes make fail."""
     journal = Journal.decode(data)
     counts = {c: min(max(int(v), 0), ROW_HITS_MAX) for c, v in journal.counts.items()}
-    return clean_touches(journal.accesses), counts, _usage.clean_usage(journal.usage)
+    touches = clean_touches(journal.accesses, not_after=written)
+    return touches, counts, _usage.clean_usage(journal.usage)
 
 
 def _why(exc: Exception) -> str:

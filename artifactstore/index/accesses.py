@@ -44,14 +44,17 @@ def saturating_hits(n: Any) -> Any:
     return case((Entry.hits > BIGINT_MAX - n, BIGINT_MAX), else_=Entry.hits + n)
 
 
-def clean_touches(accesses: dict[str, tuple[int, float]]) -> dict[str, tuple[int, datetime]]:
+def clean_touches(
+    accesses: dict[str, tuple[int, float]], not_after: float | None = None
+) -> dict[str, tuple[int, datetime]]:
     """Hits from a file or an object (a tier's journal, a hit journal) as index rows.
 
     Such rows come from anyone who could write there: a row the index could not
     take (a key longer than its column, a count past BIGINT, a time past year 9999)
     would fail every later flush, so such rows are dropped and counts and times are
-    clamped, as the database clamps readers' rows."""
-    now = time.time()
+    clamped, as the database clamps readers' rows; no time is later than now, nor than
+    `not_after` (when the store wrote the journal: no hit it holds can be later)."""
+    now = time.time() if not_after is None else min(time.time(), not_after)
     touches: dict[str, tuple[int, datetime]] = {}
     for key, (n, when) in accesses.items():
         if not (isinstance(key, str) and 0 < len(key) <= 64 and key.isascii()):

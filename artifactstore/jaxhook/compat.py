@@ -205,3 +205,10 @@ def parse_options(data: bytes) -> Any:
     from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
 
     return xc.CompileOptions.ParseFromString(data)
+
+
+def new_options() -> Any:
+    """Compile options with this process's defaults (no debug options, no overrides)."""
+    from jax._src.lib import xla_client as xc  # type: ignore[attr-defined]
+
+    return xc.CompileOptions()

@@ -10,6 +10,11 @@ has, and the options' device assignment (if any) the entry's devices in order. A
 entry's devices come from its verified payload header and are checked the same way.
 Anything else is `Refused` (counted by the caller) and never reaches XLA. This holds
 signed or not: a signature says who wrote a set, not that it fits this host.
+
+What reaches XLA is not the recorded options but new ones built from the checked fields
+(`REBUILT`): the record's debug options and environment overrides (`xla_dump_to`, pass
+lists, autotune files: paths and behaviour the set's writer would choose for this
+process) are never read, and a deserialize gets this process's own defaults for them.
 """
 
 from __future__ import annotations
@@ -38,10 +43,42 @@ def checked_devices(ids: Sequence[int], devices: Mapping[int, Any]) -> tuple[Any
     return tuple(devices[i] for i in ids)
 
 
+# The build options' fields a deserialize may take from a record: counts, partitioning
+# switches and levels (the device assignment is checked and copied on its own).
+REBUILT = (
+    "num_replicas",
+    "num_partitions",
+    "use_spmd_partitioning",
+    "use_auto_spmd_partitioning",
+    "use_shardy_partitioner",
+    "allow_spmd_sharding_propagation_to_output",
+    "allow_spmd_sharding_propagation_to_parameters",
+    "auto_spmd_partitioning_mesh_shape",
+    "auto_spmd_partitioning_mesh_ids",
+    "optimization_level",
+    "memory_fitting_level",
+)
+
+
 def checked_options(data: bytes, ids: Sequence[int]) -> Any:
-    """The compile options in `data`, parsed; Refused unless they are for exactly the
-    devices `ids` (already checked by `checked_devices`), in that order."""
-    options = compat.parse_options(data)
+    """Compile options for exactly the devices `ids` (already checked by
+    `checked_devices`), in that order, rebuilt from the checked fields of those in
+    `data`; Refused unless those are for these devices."""
+    options = _checked(compat.parse_options(data), ids)
+    rebuilt = compat.new_options()
+    build, into = options.executable_build_options, rebuilt.executable_build_options
+    for name in REBUILT:
+        if hasattr(build, name):
+            setattr(into, name, getattr(build, name))
+    rebuilt.num_replicas, rebuilt.num_partitions = options.num_replicas, options.num_partitions
+    rebuilt.parameter_is_tupled_arguments = bool(options.parameter_is_tupled_arguments)
+    rebuilt.compile_portable_executable = bool(options.compile_portable_executable)
+    if build.device_assignment is not None:
+        rebuilt.device_assignment = build.device_assignment
+    return rebuilt
+
+
+def _checked(options: Any, ids: Sequence[int]) -> Any:
     build = options.executable_build_options
     replicas, partitions = int(build.num_replicas), int(build.num_partitions)
     if (int(options.num_replicas), int(options.num_partitions)) != (replicas, partitions):

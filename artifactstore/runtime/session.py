@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from artifactstore.config import Settings
-from artifactstore.errors import one_line
+from artifactstore.errors import ObjectUnreadable, one_line
 from artifactstore.process.background import Timer, call_with_timeout, executor
 from artifactstore.process.breaker import BACKENDS, describe, per_backend
 from artifactstore.process.counters import Counters
@@ -168,6 +168,9 @@ class Session:
         breakers; a failure or hang is counted against the backend it was using, then raised."""
         try:
             result = call_with_timeout(call, self.settings.timeout_secs)
+        except ObjectUnreadable:
+            self.ok()  # the store answered, about one object: a miss for it, no outage
+            raise
         except Exception as exc:
             self.fail(exc)
             raise

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from artifactstore.errors import one_line
+from artifactstore.errors import ObjectUnreadable, one_line
 from artifactstore.process.notices import warn_once
 from artifactstore.store.chain import Found, Missed, Request
 
@@ -104,6 +104,10 @@ class StoreSource:
             outcome = session.bounded(
                 lambda: store.peek(request.key, request.fingerprint, callbacks=request.callbacks)
             )
+        except ObjectUnreadable as exc:  # a miss for that object: said once per process
+            warn_once("object unreadable", "%s", one_line(exc))
+            request.notes.append(f"an object was not served ({one_line(exc)})")
+            return None
         except Exception as exc:  # counted by the session's breakers, logged once per outage
             request.notes.append(f"the store did not answer ({one_line(exc)})")
             return None

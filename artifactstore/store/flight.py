@@ -23,6 +23,8 @@ dead holder's row decides exactly one holder); the others wait for its result.
   misses waits only when it finds a writer's record whose holder is alive (neither
   expired nor gone from this host), at most ARTSTORE_LEASE_READER_WAIT (a few
   seconds: it cannot take a silent holder over), and compiles otherwise.
+- A process that trusts no key (signatures required, none listed, none of its own)
+  neither waits nor holds: whatever a holder stores, it would refuse.
 - Every wait is said in one log line: the key, the holder the record names, how
   long at most and which setting bounds it.
 - A record is untrusted (anyone who may write the bucket can write one): a malformed
@@ -53,7 +55,7 @@ from artifactstore.process.breaker import describe
 from artifactstore.process.counters import Counters
 from artifactstore.process.lanes import Lane
 from artifactstore.store.backends import Backends, refused_topic
-from artifactstore.store.lease import expired, reader_wait, wait_bound
+from artifactstore.store.lease import expired, reader_wait, trusts_no_key, wait_bound
 
 log = logging.getLogger("artifactstore")
 
@@ -119,6 +121,7 @@ class SingleFlight:
         self._taking = threading.Condition()
         self._being_taken = 0
         self._waits_said = False  # a wait was said once as a warning (see _say_wait)
+        self._loads_nothing = trusts_no_key(self.settings)
 
     # -- holding --------------------------------------------------------------
     def try_hold(self, key: str) -> Held | None:
@@ -313,6 +316,9 @@ class SingleFlight:
             return None, None
         if writer and not self.may_write():
             return None, None  # it stores nothing here: compile, and hold nothing
+        if self._loads_nothing:
+            counters.add("lease_skipped")  # the entry a wait ends with would be refused
+            return None, None
         try:
             if writer:
                 held = self.try_hold(key)

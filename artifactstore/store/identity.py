@@ -33,7 +33,11 @@ written by older clients working:
 `artstore db bind --force` binds a pair that the rule refuses (an identity object
 deleted by hand, a bucket copied without it) after a person has checked them; it
 says how many of the FORCE_SAMPLE newest entries have their object in that object
-store and, where none do, refuses unless `--allow-missing` (issue 38.4).
+store and, where none do, refuses unless `--allow-missing` (issue 38.4). An identity
+object that is not one (junk a bucket writer put there) is replaced by `--force` only,
+after a person said yes (`replace`): the one way an identity is ever replaced, and one
+the writer policy cannot take (it may only create the object; deleting it is the
+operator's, `s3-gc.json`).
 
 Writers (programs and commands) ask their `WriteGate` before their first write: it
 binds or checks the pair once per store (one identity GET and one index SELECT where
@@ -176,13 +180,20 @@ def check(blobs: BlobStore, engine: Engine, namespace: str, index_url: str) -> B
 
 
 def bind(
-    blobs: BlobStore, engine: Engine, namespace: str, index_url: str, *, force: bool = False
+    blobs: BlobStore,
+    engine: Engine,
+    namespace: str,
+    index_url: str,
+    *,
+    force: bool = False,
+    replace: bool = False,
 ) -> Binding:
-    """`check`, then bind an unbound pair (or, `force`, any pair) as the module says."""
+    """`check`, then bind an unbound pair (or, `force`, any pair) as the module says;
+    `replace` (with `force`): an identity object that is not one is replaced."""
     pair = (blobs, engine, namespace, index_url)
     found = check(*pair)
     if force and not found.ok:
-        return _force(*pair, found)
+        return _force(*pair, found, replace=replace)
     if found.state != UNBOUND and found.other is None:
         return found
     # Raises where the index refuses the namespace (a login never granted it, which sees
@@ -215,20 +226,31 @@ def _awaited(
 
 
 def _force(
-    blobs: BlobStore, engine: Engine, namespace: str, index_url: str, found: Binding
+    blobs: BlobStore,
+    engine: Engine,
+    namespace: str,
+    index_url: str,
+    found: Binding,
+    *,
+    replace: bool,
 ) -> Binding:
     """`db bind --force`: the index takes the object store's id, created where it has
-    none. An object store whose identity object is unreadable is refused: it is never
-    replaced, so a person removes it first."""
+    none; an identity object that is not one is replaced where `replace` (a person said
+    yes), else refused."""
+    junk = unreadable(blobs)
     try:
+        if junk is not None:
+            if not replace:
+                raise ValueError(junk)
+            blobs.delete_identity()  # then created as where there is none
         bucket_id = _read_bucket(blobs)
         if bucket_id is None:
             blobs.put_identity(encode(uuid.uuid4().hex))
             bucket_id = _read_bucket(blobs)  # ours, or another first writer's
     except ValueError as exc:
         raise StoreMismatch(
-            f"object store {found.objects}: its {exc}; it is never replaced: check who "
-            "wrote it, delete it by hand, then `artstore db bind`"
+            f"object store {found.objects}: its {exc}; `artstore db bind --force` "
+            "replaces it (it asks first; --yes)"
         ) from None
     if bucket_id is None:  # pragma: no cover - a store that lost what it just took
         raise StoreMismatch(f"object store {blobs.describe()} did not keep its identity")
@@ -236,6 +258,16 @@ def _force(
     if recorded != bucket_id:  # another process bound the index meanwhile
         return check(blobs, engine, namespace, index_url)
     return Binding(BOUND, found.objects, found.index, store_id=bucket_id)
+
+
+def unreadable(blobs: BlobStore) -> str | None:
+    """Why the object store's identity object is not one (junk, another format), or None
+    (it is one, or there is none)."""
+    try:
+        _read_bucket(blobs)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def adopt(blobs: BlobStore, engine: Engine, namespace: str, index_url: str) -> Binding:

@@ -57,6 +57,13 @@ def reader_wait(settings: Settings) -> tuple[float, str]:
     return bound, setting
 
 
+def trusts_no_key(settings: Settings) -> bool:
+    """Signatures required and no key trusted (not even its own): every entry of the
+    store is refused here, so no wait can end in a load, and a writer stores nothing."""
+    trusted = settings.trusted_keys
+    return trusted is not None and not trusted.names
+
+
 def enabled(settings: Settings) -> tuple[bool, str]:
     """Whether single-flight is on here, and why (for `artstore doctor`).
 

@@ -10,6 +10,7 @@ drives the reader (`Store.get`, read-only, no tier), the fold, the identity chec
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.put import Put
 from artifactstore.formats.workingset import WorkingSet
 from artifactstore.gc.journals import fold_journals
+from artifactstore.index.accesses import fold_accesses
 from artifactstore.store import Store, identity
 from security import hostile
 from security.hostile import FP, KEY, OTHER, PAYLOADS
@@ -170,3 +172,24 @@ def _has(bucket: Bucket, path: str) -> bool:
 
 def _raise(exc: Exception) -> Any:
     raise exc
+
+
+def test_a_journal_claiming_future_times_is_clamped_to_its_own_time(
+    team_env: dict[str, str], open_store: OpenStore
+) -> None:
+    """A reader may put a journal (its policy's only write): what it says about when
+    entries were used is bounded by when S3 wrote it (LastModified), not by when gc folds
+    it. Measured before: a journal dated a day ahead, folded later, made its entry look
+    used at the fold's time, newer than every honest hit in between."""
+    writer, _, bucket = _team(team_env, open_store)
+    name = uuid.uuid4().hex
+    ahead = time.time() + 86400
+    bucket.put(f"journals/{name}", json.dumps({"v": 1, "a": {KEY: [1, ahead]}}).encode())
+    head = bucket.client.head_object(Bucket=bucket.bucket, Key=f"{bucket.base}/journals/{name}")
+    written = head["LastModified"].timestamp()
+    time.sleep(2.5)  # gc folds later than the journal was put
+    assert fold_journals(writer).journals == 1
+    fold_accesses(writer.engine, "default")
+    entry = writer.index.lookup(KEY)
+    assert entry is not None and entry.hits >= 1
+    assert entry.last_access.timestamp() <= written + 1, (entry.last_access, written)

@@ -263,3 +263,26 @@ def test_a_program_killed_mid_compile_costs_a_reader_program_no_wait(
     out = run_program("job.py", env_for(team_env, tmp_path, 1, **patient))
     assert out["store"].get("lease_stale", 0) >= 1  # the defence ran: the dead holder seen
     assert out["store"].get("lease_waits", 0) == 0 and "waiting up to" not in out["_stderr"]
+
+
+@pytest.mark.parametrize("read_only", ["1", "0"])
+def test_a_process_that_trusts_no_key_never_waits_on_a_lease(
+    team_env: dict[str, str], open_store: OpenStore, read_only: str
+) -> None:
+    """Signatures required and no key trusted (nor one of its own): it loads nothing from
+    this store, so a planted record (measured before: the reader's 5 s) costs no wait;
+    nor does a writer that could store nothing take a lease for others to wait on."""
+    writer, k = open_store(team_env), key(3805)
+    forge(writer, k)
+    keyless = {n: v for n, v in team_env.items() if n not in ("ARTSTORE_SIGNING_KEY",)}
+    keyless["ARTSTORE_TRUSTED_KEYS"] = ""
+    store = open_store(
+        {**keyless, "ARTSTORE_READ_ONLY": read_only, "ARTSTORE_LOCAL_TIER": "off"},
+        lazy_index=True,
+    )
+    assert store.settings.require_signatures and not store.settings.trusted_keys.names
+    started = time.monotonic()
+    assert turned(store, k) == (None, None)
+    assert time.monotonic() - started < 2
+    assert counts(store).get("lease_waits", 0) == 0
+    assert counts(store).get("lease_skipped") == 1  # the defence ran

@@ -315,3 +315,26 @@ def test_removal_record_names_are_a_digest_and_the_suffix_only(name: str) -> Non
         return
     assert name[:64] == name[:64].lower() and len(name) == 64 + len(".removed")
     assert all(c in "0123456789abcdef" for c in name[:64]) and name.endswith(".removed")
+
+
+def test_a_removal_record_in_glacier_is_a_miss_for_its_version_only(
+    team_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A removal record S3 will not serve (storage class GLACIER: InvalidObjectState, an
+    answer about that one object) refuses its version, and the store stays in use: the
+    next named entry in the same process still loads from it. Measured before: the answer
+    opened the object-store breaker and the good entry was lost (NamedNotFound) for 60 s."""
+    for name in ("t/step", "t/good"):
+        built = _run({**_writer(team_env), "ROLLBACK_NAME": name}, "old")
+        assert built["source"] == "compiled", built
+    bucket = Bucket(team_env)
+    record = f"{bucket.base}/keys/{named.removed_name('t/step', '1')}"
+    body = named.encode_removed("t/step", "1", 1_700_000_000)
+    bucket.s3.put_object(Bucket=bucket.bucket, Key=record, Body=body, StorageClass="GLACIER")
+
+    env = {**_reader(team_env, tmp_path / "node"), "ROLLBACK_FIRST": "t/step"}
+    out = _run({**env, "ROLLBACK_NAME": "t/good"}, "load")
+    assert out["first"] == "NamedNotFound", out  # the version stays refused
+    assert out.get("source") == "store" and out["result"] == OLD, out  # the store answers
+    assert "unavailable" not in out["_stderr"], out["_stderr"][-2000:]  # no breaker line
+    assert "InvalidObjectState" in out["_stderr"], out["_stderr"][-2000:]  # said, once

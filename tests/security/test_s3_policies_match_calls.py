@@ -66,6 +66,9 @@ ACTIONS = {
     "DeleteObjects": "s3:DeleteObject",  # authorized per key
 }
 Need = tuple[str, str]  # (action, object key) or ("s3:ListBucket", listed prefix)
+# A PutObject with If-None-Match: *, and what a statement with the condition
+# `"Null": {"s3:if-none-match": "false"}` grants: creating a key, never replacing one.
+CREATE_ONLY = "s3:PutObject if-none-match"
 
 
 @dataclass
@@ -86,7 +89,10 @@ class Recorder:
         keys = keys or [params["Key"]]
         if op not in ACTIONS:
             raise AssertionError(f"{role} made an S3 call this test does not know: {op}")
-        need.update((ACTIONS[op], key) for key in keys)
+        action = ACTIONS[op]
+        if op == "PutObject" and params.get("IfNoneMatch") == "*":
+            action = CREATE_ONLY  # allowed by a create-only grant, or a plain one
+        need.update((action, key) for key in keys)
         if op in ("CopyObject", "UploadPartCopy"):
             source = params["CopySource"]  # {"Bucket", "Key"}, or "bucket/key"
             src = source["Key"] if isinstance(source, dict) else source.split("/", 1)[1]
@@ -159,8 +165,19 @@ def _grants(kind: str, bucket: str, prefix: str) -> list[Grant]:
                     for p in statement["Condition"]["StringLike"]["s3:prefix"]:
                         grants.append(Grant(action, p))
                 else:
+                    if statement.get("Condition") == {"Null": {"s3:if-none-match": "false"}}:
+                        assert action == "s3:PutObject", statement
+                        action = CREATE_ONLY
+                    else:
+                        assert "Condition" not in statement, statement  # one this test knows
                     grants.append(Grant(action, resource.removeprefix(f"arn:aws:s3:::{bucket}/")))
     return grants
+
+
+def _grants_it(grant: Grant, action: str, value: str) -> bool:
+    """A plain PutObject grant allows a create-only put too, never the other way."""
+    same = grant.action == action or (action == CREATE_ONLY and grant.action == "s3:PutObject")
+    return same and _matches(grant.pattern, value)
 
 
 def _matches(pattern: str, value: str) -> bool:
@@ -180,7 +197,7 @@ def _mismatches(kind: str, needs: set[Need], bucket: str, prefix: str) -> list[s
     problems = [
         f"s3-{kind}.json refuses {action} on {value} (the {kind} path needs it)"
         for action, value in sorted(needs)
-        if not any(g.action == action and _matches(g.pattern, value) for g in grants)
+        if not any(_grants_it(g, action, value) for g in grants)
         or any(d.action == action and _matches(d.pattern, value) for d in denials)
     ]
     used = {(action, _folder(value, prefix)) for action, value in needs}
@@ -333,6 +350,15 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     secret, _ = generate("operator", tmp_path)
     assert sign_entries(operator, load_signing_key(secret)).signed >= 1
     _failed_multipart(operator)  # `sign` re-uploads objects through the same put
+    # Junk a writer put where no identity was: `db bind --force --yes` replaces it
+    # (the operator's credentials: writers may only create one).
+    recorder.current = "writer"
+    raw.delete_object(Bucket=bucket, Key=f"{prefix}/{NS}/identity")
+    assert _s3(writer).put_identity(b"junk")  # create-only: allowed where none is
+    assert not _s3(writer).put_identity(b"junk")  # never replaced
+    recorder.current = "gc"
+    pair = (operator.blobs, operator.engine, NS, env["ARTSTORE_INDEX"])
+    assert identity.bind(*pair, force=True, replace=True).ok
 
     problems = [
         problem
@@ -386,3 +412,18 @@ def test_a_writer_cannot_replace_a_removal_record(
     assert blobs.create_record(removed.REMOVED, name, b"first")
     assert not blobs.create_record(removed.REMOVED, name, b"second")
     assert blobs.get_record(removed.REMOVED, name) == b"first"
+
+
+def test_a_writer_may_create_the_identity_but_never_replace_or_delete_it() -> None:
+    """A writer holding s3-writer.json could replace the identity object with junk and
+    stop every writer and command of the store (measured before): its PutObject there
+    now needs If-None-Match (create only), and only the gc role may delete it (what
+    `db bind --force` does to replace junk, after a person said yes)."""
+    bucket, prefix = "b", "cache"
+    ident = f"{prefix}/{NS}/identity"
+    for kind, deletes in (("writer", False), ("gc", True)):
+        grants = _grants(kind, bucket, prefix)
+        puts = {g.action for g in grants if "PutObject" in g.action and _matches(g.pattern, ident)}
+        assert puts == {CREATE_ONLY}, (kind, puts)
+        deleted = any(g.action == "s3:DeleteObject" and _matches(g.pattern, ident) for g in grants)
+        assert deleted is deletes, kind

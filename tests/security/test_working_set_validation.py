@@ -50,6 +50,8 @@ class Backend:
 
     def deserialize_executable(self, payload: bytes, devices: Sequence[Any], options: Any) -> str:
         ids = tuple(d.id for d in devices)
+        assert not options.env_option_overrides  # never the record's (xla_dump_to=...)
+        assert options.executable_build_options.debug_options.xla_dump_to == ""
         assert ids and len(set(ids)) == len(ids) and set(ids) <= set(self.devices_by_id)
         build = options.executable_build_options
         replicas, partitions = build.num_replicas, build.num_partitions
@@ -78,11 +80,14 @@ def _fake_device_lists() -> Iterator[None]:
         yield
 
 
-def _options(replicas: int, partitions: int, grid: list[list[int]] | None) -> bytes:
+def _options(replicas: int, partitions: int, grid: list[list[int]] | None, dump: str = "") -> bytes:
     o = xc.CompileOptions()
     o.num_replicas, o.num_partitions = replicas, partitions
     if grid is not None:
         o.device_assignment = xc.DeviceAssignment.create(np.array(grid, dtype=np.int32))
+    if dump:  # what a set's writer would choose for the reader
+        o.env_option_overrides = [("xla_dump_to", dump)]
+        o.executable_build_options.debug_options.xla_dump_to = dump
     return bytes(o.SerializeAsString())
 
 
@@ -94,7 +99,8 @@ def options(draw: st.DrawFn) -> bytes:
     rows, cols = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     ids = draw(st.lists(st.integers(-2, 6), min_size=rows * cols, max_size=rows * cols))
     grid = np.array(ids).reshape(rows, cols).tolist() if draw(st.booleans()) else None
-    return _options(draw(st.integers(-2, 5)), draw(st.integers(-2, 5)), grid)
+    dump = draw(st.sampled_from(["", "/tmp/chosen-by-the-bucket"]))
+    return _options(draw(st.integers(-2, 5)), draw(st.integers(-2, 5)), grid, dump)
 
 
 devices = st.lists(st.one_of(st.integers(0, 5), st.integers(0, 2**31 - 1)), max_size=6)
@@ -109,6 +115,7 @@ GENUINE_2X2 = WorkingEntry(KEY, _options(2, 2, [[0, 1], [2, 3]]), (0, 1, 2, 3))
 @example(WorkingEntry(KEY, _options(1, 5, None), (0, 1, 2, 3, 4)))  # more than it has
 @example(GENUINE_2X2)
 @example(WorkingEntry(KEY, _options(1, 2, [[3, 1]]), (3, 1)))
+@example(WorkingEntry(KEY, _options(1, 1, [[2]], "/tmp/chosen"), (2,)))  # dumps there
 def test_deserialize_gets_only_validated_options(entry: WorkingEntry) -> None:
     backend = Backend()
     with _fake_device_lists():

@@ -308,6 +308,44 @@ def test_an_unsigned_store_refuses_options_that_do_not_fit(
     assert "artifactstore" not in out["_stderr"]  # no warning, no breaker
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "o.env_option_overrides = [('xla_dump_to', DUMP)]",
+        "o.executable_build_options.debug_options.xla_dump_to = DUMP",
+    ],
+    ids=["env_option_overrides", "debug_options"],
+)
+def test_an_unsigned_store_never_applies_a_sets_debug_options(
+    embedded: Embedded, tmp_path: Path, edit: str
+) -> None:
+    """Options that fit this backend but ask XLA to dump into a directory the set's writer
+    chose (measured before: every entry loaded ahead wrote its HLO there): what reaches
+    XLA is rebuilt from the checked fields, so the entries still load ahead and nothing
+    is written there."""
+    shutil.copytree(embedded.store, tmp_path / "store", symlinks=True)
+    env = clean_env(ARTSTORE_URL=str(tmp_path / "store"), ARTSTORE_PREFETCH="1")
+    folder = tmp_path / "store" / "default" / "workingsets"
+    (record,) = [p for p in folder.iterdir() if p.name != hint_id(JOB)]
+    found = WorkingSet.decode(record.read_bytes(), record.name)
+    dump = tmp_path / "chosen-by-the-bucket"
+    edited = _edited_options(
+        [e.options for e in found.entries], edit.replace("DUMP", repr(str(dump)))
+    )
+    forged = WorkingSet(
+        found.program,
+        found.fingerprint,
+        tuple(replace(e, options=edited[i]) for i, e in enumerate(found.entries)),
+    )
+    record.write_bytes(forged.encode())
+    n = len(found.entries)
+    out = _run("job.py", dict(env, JOB_WAIT_COUNTER=f"prefetched:{n}"), check=False)
+    assert out["_returncode"] == 0, out["_stderr"][-2000:]
+    assert out["store"].get("prefetched") == n, out["store"]  # deserialized with options
+    assert out["results"] == embedded.results and out["xla_compiles"] == []
+    assert not dump.exists() or not any(dump.iterdir()), sorted(dump.iterdir())
+
+
 # -- old and new clients during a rollout --------------------------------------------------
 def test_an_unsigned_client_reads_a_signed_set(tmp_path: Path) -> None:
     """The field a signed set adds is ignored by the client before signatures (its own

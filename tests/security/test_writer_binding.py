@@ -380,17 +380,33 @@ def test_db_bind_says_what_it_orphans_and_asks_first(
 def test_junk_in_the_buckets_identity_is_one_line_everywhere(
     team_env: dict[str, str], open_store: OpenStore
 ) -> None:
-    """A hostile writer's identity object: refused in one line, never a traceback."""
+    """A hostile writer's identity object: refused in one line, never a traceback, until
+    `db bind --force` (the fix the line names) replaces it after a yes. Measured before:
+    `--force --yes` failed too ("it is never replaced"), a dead end."""
     bucket, prefix = team_env["ARTSTORE_URL"].removeprefix("s3://").split("/", 1)
     key = f"{prefix}/default/identity"
     s3_client(team_env).put_object(Bucket=bucket, Key=key, Body=b"\xff{not json")
-    for args in (["db", "bind"], ["db", "bind", "--force", "--yes"], ["gc"]):
+    for args in (["db", "bind"], ["gc"]):
         proc = artstore(*args, env=team_env)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "identity object is not JSON" in proc.stderr, proc.stderr
+        assert "db bind --force" in proc.stderr, proc.stderr  # the fix, named
     doctor = artstore("doctor", "--json", env=team_env)
     assert doctor.returncode != 0 and "Traceback" not in doctor.stderr
     put = Put("cd" * 32, b"x" * 600, fingerprint=FP, module_name="jit_a", compile_secs=1)
     assert open_store(team_env).put(put) is False
     assert _rows(team_env) == [] and _bound_id(team_env) is None
+
+    # --force asks first, as every destructive command: no terminal, no --yes, no change.
+    asked = artstore("db", "bind", "--force", env=team_env)
+    assert asked.returncode != 0 and "Traceback" not in asked.stderr, asked.stderr
+    assert len(asked.stderr.strip().splitlines()) == 1 and "--yes" in asked.stderr
+    assert "identity object is not JSON: --force replaces it" in asked.stdout, asked.stdout
+    raw = s3_client(team_env).get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert raw == b"\xff{not json"
+    forced = artstore("db", "bind", "--force", "--yes", env=team_env)
+    assert forced.returncode == 0, forced.stderr
+    store_id = _store_id(team_env)
+    assert f"bound as store {store_id}" in forced.stdout and _bound_id(team_env) == store_id
+    assert open_store(team_env).put(put) is True  # writers write again
