@@ -298,7 +298,34 @@ def decode(
     trusted: TrustedKeys | None = None,
     namespace: str | None = None,
 ) -> bytes:
-    """Verify digest, envelope, fingerprint and (given `key`) the entry, then decompress.
+    """The payload `decode_entry` checks and inflates, without the metadata."""
+    return decode_entry(
+        data,
+        expected_digest=expected_digest,
+        fingerprint_digest=fingerprint_digest,
+        key=key,
+        callbacks=callbacks,
+        expected_raw_size=expected_raw_size,
+        max_raw_size=max_raw_size,
+        trusted=trusted,
+        namespace=namespace,
+    )[0]
+
+
+def decode_entry(
+    data: bytes,
+    *,
+    expected_digest: str,
+    fingerprint_digest: str,
+    key: str | None = None,
+    callbacks: int | None = None,
+    expected_raw_size: int | None = None,
+    max_raw_size: int | None = None,
+    trusted: TrustedKeys | None = None,
+    namespace: str | None = None,
+) -> tuple[bytes, ObjectMeta | None]:
+    """Verify digest, envelope, fingerprint and (given `key`) the entry, then decompress:
+    (the payload, the object's metadata; None for objects that predate it).
 
     `callbacks`: how many host callbacks the loading trace provides; an object that
     records another count is refused. `expected_raw_size`: the executable's size as
@@ -368,7 +395,7 @@ def decode(
         raise CorruptObject(f"object {short} does not decompress: {exc}") from None
     if len(payload) != declared:
         raise CorruptObject(f"object {short} declares {declared} bytes, holds {len(payload)}")
-    return payload
+    return payload, meta
 
 
 class FingerprintMismatch(CorruptObject):
