@@ -725,3 +725,61 @@ def test_the_reach_through_rule_catches_a_reach_through() -> None:
     )
     assert len(_store_reach_throughs(code)) == 3
     assert _store_reach_throughs("def f(parts, ix):\n    parts.index\n    ix.engine\n") == []
+
+
+# One verifier (store.verify): the only module that opens an object's envelope
+# (`codec.decode`), so every level and every entry kind is checked by one function, and
+# the levels decide only what its refusal costs.
+VERIFIER = "artifactstore.store.verify"
+CODEC = "artifactstore.formats.codec"
+ENVELOPE_DECODERS = frozenset({"decode", "decode_entry"})
+
+
+def _envelope_decodes(source: str) -> list[str]:
+    """`codec.decode(...)` (under any name the codec module was imported as) and
+    `from artifactstore.formats.codec import decode`: an entry's envelope opened."""
+    tree = ast.parse(source)
+    names = {"codec"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name for a in node.names if a.name == CODEC}
+        elif isinstance(node, ast.ImportFrom) and node.module == "artifactstore.formats":
+            names |= {a.asname or a.name for a in node.names if a.name == "codec"}
+        elif isinstance(node, ast.ImportFrom) and node.module == CODEC:
+            found += [
+                f"import of {a.name} line {node.lineno}"
+                for a in node.names
+                if a.name in ENVELOPE_DECODERS
+            ]
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        receiver = ast.unparse(node.func.value)
+        if node.func.attr in ENVELOPE_DECODERS and receiver in names | {CODEC}:
+            found.append(f"{ast.unparse(node.func)}() line {node.lineno}")
+    return found
+
+
+def test_one_verifier_opens_envelopes() -> None:
+    """No level checks an object's bytes itself: each asks store.verify."""
+    offenders = [
+        f"{name}: {hit}"
+        for name, path in _sources()
+        if name not in (VERIFIER, CODEC)
+        for hit in _envelope_decodes(path.read_text())
+    ]
+    assert not offenders, "\n".join(offenders)
+    assert _envelope_decodes((PACKAGE / "store" / "verify.py").read_text()), "rule out of date"
+
+
+def test_the_verifier_rule_catches_a_decode() -> None:
+    code = (
+        "from artifactstore.formats import codec as c\n"
+        "from artifactstore.formats.codec import decode, decode_entry\n"
+        "import artifactstore.formats.codec\n"
+        "def f(d):\n    c.decode(d)\n    artifactstore.formats.codec.decode(d)\n"
+    )
+    assert len(_envelope_decodes(code)) == 4
+    harmless = "from artifactstore.formats import codec\ndef f(d, m):\n    m.decode(d)\n"
+    assert _envelope_decodes(harmless + "    d.decode()\n    codec.read_meta(d)\n") == []
