@@ -29,6 +29,8 @@ from security.hostile import FP, KEY, PAYLOADS
 OLD = [2.0, 2.0, 2.0, 2.0]  # ones(4) + 1: the removed function
 NEW = [3.0, 3.0, 3.0, 3.0]  # ones(4) * 3: what t/step@1 was rebuilt as
 REFUSAL_LINE = "t/step@1 was removed from this store"
+# A named entry's payload is a named frame (the verifier refuses any other as `malformed`).
+STORED = named.frame({"kind": "native"}, PAYLOADS[KEY])
 
 
 def _run(env: dict[str, str], mode: str) -> dict[str, Any]:
@@ -169,7 +171,7 @@ def named_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     store.put(
         Put(
             KEY,
-            PAYLOADS[KEY],
+            STORED,
             fingerprint=FP,
             module_name="named:t/step@1",
             compile_secs=1.0,
@@ -200,7 +202,7 @@ def test_a_removal_record_refuses_whatever_it_holds(named_store: Store) -> None:
         assert store.counters.snapshot().get("named_removed", 0) == before + 1
         store.blobs.delete_records(removed.REMOVED, [record])
         hit = store.get(KEY, FP.digest, callbacks=0)
-        assert hit is not None and hit.payload == PAYLOADS[KEY]
+        assert hit is not None and hit.payload == STORED
 
     run()
 
