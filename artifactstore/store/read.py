@@ -54,7 +54,6 @@ class Refused:
     reason: str
     entry: EntryInfo | Manifest | None = None
     refusal: Refusal | None = None
-    detail: str = ""
     bad_manifest: str | None = None
 
 
@@ -97,7 +96,7 @@ class ReadPath:
             return Refused("misses", bad_manifest=bad)
         if settings.trusted_keys is not None and not settings.trusted_keys.keys:
             # Signatures required, no key trusted: nothing here may run, so fetch nothing.
-            return Refused("untrusted_key", entry, detail=NO_TRUSTED_KEYS, bad_manifest=bad)
+            return Refused("untrusted_key", entry, bad_manifest=bad)
         if entry.fingerprint != fingerprint_digest:
             # Keys include the fingerprint, so this means a damaged or forged row.
             return Refused("fingerprint_mismatch", entry, bad_manifest=bad)
