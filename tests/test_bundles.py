@@ -27,6 +27,7 @@ from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env, run_program
 
 from artifactstore.config import keyfiles
 from artifactstore.config.host import compute
+from artifactstore.formats import named as named_format
 from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.formats.put import Put
 from artifactstore.index.repo import Filters
@@ -130,7 +131,7 @@ def test_bundle_into_a_team_store_serves_a_fresh_process(
 
     # Named executables on PostgreSQL: selected in SQL by module prefix and pattern.
     key = named_keys.key("foo_1", "1", FP.digest)
-    assert store.put(Put(key, os.urandom(500), FP, named_keys.module_name("foo_1", "1"), 1.0))
+    assert store.put(Put(key, _named(500), FP, named_keys.module_name("foo_1", "1"), 1.0))
     rows = _json(artstore("ls", "--named", "--json", env=team_env))
     assert [(r["name"], r["key"]) for r in rows] == [("foo_1", key)]
     assert [e.key for e in store.index.iter_entries(Filters(module_glob="named:foo?1@*"))] == [key]
@@ -151,6 +152,12 @@ def _members(bundle: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
                 f = tar.extractfile(m)
                 out.append((m, f.read() if f is not None else b""))
     return out
+
+
+def _named(size: int) -> bytes:
+    """A named entry's payload of `size` random body bytes: a named frame, as every named
+    entry holds (the verifier refuses any other payload under a `named:` module name)."""
+    return named_format.frame({"kind": "native"}, os.urandom(size))
 
 
 def _rewrite(bundle: Path, target: Path, edit: Edit) -> Path:
@@ -219,7 +226,7 @@ def _signed_source(tmp_path: Path, open_store: OpenStore, key: Path | None) -> P
     store = open_store(env, **({"signing_key": str(key)} if key else {}))
     for fp in (FP, named_keys.PORTABLE):
         key = named_keys.key("foo", "1", fp.digest)
-        assert store.put(Put(key, os.urandom(2000), fp, named_keys.module_name("foo", "1"), 1.0))
+        assert store.put(Put(key, _named(2000), fp, named_keys.module_name("foo", "1"), 1.0))
     bundle = tmp_path / "signed.tzst"
     _ok(artstore("export", str(bundle), "--name", "foo", env=env))
     return bundle
@@ -277,7 +284,7 @@ def test_ls_named_and_rm_name(tmp_path: Path, open_store: OpenStore) -> None:
     for name, version in (("foo", "1"), ("foo", "2"), ("bar", "1")):
         for fp in (FP, named_keys.PORTABLE):
             key = named_keys.key(name, version, fp.digest)
-            store.put(Put(key, os.urandom(1000), fp, named_keys.module_name(name, version), 1.0))
+            store.put(Put(key, _named(1000), fp, named_keys.module_name(name, version), 1.0))
     store.put(Put("c" * 64, os.urandom(1000), FP, "jit_other", 1.0))
 
     rows = _json(artstore("ls", "--named", "--json", env=env))
@@ -324,7 +331,7 @@ def test_export_by_name_module_and_fingerprint(tmp_path: Path, open_store: OpenS
         store.put(
             Put(
                 named_keys.key("foo", "1", fp.digest),
-                os.urandom(500),
+                _named(500),
                 fp,
                 named_keys.module_name("foo", "1"),
                 1.0,

@@ -756,9 +756,7 @@ def test_the_reach_through_rule_catches_a_reach_through() -> None:
 MAX_FUNCTION_LINES = 80
 MANY_PARAMETERS = 7  # parameters but self/cls (a *args or **kwargs counts as one)
 # Longer for now, each in a module another piece of issue 48 is rewriting: it goes there.
-LONG_FOR_NOW = {
-    "artifactstore.formats.codec.decode": "the one verifier (issue 48, item 1) replaces it",
-}
+LONG_FOR_NOW: dict[str, str] = {}
 # The few that take 7+ and should: a signature someone else chose.
 MANY_PARAMETERS_ALLOWED = {
     "artifactstore.jaxhook.compile.compile_or_get_cached": "JAX's own signature, replaced",
@@ -865,3 +863,61 @@ def test_the_shape_rules_catch_a_long_function_and_many_parameters() -> None:
     long, many = _shape(code, "m")
     assert long == [f"m.A.long: {MAX_FUNCTION_LINES + 1} lines"]
     assert many == ["m.many: 8 parameters"]
+
+
+# One verifier (store.verify): the only module that opens an object's envelope
+# (`codec.decode`), so every level and every entry kind is checked by one function, and
+# the levels decide only what its refusal costs.
+VERIFIER = "artifactstore.store.verify"
+CODEC = "artifactstore.formats.codec"
+ENVELOPE_DECODERS = frozenset({"decode", "decode_entry"})
+
+
+def _envelope_decodes(source: str) -> list[str]:
+    """`codec.decode(...)` (under any name the codec module was imported as) and
+    `from artifactstore.formats.codec import decode`: an entry's envelope opened."""
+    tree = ast.parse(source)
+    names = {"codec"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name for a in node.names if a.name == CODEC}
+        elif isinstance(node, ast.ImportFrom) and node.module == "artifactstore.formats":
+            names |= {a.asname or a.name for a in node.names if a.name == "codec"}
+        elif isinstance(node, ast.ImportFrom) and node.module == CODEC:
+            found += [
+                f"import of {a.name} line {node.lineno}"
+                for a in node.names
+                if a.name in ENVELOPE_DECODERS
+            ]
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        receiver = ast.unparse(node.func.value)
+        if node.func.attr in ENVELOPE_DECODERS and receiver in names | {CODEC}:
+            found.append(f"{ast.unparse(node.func)}() line {node.lineno}")
+    return found
+
+
+def test_one_verifier_opens_envelopes() -> None:
+    """No level checks an object's bytes itself: each asks store.verify."""
+    offenders = [
+        f"{name}: {hit}"
+        for name, path in _sources()
+        if name not in (VERIFIER, CODEC)
+        for hit in _envelope_decodes(path.read_text())
+    ]
+    assert not offenders, "\n".join(offenders)
+    assert _envelope_decodes((PACKAGE / "store" / "verify.py").read_text()), "rule out of date"
+
+
+def test_the_verifier_rule_catches_a_decode() -> None:
+    code = (
+        "from artifactstore.formats import codec as c\n"
+        "from artifactstore.formats.codec import decode, decode_entry\n"
+        "import artifactstore.formats.codec\n"
+        "def f(d):\n    c.decode(d)\n    artifactstore.formats.codec.decode(d)\n"
+    )
+    assert len(_envelope_decodes(code)) == 4
+    harmless = "from artifactstore.formats import codec\ndef f(d, m):\n    m.decode(d)\n"
+    assert _envelope_decodes(harmless + "    d.decode()\n    codec.read_meta(d)\n") == []

@@ -25,7 +25,7 @@ from typing import Any
 
 import zstandard
 
-from artifactstore.errors import CorruptObject, OverLimit, one_line
+from artifactstore.errors import OverLimit, one_line
 from artifactstore.formats import codec
 from artifactstore.formats.bundle import (
     MANIFEST,
@@ -38,6 +38,7 @@ from artifactstore.formats.fingerprint import Fingerprint
 from artifactstore.index.repo import EntryInfo, Filters
 from artifactstore.named import keys as named_keys
 from artifactstore.store import Store, StoreParts
+from artifactstore.store.verify import Refusal
 
 ZSTD_LEVEL = 3  # objects are compressed already: the tar headers are what shrinks
 
@@ -156,11 +157,13 @@ def _write_objects(
         short = entry.key[:12]
         try:
             data = store.fetch_object(entry)
-            if data is None:
-                raise BundleError(f"entry {short}: its object {entry.digest[:12]} is missing")
-            store.verify(entry, data, entry.fingerprint)
-        except (CorruptObject, OverLimit) as exc:
+        except OverLimit as exc:
             raise BundleError(f"entry {short} not exported: {one_line(exc)}") from None
+        if data is None:
+            raise BundleError(f"entry {short}: its object {entry.digest[:12]} is missing")
+        checked = store.verify(entry, data, entry.fingerprint)
+        if isinstance(checked, Refusal):
+            raise BundleError(f"entry {short} not exported: {one_line(checked.error)}")
         meta = codec.read_meta(data)
         if meta is None:
             raise BundleError(

@@ -34,7 +34,7 @@ import zstandard
 
 from artifactstore import interrupts
 from artifactstore.bundles.bounds import MAX_WINDOW, OBJECT_HOW, Limits, Unpacked, header_class
-from artifactstore.errors import CorruptObject, OverLimit, ReadOnlyError, one_line
+from artifactstore.errors import ReadOnlyError, one_line
 from artifactstore.formats import codec
 from artifactstore.formats.bundle import (
     MANIFEST,
@@ -46,6 +46,7 @@ from artifactstore.formats.bundle import (
 )
 from artifactstore.formats.sizes import format_limit
 from artifactstore.store import Store
+from artifactstore.store.verify import Refusal
 
 CHUNK = 1024 * 1024
 # Progress callbacks: (phase, bytes or entries done since the last call, total or None).
@@ -200,17 +201,17 @@ def _verify(store: Store, record: Record, spool: Path) -> None:
         raise BundleError(
             f"entry {short}: its object is {len(data)} bytes, listed as {record.size}"
         )
-    try:
-        store.verify(record.manifest(), data, record.fingerprint_digest, callbacks=record.callbacks)
-    except codec.Unsigned as exc:  # trusted keys here: the next step is the exporter's
-        raise BundleError(
-            f"entry {short} refused: {one_line(exc)}, and this store trusts only signed "
+    manifest = record.manifest()
+    checked = store.verify(manifest, data, record.fingerprint_digest, callbacks=record.callbacks)
+    if isinstance(checked, Refusal) and checked.reason == "unsigned":
+        raise BundleError(  # trusted keys here: the next step is the exporter's
+            f"entry {short} refused: {one_line(checked.error)}, and this store trusts only signed "
             "entries (ARTSTORE_TRUSTED_KEYS): where the bundle was exported, sign its "
             "entries with a key trusted here (`artstore sign --adopt-unsigned`, with "
             "ARTSTORE_SIGNING_KEY and ARTSTORE_TRUSTED_KEYS set), then `artstore export` again"
-        ) from None
-    except (CorruptObject, OverLimit) as exc:
-        raise BundleError(f"entry {short} refused: {one_line(exc)}") from None
+        )
+    if isinstance(checked, Refusal):
+        raise BundleError(f"entry {short} refused: {one_line(checked.error)}")
     meta = codec.read_meta(data)
     if meta is None:
         raise BundleError(f"entry {short}: its object carries no entry metadata")

@@ -65,6 +65,7 @@ from artifactstore.store import Store, StoreParts, secure_local_dirs
 from artifactstore.store.quick import BELOW_THRESHOLD_MAX
 from artifactstore.store.tier import LocalTier
 from artifactstore.store.tiers import open_tier
+from artifactstore.store.verify import Refusal, refusal
 
 log = logging.getLogger("artifactstore")
 
@@ -405,23 +406,15 @@ def _fetch(
     """Fetch, verify and keep one entry; True if kept."""
     try:
         data = store.fetch_object(manifest)
-        if data is None:
-            count("missing")
-            return False
-        # The executable is inflated and checked as a load would; it is not kept.
-        store.verify(manifest, data, fingerprint)
-    except codec.SignatureRefused as exc:
-        log.debug("artifactstore: pull: not kept: %s", exc)
-        count("refused")
-        return False
     except OverLimit as exc:
-        log.debug("artifactstore: pull: not kept: %s", exc)
-        count("over_limit")
+        return _not_kept(refusal(exc), count)
+    if data is None:
+        count("missing")
         return False
-    except CorruptObject as exc:  # also a wrong fingerprint or entry inside the object
-        log.debug("artifactstore: pull: not kept: %s", exc)
-        count("corrupt")
-        return False
+    # The executable is inflated and checked as a load would; it is not kept.
+    checked = store.verify(manifest, data, fingerprint)
+    if isinstance(checked, Refusal):
+        return _not_kept(checked, count)
     try:
         tier.remember(manifest.key, manifest, data)
     except OSError as exc:  # a full or read-only disk: every next entry would fail too
@@ -429,3 +422,12 @@ def _fetch(
         halt(f"local tier not updated ({one_line(exc)})")
         return False
     return True
+
+
+def _not_kept(why: Refusal, count: Callable[[str], None]) -> bool:
+    """An entry the verifier refused costs a count: over this reader's limits, refused
+    for trust (its signature, a removed version), or else damaged or foreign."""
+    log.debug("artifactstore: pull: not kept: %s", why)
+    trust = why.signature or why.reason == "named_removed"
+    count("over_limit" if why.reason == "over_limit" else "refused" if trust else "corrupt")
+    return False

@@ -286,7 +286,14 @@ def read_meta(data: bytes) -> ObjectMeta | None:
     return None if body is None else ObjectMeta.from_bytes(body)
 
 
-def decode(
+def decode(data: bytes, **checks: Any) -> bytes:
+    """The payload alone: `decode_entry` with the same keywords (for tests and benches;
+    the package decodes through its one verifier, store.verify)."""
+    payload, _ = decode_entry(data, **checks)
+    return payload
+
+
+def decode_entry(
     data: bytes,
     *,
     expected_digest: str,
@@ -297,8 +304,9 @@ def decode(
     max_raw_size: int | None = None,
     trusted: TrustedKeys | None = None,
     namespace: str | None = None,
-) -> bytes:
-    """Verify digest, envelope, fingerprint and (given `key`) the entry, then decompress.
+) -> tuple[bytes, ObjectMeta | None]:
+    """Verify digest, envelope, fingerprint and (given `key`) the entry, then decompress:
+    (the payload, the object's metadata; None for objects that predate it).
 
     `callbacks`: how many host callbacks the loading trace provides; an object that
     records another count is refused. `expected_raw_size`: the executable's size as
@@ -319,11 +327,44 @@ def decode(
     another reader may trust that key). Checked before anything is decompressed.
     """
     short = expected_digest[:12]
+    frame_end, body, digests = _check_envelope(
+        data, expected_digest, fingerprint_digest, signed=trusted is not None
+    )
+    meta = None if body is None else ObjectMeta.from_bytes(body)
+    if key is not None and meta is not None and meta.key != key:
+        raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
+    if trusted is not None:
+        if namespace is None:
+            raise ValueError("checking signatures needs the namespace the entry came from")
+        check_signature(data, trusted, namespace, key=key, digests=digests)
+    if callbacks is not None and meta is not None and meta.callbacks not in (None, callbacks):
+        raise CallbackMismatch(
+            f"object {short} expects {meta.callbacks} host callback(s), "
+            f"this program provides {callbacks}"
+        )
+    frame = memoryview(data)[HEADER_LEN:frame_end]
+    declared = _checked_size(frame, short, meta, expected_raw_size, max_raw_size)
+    try:
+        # The output buffer is the declared size: a frame holding more fails here.
+        payload = decompressor().decompress(frame, max_output_size=declared)
+    except zstandard.ZstdError as exc:
+        raise CorruptObject(f"object {short} does not decompress: {exc}") from None
+    if len(payload) != declared:
+        raise CorruptObject(f"object {short} declares {declared} bytes, holds {len(payload)}")
+    return payload, meta
+
+
+def _check_envelope(
+    data: bytes, expected_digest: str, fingerprint_digest: str, *, signed: bool
+) -> tuple[int, bytes | None, tuple[str, str] | None]:
+    """The digest, the envelope and its fingerprint, checked before anything is parsed:
+    (where the frame ends, the metadata's bytes, the digests a signature check reuses)."""
+    short = expected_digest[:12]
     frame_end, body, unsigned_end = bounds(data)
-    if trusted is not None:  # one pass for the object's digest and the signed content's
+    if signed:  # one pass for the object's digest and the signed content's
         actual, content = frame_digests(data, unsigned_end)
     else:
-        actual = digest_of(data)
+        actual, content = digest_of(data), None
     if actual != expected_digest:
         raise CorruptObject(f"object {short} has digest {actual[:12]}")
     if len(data) < HEADER_LEN or not data.startswith(MAGIC):
@@ -336,19 +377,18 @@ def decode(
             f"object {short} was built for fingerprint {stored_fp[:12]}, "
             f"this host is {fingerprint_digest[:12]}"
         )
-    meta = None if body is None else ObjectMeta.from_bytes(body)
-    if key is not None and meta is not None and meta.key != key:
-        raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
-    if trusted is not None:
-        if namespace is None:
-            raise ValueError("checking signatures needs the namespace the entry came from")
-        check_signature(data, trusted, namespace, key=key, digests=(actual, content))
-    frame = memoryview(data)[HEADER_LEN:frame_end]
-    if callbacks is not None and meta is not None and meta.callbacks not in (None, callbacks):
-        raise CallbackMismatch(
-            f"object {short} expects {meta.callbacks} host callback(s), "
-            f"this program provides {callbacks}"
-        )
+    return frame_end, body, None if content is None else (actual, content)
+
+
+def _checked_size(
+    frame: memoryview,
+    short: str,
+    meta: ObjectMeta | None,
+    expected_raw_size: int | None,
+    max_raw_size: int | None,
+) -> int:
+    """The executable's size as its frame declares it, once the object's metadata and
+    its entry agree and it is within this reader's bound: nothing is inflated before."""
     declared = declared_size(frame, short)
     recorded = None if meta is None else meta.raw_size
     for what, size in (("its metadata", recorded), ("its entry", expected_raw_size)):
@@ -361,14 +401,7 @@ def decode(
             f"object {short} holds a {format_size(declared)} executable, over this "
             f"reader's limit of {format_limit(max_raw_size)} (ARTSTORE_MAX_EXECUTABLE_SIZE)"
         )
-    try:
-        # The output buffer is the declared size: a frame holding more fails here.
-        payload = decompressor().decompress(frame, max_output_size=declared)
-    except zstandard.ZstdError as exc:
-        raise CorruptObject(f"object {short} does not decompress: {exc}") from None
-    if len(payload) != declared:
-        raise CorruptObject(f"object {short} declares {declared} bytes, holds {len(payload)}")
-    return payload
+    return declared
 
 
 class FingerprintMismatch(CorruptObject):

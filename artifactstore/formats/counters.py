@@ -98,6 +98,7 @@ NAMES: dict[str, Name] = {
     "fingerprint_mismatch": _refused("an entry built for another platform fingerprint"),
     "wrong_entry": _refused("a manifest or row naming another key's object"),
     "callback_mismatch": _refused("an executable stored for another number of host callbacks"),
+    "malformed": _refused("a verified entry whose payload is not of the kind it names"),
     "over_limit": _refused("bigger than ARTSTORE_MAX_OBJECT_SIZE / _EXECUTABLE_SIZE"),
     "missing_object": _refused("an entry whose object is gone"),
     "corrupt": _refused("an object that failed its digest: quarantined", stored_as="corrupt"),

@@ -2,8 +2,8 @@
 
 For key rotation. A signature vouches that a trusted key's holder stored this
 object, so signing must never launder: only an object whose current signature
-verifies, as a reader verifies it (`codec.check_signature`, then `Store.verify`:
-digest, envelope, fingerprint, entry key, namespace, sizes), under a key this
+verifies, as a reader verifies it (`Store.verify`, the one verifier: digest,
+envelope, fingerprint, entry key, namespace, sizes, signature), under a key this
 process trusts (ARTSTORE_TRUSTED_KEYS) is re-signed, and `signed_by` selects by
 that verified signature, never by the index's signer column (index writers set
 it). Unsigned objects, those signed by an untrusted key and those whose signature
@@ -24,11 +24,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from artifactstore import interrupts
-from artifactstore.errors import ConfigError, CorruptObject, OverLimit, ReadOnlyError
+from artifactstore.errors import ConfigError, OverLimit, ReadOnlyError
 from artifactstore.formats import codec
 from artifactstore.formats.signing import SigningKey, TrustedKeys
 from artifactstore.index.repo import EntryInfo
 from artifactstore.store import Store
+from artifactstore.store.verify import Expected, Refusal, verify
 
 CountProgress = Callable[[int], None]
 
@@ -139,25 +140,19 @@ def sign_entries(
         data = _fetch(store, entry, report)
         if data is None:
             continue
-        try:
-            sig = codec.check_signature(data, trusted, store.namespace, key=entry.key)
-        except codec.Unsigned:
-            if adopt is None:
-                report.skip("unsigned", entry.key)
-            elif (found := _candidate(store, entry, data, report)) is not None:
+        checked = store.verify(entry, data, entry.fingerprint, with_metadata=True)
+        if isinstance(checked, Refusal) and checked.reason == "unsigned" and adopt is not None:
+            if (found := _candidate(store, entry, data, report)) is not None:
                 candidates.append((found, entry))
             continue
-        except codec.SignatureRefused as exc:
-            report.skip(exc.reason, entry.key)
+        if isinstance(checked, Refusal):
+            _refused(report, entry.key, checked)
             continue
-        except CorruptObject as exc:  # stored for another key, unreadable metadata
-            report.refuse(_why(exc), entry.key)
-            continue
-        if signed_by and sig.signer not in signed_by:
+        sig = codec.read_signature(data)  # verified, so present and by a trusted key
+        if signed_by and (sig is None or sig.signer not in signed_by):
             report.skipped_signer += 1
             continue
-        if _verified(store, entry, data, report, trusted=True):
-            _resign(store, key, entry, data, report)
+        _resign(store, key, entry, data, report)
     if candidates and adopt is not None:
         if adopt([c for c, _ in candidates]):
             for found, entry in candidates:
@@ -189,8 +184,7 @@ def check_signed_by(signed_by: Collection[str], trusted: TrustedKeys) -> None:
 
 
 def _fetch(store: Store, entry: EntryInfo, report: SignReport) -> bytes | None:
-    """The entry's object, checked as a load checks it before its signature; None
-    (counted) where it is gone, too big or damaged."""
+    """The entry's object as stored; None (counted) where it is gone or too big."""
     try:
         data = store.fetch_object(entry)
     except OverLimit:
@@ -198,50 +192,37 @@ def _fetch(store: Store, entry: EntryInfo, report: SignReport) -> bytes | None:
         return None
     if data is None:
         report.missing.append(entry.key)
-        return None
-    why = _problem(data, entry.digest, entry.key, entry.fingerprint)
-    if why is not None:
-        report.refuse(why, entry.key)
-        return None
     return data
 
 
-def _verified(
-    store: Store, entry: EntryInfo, data: bytes, report: SignReport, *, trusted: bool
-) -> bool:
-    """Whether `data` passes every check a reader makes before it runs an entry
-    (`Store.verify`; with `trusted` False, all but the signature: adopting)."""
-    try:
-        if trusted:
-            store.verify(entry, data, entry.fingerprint)
-        else:
-            codec.decode(
-                data,
-                expected_digest=entry.digest,
-                fingerprint_digest=entry.fingerprint,
-                key=entry.key,
-                expected_raw_size=entry.raw_size,
-                max_raw_size=store.settings.max_executable_bytes,
-            )
-    except codec.SignatureRefused as exc:
-        report.skip(exc.reason, entry.key)
-        return False
-    except OverLimit:
-        report.refuse("over_limit", entry.key)
-        return False
-    except CorruptObject as exc:
-        report.refuse(_why(exc), entry.key)
-        return False
-    return True
+def _refused(report: SignReport, key: str, why: Refusal) -> None:
+    """A refusal of trust skips the entry (the point of the command); any other is a
+    damaged or foreign object, refused (the command then fails)."""
+    if why.signature or why.reason == "named_removed":
+        report.skip(why.reason, key)
+    else:
+        report.refuse(why.reason, key)
 
 
 def _candidate(store: Store, entry: EntryInfo, data: bytes, report: SignReport) -> Candidate | None:
     """The unsigned entry as `--adopt-unsigned` lists it, once its object passed every
-    check but the signature; None (counted) otherwise."""
-    if not _verified(store, entry, data, report, trusted=False):
+    check a load makes but the signature; None (counted) otherwise."""
+    settings = store.settings
+    expected = Expected(
+        digest=entry.digest,
+        fingerprint=entry.fingerprint,
+        namespace=store.namespace,
+        key=entry.key,
+        raw_size=entry.raw_size,
+        max_raw_size=settings.max_executable_bytes,
+        with_metadata=True,
+    )
+    checked = verify(data, expected)
+    if isinstance(checked, Refusal):
+        _refused(report, entry.key, checked)
         return None
-    meta = codec.read_meta(data)
-    assert meta is not None  # _problem refused objects without metadata
+    meta = checked.meta
+    assert meta is not None  # with_metadata: refused otherwise
     return Candidate(
         key=entry.key,
         digest=entry.digest,
@@ -280,31 +261,3 @@ def _resign(store: Store, key: SigningKey, entry: EntryInfo, data: bytes, rep: S
     rep.signed += 1
     rep.objects_removed += old_gone
     return True
-
-
-def _why(exc: CorruptObject) -> str:
-    """The counter a failed check is reported under."""
-    if isinstance(exc, codec.WrongEntry):
-        return "wrong_entry"
-    if isinstance(exc, codec.FingerprintMismatch):
-        return "fingerprint_mismatch"
-    if isinstance(exc, codec.CallbackMismatch):
-        return "callback_mismatch"
-    return "corrupt"
-
-
-def _problem(data: bytes, digest: str, key: str, fingerprint: str) -> str | None:
-    """Why this object must not be signed for this entry; None when it may."""
-    if codec.digest_of(data) != digest:
-        return "corrupt"
-    if codec.envelope_fingerprint(data) != fingerprint:
-        return "corrupt" if codec.envelope_fingerprint(data) is None else "fingerprint_mismatch"
-    try:
-        meta = codec.read_meta(data)
-    except CorruptObject:
-        return "corrupt"
-    if meta is None:
-        return "without_metadata"
-    if meta.key != key:
-        return "wrong_entry"
-    return None

@@ -57,7 +57,8 @@ class TierSource:
             if tier is None:
                 continue
             try:
-                hit = tier.peek(request.key, request.fingerprint, callbacks=request.callbacks)
+                looked = tier.peek(request.key, request.fingerprint, callbacks=request.callbacks)
+                hit = tier.settle(request.key, looked)  # the tier's price of what it found
             except Exception as exc:  # a tier that cannot be read is a miss
                 log.debug("artifactstore: local tier read failed: %s", one_line(exc))
                 continue

@@ -46,6 +46,7 @@ from artifactstore.store.read import Hit, ReadPath
 from artifactstore.store.records import Records
 from artifactstore.store.tier import Accesses, LocalTier
 from artifactstore.store.uploads import Uploads
+from artifactstore.store.verify import Refusal, Verified
 from artifactstore.store.write import WritePath
 
 __all__ = ["Hit", "Store"]
@@ -258,8 +259,11 @@ class Store:
     def peek(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
     ) -> Hit | Missed:
-        """As `get`, counted nothing: the lookup chain counts it (`count`) when used."""
-        return self.reads.peek(key, fingerprint_digest, callbacks=callbacks)
+        """As `get`, counted nothing: the lookup chain counts it (`count`) when used.
+        The look reads only (ReadPath.peek); what it found costs what the store level
+        charges (ReadPath.settle: remembered in the tier, withdrawn, quarantined)."""
+        reads = self.reads
+        return reads.settle(key, reads.peek(key, fingerprint_digest, callbacks=callbacks))
 
     def count(self, key: str, fingerprint_digest: str, outcome: Hit | Found | Missed) -> None:
         """Count the hit or miss `peek` returned, now that the program uses it."""
@@ -276,13 +280,17 @@ class Store:
         fingerprint_digest: str,
         *,
         callbacks: int | None = None,
-    ) -> bytes:
-        """The executable in `data`, verified as every load is (see ReadPath.verify)."""
-        return self.reads.verify(entry, data, fingerprint_digest, callbacks=callbacks)
+        with_metadata: bool = False,
+    ) -> Verified | Refusal:
+        """The payload in `data`, or why not, verified as every load is (see ReadPath.verify)."""
+        return self.reads.verify(
+            entry, data, fingerprint_digest, callbacks=callbacks, with_metadata=with_metadata
+        )
 
     def refused(self, key: str) -> str | None:
-        """Why this process refused `key`'s entry for its signature (`unsigned`,
-        `untrusted_key`, `bad_signature`), or None."""
+        """Why this process refused `key`'s entry: its signature (`unsigned`,
+        `untrusted_key`, `bad_signature`), a removed version (`named_removed`) or a
+        payload not of its kind (`malformed`); None if it did not."""
         return self.reads.refused.get(key)
 
     # -- accounts (store.account) ---------------------------------------------

@@ -51,13 +51,13 @@ from typing import TYPE_CHECKING, TypeVar
 from artifactstore.blobstores import safedir
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
-from artifactstore.formats import codec
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.records import load_record
 from artifactstore.process.counters import Counters
 from artifactstore.process.notices import warn_once
 from artifactstore.store.quick import QuickKeys
+from artifactstore.store.verify import Expected, Refusal, refusal, verify
 
 if TYPE_CHECKING:
     from artifactstore.formats.signing import TrustedKeys
@@ -82,6 +82,27 @@ class TierEntry:
 class TierHit:
     payload: bytes
     entry: TierEntry
+
+
+@dataclass(frozen=True)
+class TierMiss:
+    """What `LocalTier.peek` found instead of a payload, its cost not paid (`settle`):
+    whether the key file leads nowhere usable, and the verifier's refusal of the copy."""
+
+    forget: bool = False
+    refusal: Refusal | None = None
+    digest: str | None = None  # the refused copy's
+
+
+# Refused copies that can never load on this host: a private copy is dropped.
+_UNLOADABLE = frozenset({"corrupt", "fingerprint_mismatch", "malformed"})
+
+
+def _entry(record: Manifest | TierEntry) -> TierEntry:
+    if isinstance(record, Manifest):
+        m = record
+        return TierEntry(m.digest, m.fingerprint, m.compile_secs, m.raw_size, m.size)
+    return record
 
 
 class LocalTier:
@@ -190,110 +211,107 @@ class LocalTier:
 
     def lookup(self, key: str) -> TierEntry | None:
         record = self.record(key)
-        if isinstance(record, Manifest):
-            m = record
-            return TierEntry(m.digest, m.fingerprint, m.compile_secs, m.raw_size, m.size)
-        return record
+        return _entry(record) if record is not None else None
 
     def record(self, key: str) -> Manifest | TierEntry | None:
         """`key`'s key file as written: a manifest, or a 0.2 key file; None (and an
         unreadable one forgotten) if there is none."""
+        record, unreadable = self._read_record(key)
+        if unreadable:
+            self.forget(key)
+        return record
+
+    def _read_record(self, key: str) -> tuple[Manifest | TierEntry | None, bool]:
+        """`key`'s key file, and whether one was there but unreadable; reads only."""
         if self._off:
-            return None
+            return None, False
         try:
             # Never through a symbolic link: a key file chooses what is loaded.
             data = self.tree.read(self._key_path(key))
             raw = load_record(data)  # nested a few levels at most: no RecursionError
             if isinstance(raw, dict) and "v" in raw:  # a manifest, checked as the store's
-                return Manifest.decode(data, key)
+                return Manifest.decode(data, key), False
             # A 0.2 key file: its digests name files, so they are checked as digests.
-            return TierEntry(check_digest(raw["d"]), check_digest(raw["f"]), float(raw["c"]))
+            entry = TierEntry(check_digest(raw["d"]), check_digest(raw["f"]), float(raw["c"]))
+            return entry, False
         except FileNotFoundError:
-            return None
+            return None, False
         except UnsafeDirectory as exc:
             self._refused(exc)
-            return None
+            return None, False
         except (OSError, ValueError, KeyError, TypeError, OverflowError, CorruptObject):
-            self.forget(key)
-            return None
+            return None, True
 
     def get(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
     ) -> TierHit | None:
-        """`peek`, its access recorded (for LRU) when it hits."""
-        hit = self.peek(key, fingerprint_digest, callbacks=callbacks)
+        """`peek`, its cost paid (`settle`) and its access recorded (for LRU) when it hits."""
+        hit = self.settle(key, self.peek(key, fingerprint_digest, callbacks=callbacks))
         if hit is not None:
             self.record_access(key)
         return hit
 
     def peek(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
-    ) -> TierHit | None:
-        """The verified payload for `key` (`callbacks`: as for `Store.get`), or None; no
-        access recorded (`get` records it). A bad copy is dropped, never loaded; one over
-        this reader's limits is left (the store's path, asked next, logs it)."""
-        entry = self.lookup(key)
-        if entry is None or entry.fingerprint != fingerprint_digest:
-            return None
+    ) -> TierHit | TierMiss:
+        """The verified payload for `key` (`callbacks`: as for `Store.get`), or why not;
+        reads only: what a miss costs (the key file, the copy, a count) and a hit's LRU
+        touch are `settle`'s, the access `get`'s."""
+        record, unreadable = self._read_record(key)
+        if record is None:
+            return TierMiss(forget=unreadable)
+        entry = _entry(record)
+        if entry.fingerprint != fingerprint_digest:
+            return TierMiss()
         try:
             data = self._do(
                 lambda: self.blobs.get(entry.digest, max_bytes=self.max_object_bytes), None
             )
         except OverLimit as exc:
-            log.debug("artifactstore: tier copy of %s not loaded: %s", key[:12], exc)
-            return None
+            return TierMiss(refusal=refusal(exc))
         if data is None:
-            if not self._off:
-                self.forget(key)
-            return None
-        try:
-            payload = codec.decode(
-                data,
-                expected_digest=entry.digest,
-                fingerprint_digest=fingerprint_digest,
-                key=key,
-                callbacks=callbacks,
-                expected_raw_size=entry.raw_size,
-                max_raw_size=self.max_executable_bytes,
-                trusted=self.trusted,
-                namespace=self.namespace,
-            )
-        except codec.SignatureRefused as exc:
-            # Not loaded; the store's path (asked next) decides what this key loads. A
-            # local store's own object is counted and logged there; a private copy here.
-            if self.owns_objects and not self.quiet:
-                self.counters.add("tier_" + exc.reason)
-                warn_once(exc.reason, "tier copy of %s not loaded: %s", key[:12], exc)
-            else:
-                log.debug("artifactstore: tier entry of %s not loaded: %s", key[:12], exc)
-            self.forget(key)
-            return None
-        except codec.WrongEntry as exc:
-            # A key file naming another key's object (damaged, or planted).
-            self.counters.add("tier_wrong_entry")
-            warn_once("wrong-entry", "tier key file of %s refused: %s", key[:12], exc)
-            self.forget(key)
-            return None
-        except codec.CallbackMismatch as exc:
-            # A wrong key file: the object is another key's, or not this trace's.
-            log.debug("artifactstore: tier key file of %s unusable: %s", key[:12], exc)
-            self.forget(key)
-            return None
-        except OverLimit as exc:
-            log.debug("artifactstore: tier copy of %s not loaded: %s", key[:12], exc)
-            return None
-        except CorruptObject as exc:
-            # A local store's own object is quarantined by the full path, which
-            # the caller falls back to; a private copy is simply dropped.
-            log.debug("artifactstore: tier copy of %s unusable: %s", key[:12], exc)
-            self.forget(key)
+            return TierMiss(forget=not self._off)
+        expected = Expected(
+            digest=entry.digest,
+            fingerprint=fingerprint_digest,
+            namespace=self.namespace,
+            key=key,
+            trusted=self.trusted,
+            callbacks=callbacks,
+            raw_size=entry.raw_size,
+            max_raw_size=self.max_executable_bytes,
+        )
+        checked = verify(data, expected)
+        if isinstance(checked, Refusal):
+            keep = checked.reason == "over_limit"  # another reader's limits may allow it
+            return TierMiss(forget=not keep, refusal=checked, digest=entry.digest)
+        return TierHit(checked.payload, entry)
+
+    def settle(self, key: str, outcome: TierHit | TierMiss) -> TierHit | None:
+        """What this tier charges for what `peek` found: a hit touches its copy (LRU order
+        for pruning); a miss forgets a key file that leads nowhere usable and drops a
+        private copy that can never load here. The store's path, asked next, decides what
+        the key loads; a refusal of trust is counted here only for this tier's own copies."""
+        if isinstance(outcome, TierHit):
             if self.owns_objects:
-                self.blobs.delete(entry.digest)
-            return None
-        if self.owns_objects:
-            with contextlib.suppress(UnsafeDirectory):  # refused at the next open
-                self.blobs.touch(entry.digest)  # LRU order for pruning
-        return TierHit(payload, entry)
+                with contextlib.suppress(UnsafeDirectory):  # refused at the next open
+                    self.blobs.touch(outcome.entry.digest)
+            return outcome
+        why = outcome.refusal
+        if why is not None and why.signature and self.owns_objects and not self.quiet:
+            self.counters.add("tier_" + why.reason)
+            warn_once(why.reason, "tier copy of %s not loaded: %s", key[:12], why)
+        elif why is not None and why.reason == "wrong_entry":  # a damaged or planted key file
+            self.counters.add("tier_wrong_entry")
+            warn_once("wrong-entry", "tier key file of %s refused: %s", key[:12], why)
+        elif why is not None:
+            log.debug("artifactstore: tier copy of %s not loaded: %s", key[:12], why)
+        if outcome.forget:
+            self.forget(key)
+        if why is not None and why.reason in _UNLOADABLE and self.owns_objects:
+            assert outcome.digest is not None
+            self.blobs.delete(outcome.digest)  # a private copy; a local store's is its own
+        return None
 
     # -- write --------------------------------------------------------------
     def remember(self, key: str, entry: TierEntry | Manifest, data: bytes) -> None:

@@ -67,9 +67,14 @@ def fill(
             counts[name] += n
 
     def one(key: str) -> None:
-        found = session.chain.peek(Request(key, fingerprint, kind=KIND))
+        request = Request(key, fingerprint, kind=KIND)
+        found = session.chain.peek(request)
         if found is None or found.payload is None:
-            count("missing")  # gone since the listing, or refused by a source (counted there)
+            # Gone since the listing, refused for trust by a source (counted there), or
+            # refused by the verifier as no torch-xla file of this key.
+            store = request.store
+            malformed = store is not None and store.refused(key) == "malformed"
+            count("refused" if malformed else "missing")
             return
         try:
             name, data = unframe(found.payload, key=key, fingerprint=fingerprint)

@@ -28,6 +28,7 @@ import zstandard
 from conftest import TEAM_SIGNING, OpenStore, artstore, clean_env
 from test_bundles import FP, _empty, _refused
 
+from artifactstore.formats import named as named_format
 from artifactstore.formats.put import Put
 from artifactstore.named import keys as named_keys
 
@@ -284,6 +285,12 @@ def test_a_bomb_into_a_team_store(
 
 
 # -- genuine bundles: imported, and the limits are settings ------------------------------
+def _named(size: int) -> bytes:
+    """A named entry's payload: a named frame, as every named entry holds (the verifier
+    refuses any other payload under a `named:` module name)."""
+    return named_format.frame({"kind": "native"}, os.urandom(size))
+
+
 def _genuine(tmp_path: Path, open_store: OpenStore, entries: int = 3) -> Path:
     """A bundle of `entries` entries (fake payloads of 300 KiB: no JAX compile)."""
     # Signed by the team tests' key: a team store loads (and imports) only signed entries.
@@ -292,7 +299,7 @@ def _genuine(tmp_path: Path, open_store: OpenStore, entries: int = 3) -> Path:
     for i in range(entries):
         key = named_keys.key(f"foo{i}", "1", FP.digest)
         assert store.put(
-            Put(key, os.urandom(300 * 1024), FP, named_keys.module_name(f"foo{i}", "1"), 1.0)
+            Put(key, _named(300 * 1024), FP, named_keys.module_name(f"foo{i}", "1"), 1.0)
         )
     bundle = tmp_path / "genuine.tzst"
     done = artstore("export", str(bundle), "--all", env=env)

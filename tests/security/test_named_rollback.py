@@ -29,6 +29,8 @@ from security.hostile import FP, KEY, PAYLOADS
 OLD = [2.0, 2.0, 2.0, 2.0]  # ones(4) + 1: the removed function
 NEW = [3.0, 3.0, 3.0, 3.0]  # ones(4) * 3: what t/step@1 was rebuilt as
 REFUSAL_LINE = "t/step@1 was removed from this store"
+# A named entry's payload is a named frame (the verifier refuses any other as `malformed`).
+STORED = named.frame({"kind": "native"}, PAYLOADS[KEY])
 
 
 def _run(env: dict[str, str], mode: str) -> dict[str, Any]:
@@ -230,7 +232,7 @@ def _named_store(root: Path, **keys: str) -> Store:
     store.put(
         Put(
             KEY,
-            PAYLOADS[KEY],
+            STORED,
             fingerprint=FP,
             module_name="named:t/step@1",
             compile_secs=1.0,
@@ -261,10 +263,10 @@ def _refused(store: Store, data: bytes) -> bool:
     after = store.counters.snapshot()
     store.blobs.delete_records(removed.REMOVED, [record])
     back = store.get(KEY, FP.digest, callbacks=0)
-    assert back is not None and back.payload == PAYLOADS[KEY]
+    assert back is not None and back.payload == STORED
     counted = "named_removed" if hit is None else "named_removal_ignored"
     assert after.get(counted, 0) == before.get(counted, 0) + 1, (counted, after)
-    assert hit is None or hit.payload == PAYLOADS[KEY]
+    assert hit is None or hit.payload == STORED
     return hit is None
 
 
