@@ -33,7 +33,8 @@ import _results
 from sqlalchemy import insert, text
 
 from artifactstore import config, gc
-from artifactstore.blobstores.base import BlobInfo, BlobStore
+from artifactstore.blobstores.base import BlobInfo
+from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.index import db
 from artifactstore.index.models import Entry, StoredObject
 from artifactstore.store import Store
@@ -53,10 +54,13 @@ def digest(i: int) -> str:
     return f"{i % 256:02x}{i // 256:062x}"
 
 
-class CountingBlobs(BlobStore):
-    """Objects 0..n-1 named by digest(i), listed in digest order; counts what gc deletes."""
+class CountingBlobs(LocalBlobStore):
+    """Objects 0..n-1 named by digest(i), listed in digest order; counts what gc deletes.
+    Records and the identity are a real local store's in `root` (inherited, so the bench
+    keeps up with the BlobStore interface): only the objects are counted, not written."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, root: Path) -> None:
+        super().__init__(root, "default")
         self.n = n
         self.gone = bytearray(n)  # one byte per object, not a Python object
         self.deletes = 0
@@ -65,7 +69,7 @@ class CountingBlobs(BlobStore):
     def _i(self, digest: str) -> int:
         return int(digest[2:], 16) * 256 + int(digest[:2], 16)
 
-    def get(self, digest: str) -> bytes | None:
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes | None:
         return None
 
     def put(self, digest: str, data: bytes) -> bool:
@@ -174,7 +178,7 @@ def run_case(url: str, n: int, keep_fraction: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         settings = config.resolve({"url": tmp, "index": url}, environ={})
         engine = db.open_engine(url)
-        blobs = CountingBlobs(n)
+        blobs = CountingBlobs(n, Path(tmp) / "records")
         store = Store(settings, blobs, engine)
         rss_before = _reset_peak_rss()
         started = time.perf_counter()
