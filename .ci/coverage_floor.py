@@ -8,10 +8,10 @@ the total and each part below, and exits 1 if a part is under its floor.
 
 The floors sit under what was measured: a change that drops a part's coverage below one is
 either tested or lowers the floor here, in the open. Raise them as coverage grows. They were
-set from part of the suite under `coverage run` (test_doctor, test_operator_output,
-test_ci_rules and the first third of the quick subset: store/ 75.1%, formats/ 70.4%,
-jaxhook/ 63.1%), lower bounds of what the whole suite runs: raise each to just under the
-number CI's first run prints.
+set from part of the suite under `coverage run` (the quick subset, test_doctor,
+test_operator_output, test_ci_rules: store/ 81.0%, formats/ 83.4%, jaxhook/ 72.3%, all of
+artifactstore/ 71.3%; the pytest processes alone, the whole suite: 61.1%), lower bounds of
+what the whole suite runs: raise each to just under the number CI's first run prints.
 
     python .ci/coverage_floor.py    # combine the .coverage.* files, report, check
 """
@@ -27,7 +27,7 @@ from coverage.exceptions import NoDataError
 PACKAGE = Path(__file__).resolve().parents[1] / "artifactstore"
 # Per cent of statements run, per folder of artifactstore/ (every .py file in it, imported
 # by a test or not).
-FLOORS = {"store": 73.0, "formats": 68.0, "jaxhook": 61.0}
+FLOORS = {"store": 80.0, "formats": 82.0, "jaxhook": 71.0}
 
 
 def part_coverage(cov: coverage.Coverage, folder: Path) -> tuple[int, int]:
