@@ -52,6 +52,8 @@ SMOKE: dict[str, tuple[str, list[str]]] = {
     "warm_specs.py": ("--runs 1", []),
     "warm_start.py": ("--runs 1 --layers 2", []),
 }
+# ... and the environment some take their smoke size from.
+SMOKE_ENV = {"tpu_gpt.py": {"TPU_GPT_TINY": "1"}}  # a GPT of 2 layers, width 64
 # Not benchmarks: shared code, and the program soak.py starts.
 HELPERS = {"_results.py", "_stack.py", "soak_job.py"}
 
@@ -94,7 +96,7 @@ def test_benchmark_runs_at_smoke_size(name: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARTSTORE_")}
     proc = subprocess.run(
         [sys.executable, str(BENCH / name), *args, "--out", str(out)],
-        cwd=REPO, env={**env, "JAX_PLATFORMS": "cpu"},
+        cwd=REPO, env={**env, "JAX_PLATFORMS": "cpu", **SMOKE_ENV.get(name, {})},
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     said = f"{name} {' '.join(args)}: exit {proc.returncode}\n{proc.stdout[-2000:]}"
