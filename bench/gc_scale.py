@@ -33,7 +33,8 @@ import _results
 from sqlalchemy import insert, text
 
 from artifactstore import config, gc
-from artifactstore.blobstores.base import BlobInfo, BlobStore
+from artifactstore.blobstores.base import BlobInfo
+from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.index import db
 from artifactstore.index.models import Entry, StoredObject
 from artifactstore.store import Store
@@ -44,8 +45,9 @@ import devstack
 MiB = 2**20
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 STRIDE = 7919  # prime: i -> i * STRIDE % n permutes the access order (n not a multiple)
-TEMPLATE_DB = "artstore_bench_gc_tmpl"
-CASE_DB = "artstore_bench_gc_case"
+# PostgreSQL databases per entry count: runs of different sizes may share a server at once.
+TEMPLATE_DB = "artstore_bench_gc_tmpl_{n}"
+CASE_DB = "artstore_bench_gc_case_{n}"
 
 
 def digest(i: int) -> str:
@@ -53,10 +55,13 @@ def digest(i: int) -> str:
     return f"{i % 256:02x}{i // 256:062x}"
 
 
-class CountingBlobs(BlobStore):
-    """Objects 0..n-1 named by digest(i), listed in digest order; counts what gc deletes."""
+class CountingBlobs(LocalBlobStore):
+    """Objects 0..n-1 named by digest(i), listed in digest order; counts what gc deletes.
+    Records and the identity are a real local store's in `root` (inherited, so the bench
+    keeps up with the BlobStore interface): only the objects are counted, not written."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, root: Path) -> None:
+        super().__init__(root, "default")
         self.n = n
         self.gone = bytearray(n)  # one byte per object, not a Python object
         self.deletes = 0
@@ -65,7 +70,7 @@ class CountingBlobs(BlobStore):
     def _i(self, digest: str) -> int:
         return int(digest[2:], 16) * 256 + int(digest[:2], 16)
 
-    def get(self, digest: str) -> bytes | None:
+    def get(self, digest: str, *, max_bytes: int | None = None) -> bytes | None:
         return None
 
     def put(self, digest: str, data: bytes) -> bool:
@@ -174,7 +179,7 @@ def run_case(url: str, n: int, keep_fraction: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         settings = config.resolve({"url": tmp, "index": url}, environ={})
         engine = db.open_engine(url)
-        blobs = CountingBlobs(n)
+        blobs = CountingBlobs(n, Path(tmp) / "records")
         store = Store(settings, blobs, engine)
         rss_before = _reset_peak_rss()
         started = time.perf_counter()
@@ -195,18 +200,19 @@ def run_case(url: str, n: int, keep_fraction: float) -> dict[str, Any]:
     }
 
 
-def case_url(backend: str, template: str, workdir: Path) -> str:
-    """A fresh copy of the template index for one case."""
+def case_url(backend: str, template: str, workdir: Path, n: int) -> str:
+    """A fresh copy of the template index (of `n` entries) for one case."""
     if backend == "sqlite":
         target = workdir / "case.db"
         for suffix in ("-wal", "-shm", ""):
             Path(str(target) + suffix).unlink(missing_ok=True)
         shutil.copyfile(template.removeprefix("sqlite:///"), target)
         return f"sqlite:///{target}"
-    devstack.drop_database(CASE_DB)
+    case, template_db = CASE_DB.format(n=n), TEMPLATE_DB.format(n=n)
+    devstack.drop_database(case)
     with devstack._admin_connection() as conn:
-        conn.execute(f"CREATE DATABASE {CASE_DB} TEMPLATE {TEMPLATE_DB}")
-    return devstack.database_url(CASE_DB)
+        conn.execute(f"CREATE DATABASE {case} TEMPLATE {template_db}")
+    return devstack.database_url(case)
 
 
 def main() -> int:
@@ -229,12 +235,12 @@ def main() -> int:
                 template = f"sqlite:///{workdir / 'template.db'}"
             else:
                 devstack.ensure_postgres()
-                devstack.drop_database(TEMPLATE_DB)
-                template = devstack.create_database(TEMPLATE_DB)
+                devstack.drop_database(TEMPLATE_DB.format(n=n))
+                template = devstack.create_database(TEMPLATE_DB.format(n=n))
             build_secs = build(template, n)
             print(f"{backend}: built {n} entries in {build_secs:.1f} s", file=sys.stderr)
             for removed in (0.1, 0.9):
-                url = case_url(backend, template, workdir)
+                url = case_url(backend, template, workdir, n)
                 proc = subprocess.run(
                     [sys.executable, __file__, "--case", url, str(n), str(1 - removed)],
                     capture_output=True, text=True, check=False,
@@ -247,8 +253,8 @@ def main() -> int:
                              "build_secs": build_secs, **result})  # fmt: skip
                 print(f"  remove {removed:.0%}: {result['secs']:.1f} s", file=sys.stderr)
             if backend == "postgresql":
-                devstack.drop_database(CASE_DB)
-                devstack.drop_database(TEMPLATE_DB)
+                devstack.drop_database(CASE_DB.format(n=n))
+                devstack.drop_database(TEMPLATE_DB.format(n=n))
 
     headers = ["backend", "entries", "removed", "gc secs", "RSS before", "peak RSS", "target"]
     lines = [

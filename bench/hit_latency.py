@@ -29,6 +29,7 @@ import _results
 import numpy as np
 
 from artifactstore import config
+from artifactstore.config import keyfiles
 from artifactstore.config.host import compute
 from artifactstore.formats.put import Put
 from artifactstore.index import db
@@ -65,10 +66,14 @@ def embedded_backend() -> Iterator[dict[str, Any]]:
 
 @contextlib.contextmanager
 def s3_pg_backend() -> Iterator[dict[str, Any]]:
+    """A team store: it requires signatures, so this process signs (and trusts its key)."""
     server = devstack.start_moto()
-    saved = {k: os.environ.get(k) for k in devstack.FAKE_CREDENTIALS}
+    keys = tempfile.TemporaryDirectory(prefix="artstore-hit-keys-")
+    secret, _ = keyfiles.generate("bench", keys.name)
+    settings = {**devstack.FAKE_CREDENTIALS, "ARTSTORE_SIGNING_KEY": str(secret)}
+    saved = {k: os.environ.get(k) for k in settings}
     try:
-        os.environ.update(devstack.FAKE_CREDENTIALS)
+        os.environ.update(settings)
         devstack.create_bucket(server.endpoint, BUCKET)
         url = devstack.create_database(DATABASE)
         try:
@@ -78,6 +83,7 @@ def s3_pg_backend() -> Iterator[dict[str, Any]]:
             devstack.drop_database(DATABASE)
     finally:
         server.stop()
+        keys.cleanup()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

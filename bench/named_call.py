@@ -72,6 +72,7 @@ def measure(leaves: int, rounds: int, calls: int, store: Path) -> dict[str, list
                 out = fn()
             jax.block_until_ready(out)
             times[label].append((time.perf_counter() - started) / n)
+    artifactstore.deactivate()  # the store closed, its writes done, before its folder goes
     return times
 
 

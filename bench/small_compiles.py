@@ -9,7 +9,7 @@ that machine noise hits every configuration alike. All checksums must agree, and
 store's warm runs must load every compile (the small ones from this host's tier).
 
     python bench/small_compiles.py [--runs 5] [--layers 24] [--small 48] [--out PATH]
-    python bench/small_compiles.py --smoke     # seconds: 1 run, small sizes, no file written
+    python bench/small_compiles.py --smoke     # seconds: 1 run, small sizes, no file (but --out)
 
 The target (issue 46): the store's warm process at its defaults no slower than JAX's
 own warm cache with its thresholds at 0 (wall ratio <= 1.05).
@@ -123,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=5, help="timed runs per configuration")
     p.add_argument("--layers", type=int, default=24, help="depth of the one deep jit")
     p.add_argument("--small", type=int, default=48, help="trivial jits besides it")
-    p.add_argument("--out", type=Path, default=_results.default_out("small_compiles"))
+    p.add_argument("--out", type=Path, help="(default: bench/results/small_compiles-jax*.json)")
     p.add_argument("--smoke", action="store_true", help="seconds: 1 run, 2 layers, 8 small jits; "
-                   "writes no results file")  # fmt: skip
+                   "writes a results file only to --out")  # fmt: skip
     a = p.parse_args(argv)
+    if a.out is None and not a.smoke:
+        a.out = _results.default_out("small_compiles")
     if a.smoke:
         a.runs, a.layers, a.small = 1, 2, 8
     top = Path(tempfile.mkdtemp(prefix="artstore-bench-small-"))
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     text = "\n".join(lines)
     print("\n" + text)
-    if a.smoke:
+    if a.out is None:
         return 0
     report = {
         **_results.run_info(),

@@ -379,7 +379,8 @@ def open_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenStore]:
 # In CI a skipped security test fails; the hostile_record marker (tests/security/ci_rules.py).
 # SIGTERM tears the session down as Ctrl-C does (tests/session_signals.py); with no path
 # named, the quick subset runs unless --full (tests/quick_subset.py).
-pytest_plugins = ["security.ci_rules", "session_signals", "quick_subset"]
+# pytester: tests of these rules run a pytest of their own (tests/test_ci_rules.py).
+pytest_plugins = ["security.ci_rules", "session_signals", "quick_subset", "pytester"]
 
 # How CI splits the suite (JAX tests on both ends, timing tests serial) and the 15 s rule:
 # tests/suite_rules.py.

@@ -1,10 +1,11 @@
 """Running a command as a second user, for tests of what the file system lets another user do.
 
-Tests run as root (here and in CI), so `setpriv` can switch to another uid. That
-uid cannot always run this interpreter (a venv under a mode-700 /root is out of
-its reach): `python_user()` then falls back to root without capabilities, which
-obeys file permissions just the same but shares root's uid (fine for reading,
-not for owning). `other_user()` is always the other uid, for plain commands
+Tests run as root (here and in CI: .ci/run checks it), so `setpriv` can switch to another
+uid; where they cannot, a test that needs one skips, and in CI that skip is a failure
+(tests/security/ci_rules.py). That uid cannot always run this interpreter (a venv under a
+mode-700 /root is out of its reach): `python_user()` then falls back to root without
+capabilities, which obeys file permissions just the same but shares root's uid (fine for
+reading, not for owning). `other_user()` is always the other uid, for plain commands
 (mkdir, touch, ln) an attacker needs.
 """
 
@@ -16,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 import pytest
+from security.ci_rules import CROSS_USER
 
 OTHER_UID = 65534  # nobody
 
@@ -38,7 +40,8 @@ def _setpriv() -> str:
 
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:
-        pytest.skip("needs root and setpriv (util-linux) to act as a second user")
+        # In CI (CI=true) this skip fails the test, wherever it is (security/ci_rules.py).
+        pytest.skip(f"needs root and setpriv (util-linux) {CROSS_USER}")
     return setpriv
 
 

@@ -224,8 +224,9 @@ def _read_record(only: str) -> list[dict[str, object]]:
 
 
 # Markers whose tests run only where `-m` names them (fresh venvs from the package index:
-# minutes to tens of minutes): CI's "docs as written" phase, and the extras' installs.
-ON_REQUEST = ("docs_phase", "docs_install")
+# minutes to tens of minutes; the benchmarks, on the venv with their extras): CI's "docs as
+# written" phase, the extras' installs, and CI's "benchmarks at smoke size" phase.
+ON_REQUEST = ("docs_phase", "docs_install", "bench_smoke")
 
 
 def _on_request(config: pytest.Config, items: list[pytest.Item]) -> None:

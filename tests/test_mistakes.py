@@ -281,21 +281,36 @@ def _keyed_moto() -> Any:
 INDEX = "postgresql+psycopg://"
 
 
+TABLES = (("entries", "namespace, key, digest, signer"), ("objects", "namespace, digest"),
+          ("identities", "*"))  # fmt: skip
+
+
 def _snapshot(team: Team) -> dict[str, list[str]]:
     """The team's store: its bucket's objects (hit journals aside: reports of reads) and its
-    index's entries, objects and identities."""
+    index's entries, objects and identities (one psql for the three tables)."""
     bucket, _ = bucket_of(team.writer)
     listing = s3_client(team.writer).get_paginator("list_objects_v2").paginate(Bucket=bucket)
     objects = [f"{o['Key']} {o['ETag']}" for page in listing for o in page.get("Contents", [])]
     database = team.writer["ARTSTORE_INDEX"].rpartition("/")[2]
-    rows = {}
-    for table, columns in (("entries", "namespace, key, digest, signer"),
-                           ("objects", "namespace, digest"), ("identities", "*")):  # fmt: skip
-        sql = f"SELECT {columns} FROM {table} ORDER BY 1, 2"
-        psql = [*PSQL, "-At", "-d", database, "-c", sql]
-        rows[table] = subprocess.run(psql, capture_output=True, text=True, check=True).stdout
-    return {"bucket": sorted(k for k in objects if "/journals/" not in k),
-            **{t: r.splitlines() for t, r in rows.items()}}  # fmt: skip
+    psql = [*PSQL, "-At", "-d", database]
+    for table, columns in TABLES:
+        psql += ["-c", f"SELECT '#{table}'", "-c", f"SELECT {columns} FROM {table} ORDER BY 1, 2"]
+    out = subprocess.run(psql, capture_output=True, text=True, check=True).stdout
+    rows: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if line.startswith("#") and line[1:] in dict(TABLES) and line[1:] not in rows:
+            rows[line[1:]] = []
+        else:
+            rows[list(rows)[-1]].append(line)
+    return {"bucket": sorted(k for k in objects if "/journals/" not in k), **rows}
+
+
+@pytest.fixture(scope="module")
+def as_it_was(docs_team: Team) -> dict[str, list[str]]:  # noqa: F811
+    """The team's store before any mistake: every case must leave it so (a mistake never
+    writes), so one snapshot is what each case compares with; a case that changed it fails
+    there (and the cases after it with it)."""
+    return _snapshot(docs_team)
 
 
 def _run(tool: str, env: Env, tmp_path: Path) -> tuple[int, str]:
@@ -320,6 +335,7 @@ def test_a_mistake_is_named_and_changes_nothing(
     tool: str,
     docs_team: Team,  # noqa: F811
     places: Env,
+    as_it_was: dict[str, list[str]],
     tmp_path: Path,
 ) -> None:
     """The tool exits as the row says, says what the row says, and the team's store is as
@@ -330,27 +346,28 @@ def test_a_mistake_is_named_and_changes_nothing(
     """
     team = docs_team
     env = team.fresh(mistake.change(team, places))
-    before = _snapshot(team)
     code, said = _run(tool, env, tmp_path)
     expected: Said = getattr(mistake, tool)
     assert "Traceback" not in said, said
     # Tables wrap long lines (and words): the fragment, as said, less whitespace.
     found = "".join(expected.says.split()) in "".join(said.split())
     assert (code, found) == (expected.code, True), said[-3000:]
-    assert _snapshot(team) == before
+    assert _snapshot(team) == as_it_was
 
 
-def test_a_typo_in_any_other_variable_is_named_by_doctor(docs_team: Team) -> None:  # noqa: F811
+def test_a_typo_in_any_other_variable_is_named_by_doctor(
+    docs_team: Team,  # noqa: F811
+    as_it_was: dict[str, list[str]],
+) -> None:
     """Every other `ARTSTORE_*` variable misspelt at once, on the writer: doctor names each
     with the variable meant, and still says the store is used (they are ignored)."""
     meant = sorted(row.env for row in variables.VARIABLES
                    if row.env not in ("ARTSTORE_URL", *WRITER_SETTINGS))  # fmt: skip
     team = docs_team
     env = team.fresh(team.writer, **{_typo(name): "1" for name in meant})
-    before = _snapshot(team)
     proc = artstore("doctor", env=env)
     said = "".join(proc.stdout.split())
     line = "{}isnotanartifactstorevariableandisignored:didyoumean{}?"
     missed = [name for name in meant if line.format(_typo(name), name) not in said]
     assert (proc.returncode, missed) == (0, []), proc.stdout
-    assert _snapshot(team) == before
+    assert _snapshot(team) == as_it_was
