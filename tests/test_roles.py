@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from artifactstore import gc
 from artifactstore.blobstores.base import JOURNALS
 from artifactstore.config import host
-from artifactstore.errors import PrivilegeRefused, StoreUnavailable
+from artifactstore.errors import ObjectUnreadable, PrivilegeRefused, StoreUnavailable
 from artifactstore.formats import fingerprint
 from artifactstore.formats.put import Put
 from artifactstore.gc.quota_pass import QuotaPass
@@ -399,7 +399,11 @@ def test_s3_policies_are_scoped_to_their_prefix(kind: str) -> None:
                 assert prefixes and all(p.startswith(scope.rstrip("*")) for p in prefixes)
             else:
                 assert resource.startswith(f"arn:aws:s3:::BUCKET/{scope.rstrip('*')}")
-                assert "Condition" not in statement
+                # The one condition on objects: a put only with If-None-Match (created once).
+                condition = statement.get("Condition", {"Null": {"s3:if-none-match": ""}})
+                assert list(condition) == ["Null"] and list(condition["Null"]) == [
+                    "s3:if-none-match"
+                ]
         assert not any(re.search(r"\*$", a) for a in statement["Action"])  # no s3:*
     if kind == "reader":
         # Reads, and puts its hit journals (artifactstore.formats.journal): nothing else.
@@ -447,7 +451,8 @@ class _PrefixScopedS3:
 
 def test_s3_namespace_policy_misses_are_misses_not_failures() -> None:
     """Under s3-reader.json a missing object answers 403 and HeadBucket is refused: the
-    store still opens, a miss is a miss, and a real denial is still reported."""
+    store still opens, a miss is a miss, an object listed but refused is a miss for it
+    alone, and a prefix the login may not list is still reported as denied."""
     from artifactstore.blobstores.s3 import S3BlobStore
 
     store = S3BlobStore("bucket", "cache", "team-a", None, 5.0)
@@ -459,9 +464,9 @@ def test_s3_namespace_policy_misses_are_misses_not_failures() -> None:
     assert store.exists("cd" * 32) is False
     assert store.exists("ab" * 32) is True
     assert all(p.startswith("cache/team-a/objects/") for p in fake.listed)
-    fake.keys.add(store.key("ef" * 32))  # listed, yet its GET is refused: a real denial
-    fake.refused.add(store.key("ef" * 32))
-    with pytest.raises(StoreUnavailable, match="access denied"):
+    fake.keys.add(store.key("ef" * 32))  # listed, yet its GET is refused: that object's
+    fake.refused.add(store.key("ef" * 32))  # ACL or KMS key, a miss for it alone
+    with pytest.raises(ObjectUnreadable, match=r"\(AccessDenied\): a miss for that object only"):
         store.exists("ef" * 32)
     other = S3BlobStore("bucket", "cache", "team-b", None, 5.0)
     other._client = fake

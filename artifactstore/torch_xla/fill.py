@@ -73,8 +73,10 @@ def fill(
             # Gone since the listing, refused for trust by a source (counted there), or
             # refused by the verifier as no torch-xla file of this key.
             store = request.store
-            malformed = store is not None and store.refused(key) == "malformed"
-            count("refused" if malformed else "missing")
+            if store is not None and store.refused(key) == "malformed":
+                count("refused")
+            else:
+                count("missing")
             return
         try:
             name, data = unframe(found.payload, key=key, fingerprint=fingerprint)
