@@ -7,11 +7,10 @@ workers) writes its own data file. This combines them, prints the least covered 
 the total and each part below, and exits 1 if a part is under its floor.
 
 The floors sit under what was measured: a change that drops a part's coverage below one is
-either tested or lowers the floor here, in the open. Raise them as coverage grows. They were
-set from part of the suite under `coverage run` (the quick subset, test_doctor,
-test_operator_output, test_ci_rules: store/ 81.0%, formats/ 83.4%, jaxhook/ 72.3%, all of
-artifactstore/ 71.3%; the pytest processes alone, the whole suite: 61.1%), lower bounds of
-what the whole suite runs: raise each to just under the number CI's first run prints.
+either tested or lowers the floor here, in the open. Raise them as coverage grows. The whole
+suite under `coverage run` (CI's newest end, rehearsed on 2 cores): store/ 95.3%, formats/
+95.7%, jaxhook/ 93.2%, all of artifactstore/ 91.6%; the floors leave a point or two for what
+timing decides (a retry, a takeover) to fall either way.
 
     python .ci/coverage_floor.py    # combine the .coverage.* files, report, check
 """
@@ -27,7 +26,7 @@ from coverage.exceptions import NoDataError
 PACKAGE = Path(__file__).resolve().parents[1] / "artifactstore"
 # Per cent of statements run, per folder of artifactstore/ (every .py file in it, imported
 # by a test or not).
-FLOORS = {"store": 80.0, "formats": 82.0, "jaxhook": 71.0}
+FLOORS = {"store": 93.0, "formats": 94.0, "jaxhook": 91.0}
 
 
 def part_coverage(cov: coverage.Coverage, folder: Path) -> tuple[int, int]:
