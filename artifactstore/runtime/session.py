@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 from artifactstore.config import Settings
 from artifactstore.errors import one_line
 from artifactstore.runtime import hitreport
-from artifactstore.runtime.sources import StoreSource, TierSource
+from artifactstore.runtime.sources import LEVELS
 from artifactstore.runtime.workingset import WorkingSets
 from artifactstore.store.background import Timer, call_with_timeout, executor
 from artifactstore.store.breaker import BACKENDS, describe, per_backend
@@ -87,8 +87,8 @@ class Session:
         self._fold_timer: Timer | None = None
         self.quota: QuotaPass | None = None
         self.metrics = _metrics(settings, self)
-        # Loaded ahead (added by jaxhook.prefetch), this host's tier, the store.
-        self.chain = Chain([TierSource(self), StoreSource(self)])
+        # Loaded ahead (added by jaxhook.prefetch), this host's tier, quick keys, the store.
+        self.chain = Chain([level(self) for level in LEVELS])
 
     @property
     def active(self) -> bool:
