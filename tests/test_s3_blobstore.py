@@ -101,7 +101,7 @@ def test_roundtrip_and_layout(store: S3BlobStore) -> None:
     assert store.get(digest) == data
     listed = store.client.list_objects_v2(Bucket=store.bucket)["Contents"]
     assert [o["Key"] for o in listed] == [f"team/cache/default/objects/{digest[:2]}/{digest}"]
-    assert store.describe() == f"s3://{store.bucket}/team/cache/default"
+    assert store.parts.describe() == f"s3://{store.bucket}/team/cache/default"
 
 
 def test_empty_prefix_has_no_leading_slash(moto: str, bucket: str) -> None:
@@ -110,7 +110,7 @@ def test_empty_prefix_has_no_leading_slash(moto: str, bucket: str) -> None:
     store.put(digest, data)
     keys = [o["Key"] for o in store.client.list_objects_v2(Bucket=bucket)["Contents"]]
     assert keys == [f"default/objects/{digest[:2]}/{digest}"]
-    assert store.describe() == f"s3://{bucket}/default"
+    assert store.parts.describe() == f"s3://{bucket}/default"
 
 
 def test_put_existing_digest_does_not_reupload(store: S3BlobStore) -> None:

@@ -161,7 +161,7 @@ def pull(
     store, tier = puller.store, puller.tier
     bound = tier.max_bytes if tier.owns_objects else None
     report = PullReport(
-        namespace=store.namespace,
+        namespace=store.parts.namespace,
         fingerprint=fingerprint,
         tier=str(tier.base),
         tier_bound=bound,
@@ -206,7 +206,7 @@ def pull(
         ):
             manifest, present = held, True
         else:
-            data = store.records.get_manifest(key)
+            data = store.parts.records.get_manifest(key)
             if data is None:  # withdrawn since the listing
                 count("missing")
                 return
@@ -260,10 +260,10 @@ def pull(
                     progress(1)
             slots.release()
 
-    quick = _quick_keys(store, fingerprint, report)
+    quick = _quick_keys(store.parts, fingerprint, report)
     fetches = Lane("pull", threads=jobs)
     try:
-        for key in store.records.iter_manifest_keys():
+        for key in store.parts.records.iter_manifest_keys():
             quick.discard(key)  # a manifest: stored now, so not quick
             if not dry_run:
                 tier.quick.forget(key)  # nor here, if this host once found it quick
@@ -278,7 +278,7 @@ def pull(
     finally:
         fetches.drain(None)
     if report.stopped is None and not report.manifests:
-        report.never_held = _never_held(store, report)
+        report.never_held = _never_held(store.parts, report)
     if report.stopped is None:  # else some manifests went unseen: their keys may be stored
         report.quick_keys = len(quick)
         if not dry_run:
@@ -287,7 +287,7 @@ def pull(
     if not dry_run:
         tier.quick.save()
     if report.stopped is None:
-        _working_sets(store, tier, fingerprint, report, dry_run)
+        _working_sets(store.parts, tier, fingerprint, report, dry_run)
     report.tier_bytes = tier.object_bytes() if not dry_run else used
     return report
 
@@ -371,12 +371,12 @@ def _fetch(
 ) -> bool:
     """Fetch, verify and keep one entry; True if kept."""
     try:
-        data = store.fetch_object(manifest)
+        data = store.parts.reads.fetch_object(manifest)
         if data is None:
             count("missing")
             return False
         # The executable is inflated and checked as a load would; it is not kept.
-        store.verify(manifest, data, fingerprint)
+        store.parts.reads.verify(manifest, data, fingerprint)
     except codec.SignatureRefused as exc:
         log.debug("artifactstore: pull: not kept: %s", exc)
         count("refused")

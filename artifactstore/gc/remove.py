@@ -37,9 +37,9 @@ def resolve_keys(parts: StoreParts, prefixes: Iterable[str]) -> tuple[list[str],
 def remove(store: Store, keys: list[str] | None) -> RemoveReport:
     """Delete entries (all of the namespace if `keys` is None), then their orphaned objects."""
     report = RemoveReport()
-    before = _referenced(store)
-    report.entries = store.remove_entries(keys)
-    _delete_orphans(store, before, report)
+    before = _referenced(store.parts)
+    report.entries = store.parts.remove_entries(keys)
+    _delete_orphans(store.parts, before, report)
     return report
 
 
@@ -65,7 +65,7 @@ def remove_named(store: Store, modules: dict[str, str]) -> RemoveReport:
     in the bucket is ever loaded again and the version is not stored again (issue 38).
     The records come first: a crash part way leaves a version refused, never half-alive."""
     versions = {v for v in map(split_module, modules.values()) if v is not None}
-    _leave_records(store, versions)
+    _leave_records(store.parts, versions)
     report = remove(store, sorted(modules))
     report.versions = [f"{name}@{version}" for name, version in sorted(versions)]
     return report

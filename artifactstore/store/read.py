@@ -11,8 +11,6 @@ here is remembered in it. What a step found bad is removed by the write path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.formats import codec
 from artifactstore.formats.manifest import Manifest
@@ -30,12 +28,6 @@ NO_TRUSTED_KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class Hit:
-    payload: bytes
-    entry: EntryInfo | Manifest  # what led to the object: its manifest, or its index row
-
-
 class ReadPath:
     """One store's lookups; what they found bad goes to `writes` (withdrawn, quarantined)."""
 
@@ -47,14 +39,16 @@ class ReadPath:
         self.writes = writes
         self.refused = refused  # key -> why this process refused its entry's signature
 
-    def get(self, key: str, fingerprint_digest: str, *, callbacks: int | None = None) -> Hit | None:
+    def get(
+        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+    ) -> Found | None:
         """Verified payload for `key` built for this fingerprint, or None (a miss): `peek`,
         its hit or miss counted (`count`)."""
         outcome = self.peek(key, fingerprint_digest, callbacks=callbacks)
         self.count(key, fingerprint_digest, outcome)
-        return outcome if isinstance(outcome, Hit) else None
+        return outcome if isinstance(outcome, Found) else None
 
-    def count(self, key: str, fingerprint_digest: str, outcome: Hit | Found | Missed) -> None:
+    def count(self, key: str, fingerprint_digest: str, outcome: Found | Missed) -> None:
         """Count what `peek` returned: a hit (its access, for LRU, and the process's
         counters) or a miss and its reason."""
         if isinstance(outcome, Missed):
@@ -66,7 +60,7 @@ class ReadPath:
 
     def peek(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
-    ) -> Hit | Missed:
+    ) -> Found | Missed:
         """`key`'s verified payload, or why not, counted nothing (`count` does): what a
         step found bad is still withdrawn or quarantined, and a hit remembered in the tier."""
         settings, warn_once = self.backends.settings, self.backends.warn_once
@@ -130,7 +124,7 @@ class ReadPath:
             return Missed("corrupt")
         record = entry if isinstance(entry, Manifest) else Manifest.of(entry, callbacks=callbacks)
         remember(self.backends, key, record, data)
-        return Hit(payload, entry)
+        return Found(entry, payload)  # entry: its manifest, or its index row
 
     def find(self, key: str) -> EntryInfo | Manifest | None:
         """Where `key`'s object is: its manifest in the object store. A SQLite index (a

@@ -55,6 +55,7 @@ from artifactstore.formats import codec
 from artifactstore.formats.codec import check_digest
 from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.records import load_record
+from artifactstore.store.chain import Found
 from artifactstore.store.counters import Counters
 from artifactstore.store.notices import warn_once
 from artifactstore.store.quick import QuickKeys
@@ -76,12 +77,6 @@ class TierEntry:
     compile_secs: float
     raw_size: int | None = None  # the executable's size, checked on load where known
     size: int | None = None  # the object's size, where known (for usage counts)
-
-
-@dataclass(frozen=True)
-class TierHit:
-    payload: bytes
-    entry: TierEntry
 
 
 class LocalTier:
@@ -219,7 +214,7 @@ class LocalTier:
 
     def get(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
-    ) -> TierHit | None:
+    ) -> Found | None:
         """`peek`, its access recorded (for LRU) when it hits."""
         hit = self.peek(key, fingerprint_digest, callbacks=callbacks)
         if hit is not None:
@@ -228,7 +223,7 @@ class LocalTier:
 
     def peek(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
-    ) -> TierHit | None:
+    ) -> Found | None:
         """The verified payload for `key` (`callbacks`: as for `Store.get`), or None; no
         access recorded (`get` records it). A bad copy is dropped, never loaded; one over
         this reader's limits is left (the store's path, asked next, logs it)."""
@@ -293,7 +288,7 @@ class LocalTier:
         if self.owns_objects:
             with contextlib.suppress(UnsafeDirectory):  # refused at the next open
                 self.blobs.touch(entry.digest)  # LRU order for pruning
-        return TierHit(payload, entry)
+        return Found(entry, payload)
 
     # -- write --------------------------------------------------------------
     def remember(self, key: str, entry: TierEntry | Manifest, data: bytes) -> None:

@@ -136,7 +136,9 @@ def _store_keys(session: Session, prefix: str) -> list[str]:
         return []
     try:
         listed = session.bounded(
-            lambda: list(islice(store.records.iter_records(MANIFESTS, prefix=prefix), MAX_FILES))
+            lambda: list(
+                islice(store.parts.records.iter_records(MANIFESTS, prefix=prefix), MAX_FILES)
+            )
         )
     except Exception as exc:
         warn_once("torch-xla-list", "stored torch-xla files not listed: %s", one_line(exc))

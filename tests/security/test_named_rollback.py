@@ -194,11 +194,11 @@ def test_a_removal_record_refuses_whatever_it_holds(named_store: Store) -> None:
     @example(b"")
     def run(data: bytes) -> None:
         assert named.removed_at(data) is None or named.removed_at(data) >= 0  # never raises
-        store.blobs.put_record(removed.REMOVED, record, data)
-        before = store.counters.snapshot().get("named_removed", 0)
+        store.parts.blobs.put_record(removed.REMOVED, record, data)
+        before = store.parts.counters.snapshot().get("named_removed", 0)
         assert store.get(KEY, FP.digest, callbacks=0) is None
-        assert store.counters.snapshot().get("named_removed", 0) == before + 1
-        store.blobs.delete_records(removed.REMOVED, [record])
+        assert store.parts.counters.snapshot().get("named_removed", 0) == before + 1
+        store.parts.blobs.delete_records(removed.REMOVED, [record])
         hit = store.get(KEY, FP.digest, callbacks=0)
         assert hit is not None and hit.payload == PAYLOADS[KEY]
 
