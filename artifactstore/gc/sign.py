@@ -2,7 +2,7 @@
 
 For key rotation. A signature vouches that a trusted key's holder stored this
 object, so signing must never launder: only an object whose current signature
-verifies, as a reader verifies it (`codec.check_signature`, then `Store.verify`:
+verifies, as a reader verifies it (`codec.check_signature`, then `ReadPath.verify`:
 digest, envelope, fingerprint, entry key, namespace, sizes), under a key this
 process trusts (ARTSTORE_TRUSTED_KEYS) is re-signed, and `signed_by` selects by
 that verified signature, never by the index's signer column (index writers set
@@ -210,7 +210,7 @@ def _verified(
     store: Store, entry: EntryInfo, data: bytes, report: SignReport, *, trusted: bool
 ) -> bool:
     """Whether `data` passes every check a reader makes before it runs an entry
-    (`Store.verify`; with `trusted` False, all but the signature: adopting)."""
+    (`ReadPath.verify`; with `trusted` False, all but the signature: adopting)."""
     try:
         if trusted:
             store.parts.reads.verify(entry, data, entry.fingerprint)
