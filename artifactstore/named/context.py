@@ -141,7 +141,7 @@ class Context:
         def store_it() -> str | None:
             """Stored, or why not: a removed version is never stored again (readers
             refuse it, so the build would be lost; see `store.removed`)."""
-            record = removed.removal(store.records, name, version)
+            record = removed.removal(store.parts.records, name, version)
             if record is not None:
                 return removed.describe(name, version, record)
             store.put(put)
