@@ -26,6 +26,7 @@ from artifactstore.store import removed
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
 from artifactstore.store.chain import Found, Missed
+from artifactstore.store.lease import trusts_no_key
 from artifactstore.store.verify import Expected, Refusal, Verified, refusal, verify
 from artifactstore.store.write import WritePath, remember
 
@@ -94,7 +95,7 @@ class ReadPath:
         entry, bad = self.find(key)
         if entry is None:
             return Refused("misses", bad_manifest=bad)
-        if settings.trusted_keys is not None and not settings.trusted_keys.keys:
+        if trusts_no_key(settings):
             # Signatures required, no key trusted: nothing here may run, so fetch nothing.
             return Refused("untrusted_key", entry, bad_manifest=bad)
         if entry.fingerprint != fingerprint_digest:
