@@ -1,10 +1,16 @@
-"""A local development stack on loopback: moto S3 server + a PostgreSQL database.
+"""A local development stack on loopback: an S3 server + a PostgreSQL database.
 
 Usage (prints shell `export` lines on stdout, progress on stderr)::
 
     eval "$(python infra/devstack.py up)"    # start moto, create bucket + database
+    eval "$(python infra/devstack.py up --s3 rgw)"   # Ceph's RADOS Gateway instead of moto
     python infra/devstack.py env             # print the exports again
-    python infra/devstack.py down            # stop moto (--drop-database to also drop it)
+    python infra/devstack.py down            # stop the S3 server (--drop-database to also drop it)
+
+moto (the default) is an emulator of AWS; `--s3 rgw` starts a real S3 server, a one-node
+Ceph (monitor, OSD on memstore, radosgw) in the private state directory (infra/rgw.py; the
+packages are the operator's to install: `apt-get install --no-install-recommends ceph-mon
+ceph-osd radosgw`), with a user holding the same keys; `down` stops it and removes its data.
 
 The database is `artstore_dev` unless `up --database NAME` (or DEVSTACK_DATABASE) names
 another, e.g. one per checkout or per experiment; `env` and `down` use the one `up` made.
@@ -23,6 +29,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import stat
@@ -35,6 +42,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rgw
 
 HOST = "127.0.0.1"
 PG_PORT = 5432
@@ -356,7 +366,8 @@ def _state_file() -> Path | None:
     return None if directory is None else directory / "state.json"
 
 
-def _read_state() -> dict[str, Any] | None:
+def _read_state(*, running: bool = True) -> dict[str, Any] | None:
+    """The state `up` wrote; None where there is none or (`running`) its server is gone."""
     path = _state_file()
     if path is None:
         return None
@@ -366,7 +377,9 @@ def _read_state() -> dict[str, Any] | None:
             state = json.loads(handle.read())
     except (OSError, ValueError):
         return None
-    if not isinstance(state, dict) or not _alive(int(state.get("pid", 0))):
+    if not isinstance(state, dict):
+        return None
+    if running and not _alive(int(state.get("pid", 0))):
         return None
     return state
 
@@ -411,57 +424,78 @@ def _log(message: str) -> None:
     print(f"devstack: {message}", file=sys.stderr)
 
 
-def cmd_up(port: int | None, database: str = DEV_DATABASE) -> int:
+def cmd_up(port: int | None, database: str = DEV_DATABASE, s3: str = "moto") -> int:
     _check_db_name(database)
     state = _read_state()
     if state is not None:
-        running = _state_database(state)
-        if running != database:
+        running, server = _state_database(state), state.get("s3", "moto")
+        if running != database or server != s3:
             raise RuntimeError(
-                f"already running (pid {state['pid']}) with database {running}: run `down` "
-                f"first to use {database}"
+                f"already running (pid {state['pid']}) with {server} and database {running}: "
+                f"run `down` first to use {s3} and {database}"
             )
         _log(f"already running (pid {state['pid']}) at {state['endpoint']}")
         _print_exports(str(state["endpoint"]), _state_database(state))
         return 0
     directory = secure_state_dir(create=True)
     assert directory is not None
-    server = start_moto(port, log_path=directory / "moto.log", detach=True)
+    started = time.monotonic()
+    server = _start_s3(s3, port, directory)
     try:
         dev_keys(directory)
-        create_bucket(server.endpoint, DEV_BUCKET)
-        # A fresh moto has no objects, so start the index fresh too: an index
+        create_bucket(server["endpoint"], DEV_BUCKET)
+        # A fresh S3 server has no objects, so start the index fresh too: an index
         # pointing at missing objects would only produce misses.
         create_database(database)
     except BaseException:
-        server.stop()
+        _stop_s3(server)
         raise
-    state = {
-        "pid": server.pid,
-        "port": server.port,
-        "endpoint": server.endpoint,
-        "database": database,
-    }
+    state = {**server, "database": database}
     (directory / "state.json").write_text(json.dumps(state))
-    _log(f"moto S3 at {server.endpoint} (pid {server.pid}, log {directory / 'moto.log'})")
+    _log(f"{s3} S3 at {server['endpoint']} (pid {server['pid']}, log {server['log']}), "
+         f"up in {time.monotonic() - started:.1f} s")  # fmt: skip
     _log(f"bucket {DEV_BUCKET}, database {database}; next: artstore db upgrade")
     _print_exports(str(state["endpoint"]), _state_database(state))
     return 0
 
 
+def _start_s3(s3: str, port: int | None, directory: Path) -> dict[str, Any]:
+    """Start the S3 server `up` was asked for; what the state file keeps of it."""
+    if s3 == "rgw":
+        keys = (FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        ceph = rgw.start_rgw(*keys, directory=directory / "rgw", port=port, detach=True)
+        log = ceph.directory / "log"
+        return {"s3": "rgw", "pid": ceph.pids["radosgw"], "pids": ceph.pids,
+                "directory": str(ceph.directory), "port": ceph.port,
+                "endpoint": ceph.endpoint, "log": str(log)}  # fmt: skip
+    moto = start_moto(port, log_path=directory / "moto.log", detach=True)
+    return {"s3": "moto", "pid": moto.pid, "port": moto.port, "endpoint": moto.endpoint,
+            "log": str(moto.log_path)}  # fmt: skip
+
+
+def _stop_s3(state: dict[str, Any]) -> None:
+    """Stop the S3 server of `state` (what is still ours of it); an RGW's data is removed."""
+    pid = int(state["pid"])
+    if state.get("s3") == "rgw":
+        rgw.stop_daemons({str(k): int(v) for k, v in dict(state.get("pids") or {}).items()})
+        shutil.rmtree(str(state["directory"]), ignore_errors=True)
+        _log(f"stopped Ceph's RADOS Gateway (pid {pid}) and removed its data")
+    elif _is_moto(pid):
+        _terminate(pid)
+        _log(f"stopped moto (pid {pid})")
+    else:
+        _log(f"pid {pid} is not a moto server any more; leaving it alone")
+
+
 def cmd_down(drop: bool, database: str | None = None) -> int:
-    state = _read_state()
+    # Also a state whose radosgw died: its monitor and OSD are still to be stopped.
+    state = _read_state(running=False)
     if database is None:  # the one `up` made, else the default
         database = _state_database(state) if state is not None else DEV_DATABASE
     if state is None:
         _log("not running")
     else:
-        pid = int(state["pid"])
-        if _is_moto(pid):
-            _terminate(pid)
-            _log(f"stopped moto (pid {pid})")
-        else:
-            _log(f"pid {pid} is not a moto server any more; leaving it alone")
+        _stop_s3(state)
     path = _state_file()
     if path is not None:
         with contextlib.suppress(FileNotFoundError):
@@ -484,15 +518,21 @@ def cmd_env() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start moto, create bucket and database, print exports")
-    up.add_argument("--port", type=int, default=None, help="moto port (default: a free one)")
+    up = sub.add_parser("up", help="start S3, create bucket and database, print exports")
+    up.add_argument("--port", type=int, default=None, help="S3 port (default: a free one)")
+    up.add_argument(
+        "--s3",
+        choices=("moto", "rgw"),
+        default="moto",
+        help="the S3 server: moto (an emulator, the default) or rgw (Ceph's RADOS Gateway)",
+    )
     named = os.environ.get(DATABASE_ENV) or None
     up.add_argument(
         "--database",
         default=named or DEV_DATABASE,
         help=f"the database to create (made afresh) [env {DATABASE_ENV}; default {DEV_DATABASE}]",
     )
-    down = sub.add_parser("down", help="stop moto")
+    down = sub.add_parser("down", help="stop the S3 server (an RGW's data is removed)")
     down.add_argument(
         "--drop-database", action="store_true", help="also drop the database `up` made"
     )
@@ -505,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            return cmd_up(args.port, args.database)
+            return cmd_up(args.port, args.database, args.s3)
         if args.command == "down":
             return cmd_down(args.drop_database, args.database)
         return cmd_env()
