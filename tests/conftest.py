@@ -224,17 +224,18 @@ FAKE_AWS = {
 
 
 def s3_client(env: dict[str, str]) -> Any:
-    """boto3's S3 client on a test environment's moto server (AWS_ENDPOINT_URL_S3) with the
-    tests' credentials: a test's own view of a bucket, around the store (to list, plant or
-    damage what is there, as anyone who may write the bucket could)."""
+    """boto3's S3 client on a test environment's S3 server (AWS_ENDPOINT_URL_S3) with its
+    credentials (the tests' fake ones for moto): a test's own view of a bucket, around the
+    store (to list, plant or damage what is there, as anyone who may write the bucket could)."""
     import boto3  # only the tests that reach the bucket directly pay for the import
 
+    aws = {**FAKE_AWS, **{k: v for k, v in env.items() if k in FAKE_AWS}}
     return boto3.client(
         "s3",
         endpoint_url=env["AWS_ENDPOINT_URL_S3"],
-        aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-        region_name=FAKE_AWS["AWS_DEFAULT_REGION"],
+        aws_access_key_id=aws["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=aws["AWS_SECRET_ACCESS_KEY"],
+        region_name=aws["AWS_DEFAULT_REGION"],
     )
 
 
@@ -380,7 +381,8 @@ def open_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenStore]:
 # SIGTERM tears the session down as Ctrl-C does (tests/session_signals.py); with no path
 # named, the quick subset runs unless --full (tests/quick_subset.py).
 # pytester: tests of these rules run a pytest of their own (tests/test_ci_rules.py).
-pytest_plugins = ["security.ci_rules", "session_signals", "quick_subset", "pytester"]
+# The S3 servers, moto and Ceph's RADOS Gateway (tests/s3servers.py).
+pytest_plugins = ["security.ci_rules", "session_signals", "quick_subset", "pytester", "s3servers"]
 
 # How CI splits the suite (JAX tests on both ends, timing tests serial) and the 15 s rule:
 # tests/suite_rules.py.

@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any, NoReturn
 
 from boto3.s3.transfer import TransferConfig
@@ -40,6 +41,7 @@ from artifactstore.blobstores.base import (
     is_digest_name,
 )
 from artifactstore.blobstores.s3client import credential_source, make_client
+from artifactstore.blobstores.s3create import CreateOnce
 from artifactstore.blobstores.s3errors import (
     DENIED,
     NOT_FOUND,
@@ -99,6 +101,7 @@ class S3BlobStore(BlobStore):
         )
         self._client: Any = None
         self._lock = threading.Lock()
+        self._create_once = CreateOnce(self._endpoint)  # what the server does with If-None-Match
 
     # -- client ---------------------------------------------------------------
 
@@ -250,21 +253,21 @@ class S3BlobStore(BlobStore):
             self._fail(f"put {kind.name}", exc)
 
     def _put_record(self, kind: RecordKind, name: str, data: bytes, **condition: str) -> None:
-        key = self.record_key(kind, name)
+        self._put_json(self.record_key(kind, name), data, **condition)
+
+    def _put_json(self, key: str, data: bytes, **condition: str) -> None:
         body = {"Body": data, "ContentType": "application/json"}
         self.client.put_object(Bucket=self.bucket, Key=key, **body, **condition)
 
     def create_record(self, kind: RecordKind, name: str, data: bytes) -> bool:
         # If-None-Match: the writer policy denies any other put of a removal record.
+        key = self.record_key(kind, name)
         try:
-            self._put_record(kind, name, data, IfNoneMatch="*")
-            return True
+            return self._create_once.create(
+                partial(self._put_json, key, data), partial(self.get_record, kind, name), data
+            )
         except Exception as exc:
-            if error_code(exc) in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
-                return False
-            if error_code(exc) not in {"NotImplemented", "InvalidArgument"}:
-                self._fail(f"put {kind.name}", exc)
-        return super().create_record(kind, name, data)  # a store without conditional writes
+            self._fail(f"put {kind.name}", exc)
 
     def delete_records(self, kind: RecordKind, names: Sequence[str]) -> None:
         def one_by_one(names: Sequence[str]) -> None:
@@ -300,25 +303,13 @@ class S3BlobStore(BlobStore):
             self._fail("get identity", exc)
 
     def put_identity(self, data: bytes) -> bool:
-        key = f"{self.base}/{IDENTITY}"
-        put = {"Bucket": self.bucket, "Key": key, "Body": data, "ContentType": "application/json"}
+        # Created only where none is; on a server without conditional writes, look then
+        # write (a narrow race between two first writers, which the index then settles).
+        put = partial(self._put_json, f"{self.base}/{IDENTITY}", data)
         try:
-            self.client.put_object(**put, IfNoneMatch="*")  # created only where none is
-            return True
-        except Exception as exc:
-            if error_code(exc) in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
-                return False
-            if error_code(exc) not in {"NotImplemented", "InvalidArgument"}:
-                self._fail("put identity", exc)
-        # A store without conditional writes: look, then write (a narrow race between
-        # two first writers, which the index's one row per namespace then settles).
-        if self._head(key):
-            return False
-        try:
-            self.client.put_object(**put)
+            return self._create_once.create(put, self.get_identity, data)
         except Exception as exc:
             self._fail("put identity", exc)
-        return True
 
     def delete_identity(self) -> None:
         try:  # the operator's role may (s3-gc.json); a writer's may only create one

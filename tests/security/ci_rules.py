@@ -10,7 +10,9 @@ and of a benchmark at smoke size (tests/test_bench_smoke.py) in the phase that i
 the bench extra for them (ARTSTORE_BENCH_CI=1).
 And so does, wherever the test is, a skip for want of a second OS user (tests/otheruser.py
 skips with CROSS_USER in its reason): CI runs as root with setpriv, so such a test can run
-there, and one that skips instead checks nothing while CI stays green.
+there, and one that skips instead checks nothing while CI stays green. Likewise a skip for
+want of Ceph's RADOS Gateway (tests/s3servers.py skips with NO_RGW in its reason): .ci/run
+installs it, so an S3 contract test that skips on RGW would leave CI green on moto alone.
 
 The `hostile_record(kind)` marker declares that a Hypothesis test drives hostile records of
 `kind` (a name in artifactstore.blobstores.base.UNTRUSTED_KINDS) through a real path;
@@ -36,6 +38,8 @@ NO_SKIP_IN_BENCH_CI = ("test_bench_smoke.py",)
 # In the reason of every skip for want of a second OS user (tests/otheruser.py): never
 # allowed in CI, whichever file the test is in.
 CROSS_USER = "to act as a second user"
+# ... and of every skip for want of Ceph's RADOS Gateway (tests/s3servers.py).
+NO_RGW = "Ceph's RADOS Gateway is not installed"
 
 
 def in_ci() -> bool:
@@ -70,7 +74,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if not (report.skipped and in_ci()) or hasattr(report, "wasxfail"):
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    if not (must_run(item.path) or CROSS_USER in reason):
+    if not (must_run(item.path) or CROSS_USER in reason or NO_RGW in reason):
         return
     report.outcome = "failed"
     report.longrepr = f"skipped in CI, where this test must run: {reason}"
