@@ -1,4 +1,4 @@
-"""Objects in an S3 (or S3-compatible: MinIO, moto) bucket, through boto3.
+"""Objects in an S3 (or S3-compatible: MinIO, Ceph RGW, moto) bucket, through boto3.
 
 Credentials come only from boto3's standard chain (environment, AWS_PROFILE,
 instance/IRSA roles), so no secret ever passes through our settings, logs or
