@@ -490,6 +490,8 @@ def _stop_s3(state: dict[str, Any]) -> None:
 def cmd_down(drop: bool, database: str | None = None) -> int:
     # Also a state whose radosgw died: its monitor and OSD are still to be stopped.
     state = _read_state(running=False)
+    if state is not None and state.get("s3") != "rgw" and not _alive(int(state.get("pid", 0))):
+        state = None  # a moto that is gone: nothing to stop
     if database is None:  # the one `up` made, else the default
         database = _state_database(state) if state is not None else DEV_DATABASE
     if state is None:
