@@ -454,6 +454,9 @@ def cmd_up(port: int | None, database: str = DEV_DATABASE, s3: str = "moto") -> 
     (directory / "state.json").write_text(json.dumps(state))
     _log(f"{s3} S3 at {server['endpoint']} (pid {server['pid']}, log {server['log']}), "
          f"up in {time.monotonic() - started:.1f} s")  # fmt: skip
+    if "tls_endpoint" in server:
+        _log(f"also HTTPS: AWS_ENDPOINT_URL_S3={server['tls_endpoint']} "
+             f"AWS_CA_BUNDLE={server['certificate']}")  # fmt: skip
     _log(f"bucket {DEV_BUCKET}, database {database}; next: artstore db upgrade")
     _print_exports(str(state["endpoint"]), _state_database(state))
     return 0
@@ -467,7 +470,9 @@ def _start_s3(s3: str, port: int | None, directory: Path) -> dict[str, Any]:
         log = ceph.directory / "log"
         return {"s3": "rgw", "pid": ceph.pids["radosgw"], "pids": ceph.pids,
                 "directory": str(ceph.directory), "port": ceph.port,
-                "endpoint": ceph.endpoint, "log": str(log)}  # fmt: skip
+                "endpoint": ceph.endpoint, "log": str(log),
+                "tls_endpoint": ceph.tls_endpoint,
+                "certificate": str(ceph.certificate)}  # fmt: skip
     moto = start_moto(port, log_path=directory / "moto.log", detach=True)
     return {"s3": "moto", "pid": moto.pid, "port": moto.port, "endpoint": moto.endpoint,
             "log": str(moto.log_path)}  # fmt: skip

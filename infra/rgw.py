@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -77,12 +78,23 @@ class RgwServer:
     directory: Path
     port: int
     mon_port: int
+    tls_port: int
     pids: dict[str, int] = field(default_factory=dict)
     children: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
     def endpoint(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+    @property
+    def tls_endpoint(self) -> str:
+        """The same server over HTTPS (boto3 sends other requests there: issue 49)."""
+        return f"https://{HOST}:{self.tls_port}"
+
+    @property
+    def certificate(self) -> Path:
+        """The HTTPS endpoint's self-signed certificate (for AWS_CA_BUNDLE)."""
+        return self.directory / "tls.crt"
 
     @property
     def conf(self) -> Path:
@@ -123,7 +135,9 @@ def start_rgw(
 
     `directory` (made; emptied first) holds the configuration, the monitor's store, the
     logs and sockets; a temporary one otherwise. `detach`: the daemons get a session of
-    their own and outlive this process (devstack's `up`). RuntimeError naming the log's
+    their own and outlive this process (devstack's `up`). The same server answers HTTPS
+    on `tls_port`, with a self-signed certificate for 127.0.0.1 (`certificate`): boto3
+    uploads differently there. RuntimeError naming the log's
     last lines (or the packages to install) when it does not come up."""
     missing = missing_packages()
     if missing:
@@ -136,7 +150,7 @@ def start_rgw(
     else:
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True, mode=0o700)
-    server = RgwServer(directory, port or free_port(), free_port())
+    server = RgwServer(directory, port or free_port(), free_port(), free_port())
     try:
         _bring_up(server, access_key, secret_key, detach=detach, timeout=timeout)
     except BaseException:
@@ -151,6 +165,7 @@ def _bring_up(
     deadline = time.monotonic() + timeout
     for name in ("mon", "osd", "run", "log"):
         (server.directory / name).mkdir()
+    _make_certificate(server)
     write_conf(server)
     _spawn(server, "ceph-mon", _make_mon(server), detach)
     _spawn(server, "ceph-osd", _make_osd(server), detach)
@@ -164,6 +179,8 @@ def write_conf(server: RgwServer) -> None:
     """The cluster's one configuration file: loopback only, no cephx, one replica,
     few placement groups (radosgw creates 6-8 pools), everything under the directory."""
     d = server.directory
+    listen = (f"endpoint={HOST}:{server.port} ssl_endpoint={HOST}:{server.tls_port} "
+              f"ssl_certificate={server.certificate} ssl_private_key={d / 'tls.key'}")  # fmt: skip
     server.conf.write_text(
         f"""[global]
 fsid = {uuid.uuid4()}
@@ -194,7 +211,7 @@ osd op num shards = 2
 osd op num threads per shard = 1
 
 [client.rgw]
-rgw frontends = beast endpoint={HOST}:{server.port}
+rgw frontends = beast {listen}
 rgw dns name = {HOST}
 # radosgw asks for a secure connection to the monitor, which needs cephx (off here).
 ms mon client mode = crc
@@ -218,6 +235,15 @@ def run_tool(conf: Path, *argv: str, timeout: float = 60.0) -> str:
         said = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
         raise RuntimeError(f"`{' '.join(argv[:3])}` failed ({done.returncode}): {said}")
     return done.stdout
+
+
+def _make_certificate(server: RgwServer) -> None:
+    """A self-signed certificate for 127.0.0.1, valid two days."""
+    key = server.directory / "tls.key"
+    argv = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+            "-out", str(server.certificate), "-days", "2", "-subj", f"/CN={HOST}",
+            "-addext", f"subjectAltName=IP:{HOST}"]  # fmt: skip
+    subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=True, timeout=60)
 
 
 def _make_mon(server: RgwServer) -> list[str]:
@@ -275,18 +301,26 @@ def _spawn(server: RgwServer, name: str, argv: list[str], detach: bool) -> None:
 
 
 def _wait_until_answers(server: RgwServer, deadline: float) -> None:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    context = ssl.create_default_context(cafile=str(server.certificate))
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    waiting = [server.endpoint, server.tls_endpoint]
     while time.monotonic() < deadline:
         for name, pid in server.pids.items():
             if not alive(pid):
                 raise RuntimeError(f"{name} exited during start-up: {server.log_tail()}")
         try:
-            with opener.open(server.endpoint, timeout=1.0):
-                return
+            with opener.open(waiting[0], timeout=1.0):
+                pass
         except urllib.error.HTTPError:
-            return  # an S3 error document: it answers
+            pass  # an S3 error document: it answers
         except OSError:
             time.sleep(0.2)
+            continue
+        waiting.pop(0)
+        if not waiting:
+            return
     raise RuntimeError(f"radosgw did not answer on {server.endpoint}: {server.log_tail()}")
 
 

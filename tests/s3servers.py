@@ -12,6 +12,7 @@ Loaded by tests/conftest.py (`pytest_plugins`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -54,10 +55,15 @@ class S3Server:
     # ... whose x-amz-checksum-crc32 is wrong (moto and RGW 16.2 store it; RGW 16.2
     # neither keeps nor returns those checksums).
     verifies_checksums: bool
+    # boto3 (1.36+) streams a checksum trailer with uploads over HTTPS (aws-chunked): RGW
+    # 16.2 refuses those with MissingContentLength; over HTTP boto3 sends it as a header.
+    takes_streamed_checksums: bool = True
+    certificate: str | None = None  # a self-signed HTTPS endpoint's
     extra: dict[str, str] = field(default_factory=dict)
 
-    def client(self, **overrides: str) -> Any:
-        """boto3's S3 client on this server as its user (path-style, as the store is)."""
+    def client(self, *, plain: bool = False, **overrides: str) -> Any:
+        """boto3's S3 client on this server as its user (path-style, as the store is);
+        `plain`: checksums only where required, none streamed."""
         import boto3
         from botocore.config import Config
 
@@ -67,7 +73,11 @@ class S3Server:
             aws_access_key_id=overrides.get("access_key", self.access_key),
             aws_secret_access_key=overrides.get("secret_key", self.secret_key),
             region_name="us-east-1",
-            config=Config(s3={"addressing_style": "path"}),
+            config=Config(
+                s3={"addressing_style": "path"},
+                **({"request_checksum_calculation": "when_required"} if plain else {}),
+            ),
+            verify=self.certificate,
         )
 
     def aws_env(self) -> dict[str, str]:
@@ -80,6 +90,7 @@ class S3Server:
             "AWS_CONFIG_FILE": os.devnull,
             "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
             "NO_PROXY": "127.0.0.1,localhost",
+            **({"AWS_CA_BUNDLE": self.certificate} if self.certificate else {}),
         }
 
     def new_bucket(self) -> str:
@@ -145,7 +156,9 @@ def rgw_server(postgres: None) -> Iterator[S3Server]:
                        exports["AWS_SECRET_ACCESS_KEY"], archives=False,
                        checks_credentials=True,
                        verifies_md5=True, verifies_checksums=False,
-                       extra={"conf": str(Path(state["directory"]) / "ceph.conf")})  # fmt: skip
+                       extra={"conf": str(Path(state["directory"]) / "ceph.conf"),
+                              "tls": state["tls_endpoint"],
+                              "certificate": state["certificate"]})  # fmt: skip
     finally:
         down = _devstack(env, "down", "--drop-database")
         left = [name for name, pid in state["pids"].items() if rgw.alive(pid)]
@@ -154,10 +167,24 @@ def rgw_server(postgres: None) -> Iterator[S3Server]:
         assert down.returncode == 0 and not left and not kept, (down.stderr, left, kept)
 
 
-@pytest.fixture(params=["moto", pytest.param("rgw", marks=pytest.mark.rgw)])
+@pytest.fixture(scope="session")
+def rgw_tls_server(rgw_server: S3Server) -> S3Server:
+    """The session's RGW over HTTPS (its self-signed certificate trusted)."""
+    return dataclasses.replace(rgw_server, name="rgw-tls", endpoint=rgw_server.extra["tls"],
+                               certificate=rgw_server.extra["certificate"],
+                               takes_streamed_checksums=False)  # fmt: skip
+
+
+@pytest.fixture(
+    params=[
+        "moto",
+        pytest.param("rgw", marks=pytest.mark.rgw),
+        pytest.param("rgw-tls", marks=pytest.mark.rgw),
+    ]
+)
 def s3_server(request: pytest.FixtureRequest) -> S3Server:
-    """Each S3 server in turn: moto, then Ceph's RADOS Gateway."""
-    server: S3Server = request.getfixturevalue(f"{request.param}_server")
+    """Each S3 server in turn: moto, then Ceph's RADOS Gateway over HTTP and over HTTPS."""
+    server: S3Server = request.getfixturevalue(f"{request.param.replace('-', '_')}_server")
     return server
 
 

@@ -40,7 +40,7 @@ from artifactstore.blobstores.base import (
     RecordKind,
     is_digest_name,
 )
-from artifactstore.blobstores.s3client import credential_source, make_client
+from artifactstore.blobstores.s3client import Uploads, credential_source, make_client
 from artifactstore.blobstores.s3create import CreateOnce
 from artifactstore.blobstores.s3errors import (
     DENIED,
@@ -101,6 +101,7 @@ class S3BlobStore(BlobStore):
         )
         self._client: Any = None
         self._lock = threading.Lock()
+        self.uploads = Uploads(self._endpoint)  # what the server takes of boto3's checksums
         self._create_once = CreateOnce(self._endpoint)  # what the server does with If-None-Match
 
     # -- client ---------------------------------------------------------------
@@ -115,7 +116,15 @@ class S3BlobStore(BlobStore):
         return self._client
 
     def _make_client(self) -> Any:
-        return make_client(self.bucket, self.endpoint_url, self.timeout_secs)
+        plain = self.uploads.plain
+        return make_client(self.bucket, self.endpoint_url, self.timeout_secs, plain_uploads=plain)
+
+    def _sending(self, upload: Callable[[], object]) -> None:
+        self.uploads.send(upload, self._drop_client)
+
+    def _drop_client(self) -> None:
+        with self._lock:
+            self._client = None  # the next call builds one as `uploads` now says
 
     def _endpoint(self) -> str:
         try:
@@ -175,6 +184,9 @@ class S3BlobStore(BlobStore):
         return True
 
     def _upload(self, key: str, data: bytes, config: TransferConfig) -> None:
+        self._sending(lambda: self._upload_once(key, data, config))
+
+    def _upload_once(self, key: str, data: bytes, config: TransferConfig) -> None:
         if len(data) < config.multipart_threshold:
             # One PUT on this thread: s3transfer would run it on a pool thread, which the
             # interpreter joins at exit, so a hung upload would outlast the exit flush.
@@ -256,8 +268,8 @@ class S3BlobStore(BlobStore):
         self._put_json(self.record_key(kind, name), data, **condition)
 
     def _put_json(self, key: str, data: bytes, **condition: str) -> None:
-        body = {"Body": data, "ContentType": "application/json"}
-        self.client.put_object(Bucket=self.bucket, Key=key, **body, **condition)
+        body = {"Bucket": self.bucket, "Key": key, "Body": data, "ContentType": "application/json"}
+        self._sending(lambda: self.client.put_object(**body, **condition))
 
     def create_record(self, kind: RecordKind, name: str, data: bytes) -> bool:
         # If-None-Match: the writer policy denies any other put of a removal record.

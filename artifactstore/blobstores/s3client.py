@@ -8,9 +8,11 @@ Apart from `s3.py` so that the bucket's layout and calls read on their own.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +20,10 @@ import boto3
 import botocore.exceptions as bce
 from botocore.config import Config
 
+from artifactstore.blobstores.s3errors import error_code
 from artifactstore.errors import StoreUnavailable
+
+log = logging.getLogger("artifactstore")
 
 # Few attempts: a store that is down must degrade to a compile quickly. ARTSTORE_TIMEOUT
 # bounds a whole call, retries included (see `call_budget`), so each attempt gets a
@@ -40,9 +45,18 @@ _RETRY_CODES = {
 }
 
 
-def make_client(bucket: str, endpoint_url: str | None, timeout_secs: float) -> Any:
+# Answers of a server that does not take boto3's (1.36+) uploads with a streaming checksum
+# trailer (`aws-chunked`, sent over HTTPS): measured on Ceph RGW 16.2, every PutObject and
+# UploadPart. The store then uploads without them (`plain_uploads`): see S3BlobStore._sending.
+STREAMING_REFUSED = {"MissingContentLength"}
+
+
+def make_client(
+    bucket: str, endpoint_url: str | None, timeout_secs: float, *, plain_uploads: bool = False
+) -> Any:
     """A boto3 S3 client whose calls are bounded by `timeout_secs`; StoreUnavailable
-    (one line naming the fix) when boto3 cannot set one up."""
+    (one line naming the fix) when boto3 cannot set one up. `plain_uploads`: checksums
+    only where an operation requires one (botocore's `when_required`), none streamed."""
     session = boto3.session.Session()
     # Explicit endpoint, else whatever boto3 resolves from AWS_ENDPOINT_URL_S3 /
     # AWS_ENDPOINT_URL / its config file. Custom endpoints (MinIO, moto) rarely
@@ -56,6 +70,7 @@ def make_client(bucket: str, endpoint_url: str | None, timeout_secs: float) -> A
         retries={"total_max_attempts": 1, "mode": "standard"},
         s3={"addressing_style": "path"} if custom else None,
         max_pool_connections=16,
+        **_checksums(plain_uploads),
     )
     try:
         client = session.client("s3", endpoint_url=endpoint_url, config=config)
@@ -69,6 +84,44 @@ def make_client(bucket: str, endpoint_url: str | None, timeout_secs: float) -> A
             f"({type(exc).__name__}): check AWS_DEFAULT_REGION, AWS_PROFILE and "
             "AWS_ENDPOINT_URL_S3 / ARTSTORE_S3_ENDPOINT_URL"
         ) from None
+
+
+def _checksums(plain: bool) -> dict[str, str]:
+    """botocore's setting for uploads without streamed checksums (older botocore, before
+    1.36, has no such setting and streams none)."""
+    if plain and "request_checksum_calculation" in Config.OPTION_DEFAULTS:
+        return {"request_checksum_calculation": "when_required"}
+    return {}
+
+
+class Uploads:
+    """What one store's server takes of boto3's upload checksums: `plain` once it refused
+    them streamed (STREAMING_REFUSED), said once in one line; its client is then rebuilt
+    with `plain_uploads`. Nothing is lost: the store checks the digest on every read."""
+
+    def __init__(self, endpoint: Callable[[], str]) -> None:
+        self.endpoint = endpoint
+        self.plain = False
+
+    def send(self, upload: Callable[[], object], rebuild: Callable[[], None]) -> None:
+        """`upload()`; where the server refuses its streamed checksum, once more on a
+        client without (`rebuild()` drops the store's client)."""
+        try:
+            upload()
+            return
+        except Exception as exc:
+            if self.plain or error_code(exc) not in STREAMING_REFUSED:
+                raise
+        if not self.plain:
+            self.plain = True
+            log.warning(
+                "artifactstore: S3 at %s refused boto3's streamed upload checksums "
+                "(MissingContentLength): uploading without them; the digest is still "
+                "checked on every read (docs/operations.md, 'S3 servers')",
+                self.endpoint(),
+            )
+        rebuild()
+        upload()
 
 
 def credential_source() -> tuple[str, str | None]:
