@@ -236,6 +236,7 @@ def s3_client(env: dict[str, str]) -> Any:
         aws_access_key_id=aws["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=aws["AWS_SECRET_ACCESS_KEY"],
         region_name=aws["AWS_DEFAULT_REGION"],
+        verify=env.get("AWS_CA_BUNDLE"),  # an HTTPS server's own certificate (RGW's)
     )
 
 
