@@ -385,9 +385,7 @@ def _lose_first_answer(store: S3BlobStore) -> list[int]:
 
 
 @pytest.mark.parametrize("what", ["identity", "removal record"])
-def test_a_create_whose_answer_was_lost_is_still_its_own(
-    moto: str, bucket: str, what: str
-) -> None:
+def test_a_create_whose_answer_was_lost_is_still_its_own(moto: str, bucket: str, what: str) -> None:
     """If-None-Match's retried attempt meets the object its first attempt created: that
     is this writer's creation, not another's (measured before: False, so the identity's
     first writer waited for another that never was and its index stayed unbound)."""
