@@ -25,7 +25,7 @@ SUPPORTED_DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32".split()
 )
 _CUSTOM_CALL = re.compile(r'custom_call\s*@([\w.$-]+)|call_target_name\s*=\s*"([^"]+)"')
-_UNSUPPORTED_TYPES = {r"\bf64\b": "float64", r"complex<": "complex", r"\bf8E\w+": "float8"}
+_UNSUPPORTED_TYPES = {r"[x<]f64\b": "float64", r"complex<": "complex", r"[x<]f8E\w+": "float8"}
 _OPERATION = re.compile(r"operation '([\w.]+)'|'([\w.]+)' op")
 
 
