@@ -90,6 +90,7 @@ def test_get_then_iree_run_module_gives_xla_results(built: dict[str, Any]) -> No
     target = _get(built, "got")
     convention = json.loads((target / "mlp.json").read_text())
     assert convention["function"] == "main" and convention["cpu"] == "generic"
+    assert convention["entry"] == "module.main"  # what a C program calls
     assert [x["shape"] for x in convention["module_inputs"]] == [[16], [8, 16], [4, 8]]
     assert convention["outputs"]["tree"] == {"tuple": [{"dict": [["h", "*"], ["y", "*"]]}, "*"]}
     arrays = built["arrays"]
@@ -103,6 +104,24 @@ def test_get_then_iree_run_module_gives_xla_results(built: dict[str, Any]) -> No
         got, want = np.load(target / f"out{i}.npy"), np.load(arrays / f"xla{i}.npy")
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_commands_that_cannot_do_their_job_say_so_in_one_line(built: dict[str, Any]) -> None:
+    from artifactstore.config.host import host_cpu_features
+    from artifactstore.formats.fingerprint import _X86_FEATURES
+
+    env = built["env"]
+    lacking = sorted(_X86_FEATURES - set(host_cpu_features()))[0]
+    for args, said in [
+        (("build", "mlp@1", "--cpu", f"+{lacking}"), "this host lacks"),
+        (("build", "mlp@1", "--target", "cuda"), "unknown native target 'cuda'"),
+        (("get", "nope@1", "-o", str(built["root"] / "x")), "no portable form of nope@1"),
+        (("get", "mlp@1", "--cpu", "host", "-o", str(built["root"] / "y")), "no native module"),
+    ]:
+        proc = artstore("native", *args, env=env)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and said in proc.stderr, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 LOAD = """

@@ -67,9 +67,24 @@ def _version(obj: Ctx, ref: str) -> tuple[str, str]:
     "features (+avx2,+fma) this host has: the check runs the module here.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the check's inputs.")
+@click.option(
+    "--inputs",
+    "inputs_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Check on these arrays instead (an .npz, arrays in the module's input order: "
+    "real data, where generated inputs make a chaotic function disagree by rounding).",
+)
 @json_option("Print what was built and the check, as JSON.")
 @click.pass_obj
-def build_cmd(obj: Ctx, ref: str, target: str, cpu: str, seed: int, as_json: bool) -> None:
+def build_cmd(
+    obj: Ctx,
+    ref: str,
+    target: str,
+    cpu: str,
+    seed: int,
+    inputs_file: Path | None,
+    as_json: bool,
+) -> None:
     """Compile NAME@VERSION's portable form into a native module, check it against XLA
     on generated inputs, and store it. Exit 1 where it cannot go native or disagrees."""
     from artifactstore.jaxhook import api
@@ -77,7 +92,13 @@ def build_cmd(obj: Ctx, ref: str, target: str, cpu: str, seed: int, as_json: boo
 
     name, version = _version(obj, ref)
     api.configure(**{k: v for k, v in obj.overrides.items() if v is not None})
-    built = build(name, version, target=target, cpu=cpu, seed=seed)
+    inputs = None
+    if inputs_file is not None:
+        import numpy as np
+
+        with np.load(inputs_file, allow_pickle=False) as arrays:
+            inputs = [arrays[k] for k in arrays.files]
+    built = build(name, version, target=target, cpu=cpu, seed=seed, inputs=inputs)
     c = built.convention
     if as_json:
         print_json({"key": built.key, "size": built.size, "present": built.present, **c.to_json()})

@@ -46,12 +46,15 @@ def build(
     target: str = "llvm-cpu",
     cpu: str = "generic",
     seed: int = 0,
+    inputs: Sequence[Any] | None = None,
     rewrite: Callable[[str], str] | None = None,
 ) -> Built:
     """NAME@VERSION built, checked and stored for `target` and `cpu` (`generic`,
     `host`, or features such as `+avx2,+fma`, which this host must have: the check runs
-    the module here). `rewrite`: a test seam, applied to the StableHLO text before
-    IREE compiles it (so that a test can make a module that really disagrees)."""
+    the module here). `inputs`: the check's inputs (flat, in the module's order: real
+    data the function will see), instead of ones generated from `seed`. `rewrite`: a
+    test seam, applied to the StableHLO text before IREE compiles it (so that a test
+    can make a module that really disagrees)."""
     from artifactstore.named.api import load as load_named
 
     keys.check_name(name)
@@ -74,7 +77,7 @@ def build(
     text = lower.stablehlo(source.header, source.body)
     lower.refuse_unsupported(text, source.header)
     vmfb, secs = lower.compile_module(rewrite(text) if rewrite else text, target, chosen)
-    rows = _check(source.header, xla, Module(vmfb), seed)
+    rows = _check(source.header, xla, Module(vmfb), inputs if inputs is not None else seed)
     convention = _convention(wanted, source, chosen, rows)
     key, _ = wanted.key(source.stablehlo, chosen)
     put = Put(
@@ -89,7 +92,9 @@ def build(
     return Built(convention, key, len(vmfb), secs, rows=rows)
 
 
-def _check(header: Any, xla: Any, module: Module, seed: int) -> list[dict[str, Any]]:
+def _check(
+    header: Any, xla: Any, module: Module, seed: int | Sequence[Any]
+) -> list[dict[str, Any]]:
     """The module against the named executable; NativeBuildError where they disagree."""
     import numpy as np
 

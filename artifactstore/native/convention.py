@@ -18,6 +18,7 @@ from artifactstore.formats import native as native_format
 from artifactstore.named.signature import Signature
 
 FUNCTION = "main"
+MODULE = "module"  # IREE's name of the module (native.lower names it): `module.main`
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ class Convention:
         """What `artstore native get` writes beside the module (`<name>.json`)."""
         return {
             **self.to_json(),
+            "module": MODULE,
+            "entry": f"{MODULE}.{self.function}",
             "module_inputs": self.dynamic_inputs(),
             "module_outputs": [
                 {"shape": list(x.shape), "dtype": x.dtype} for x in self.outputs.leaves

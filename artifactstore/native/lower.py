@@ -26,6 +26,8 @@ SUPPORTED_DTYPES = frozenset(
 )
 _CUSTOM_CALL = re.compile(r'custom_call\s*@([\w.$-]+)|call_target_name\s*=\s*"([^"]+)"')
 _UNSUPPORTED_TYPES = {r"[x<]f64\b": "float64", r"complex<": "complex", r"[x<]f8E\w+": "float8"}
+_MODULE_NAME = re.compile(r"^module @[\w.$-]+ ", re.MULTILINE)
+MODULE = "module"  # the IREE module's name: its entry function is `module.main`
 _OPERATION = re.compile(r"operation '([\w.]+)'|'([\w.]+)' op")
 
 
@@ -55,7 +57,9 @@ def stablehlo(header: container.Header, body: bytes) -> str:
         lowered = traced.lower(lowering_platforms=("cpu",))
     except TypeError:  # a JAX without the keyword: this host's platform (cpu in CI)
         lowered = traced.lower()
-    return str(lowered.as_text())
+    # One module name for every module (JAX names it after the function: `jit_call`), so
+    # that a C program calls `module.main` whatever the function was.
+    return _MODULE_NAME.sub(f"module @{MODULE} ", str(lowered.as_text()), count=1)
 
 
 def refuse_unsupported(text: str, header: container.Header) -> None:
