@@ -92,13 +92,13 @@ def build_cmd(
 
     name, version = _version(obj, ref)
     api.configure(**{k: v for k, v in obj.overrides.items() if v is not None})
-    inputs = None
+    inputs: int | list[Any] = seed
     if inputs_file is not None:
         import numpy as np
 
         with np.load(inputs_file, allow_pickle=False) as arrays:
             inputs = [arrays[k] for k in arrays.files]
-    built = build(name, version, target=target, cpu=cpu, seed=seed, inputs=inputs)
+    built = build(name, version, target=target, cpu=cpu, inputs=inputs)
     c = built.convention
     if as_json:
         print_json({"key": built.key, "size": built.size, "present": built.present, **c.to_json()})

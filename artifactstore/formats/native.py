@@ -27,14 +27,13 @@ from typing import Any
 
 from artifactstore.errors import CorruptObject
 from artifactstore.formats.fingerprint import FINGERPRINT_VERSION, Fingerprint
-from artifactstore.formats.records import load_record
+from artifactstore.formats.named import split_frame
 
 MAGIC = b"ARTSTORE-NATIVE\0"
 FORMAT_VERSION = 1
 PLATFORM_PREFIX = "iree-"  # the fingerprint's platform: iree-<target>
 KEY_FORMAT = "artifactstore-native-v1"
 _LENGTH = struct.Struct(">BI")  # format version, header length
-HEADER_DEPTH = 32  # signature trees nest a few levels; deeper is refused unparsed
 MAX_HEADER_BYTES = 1 << 20
 # What every header must hold, and of which JSON type (the rest: native.convention).
 REQUIRED = {
@@ -59,27 +58,12 @@ def unframe(payload: bytes) -> tuple[dict[str, Any], bytes]:
     """(the header as parsed JSON, the module's bytes); CorruptObject for anything that
     is not a native module payload of a format this client reads. Never raises
     anything else, whatever the bytes."""
-    start = len(MAGIC) + _LENGTH.size
-    if not payload.startswith(MAGIC) or len(payload) < start:
-        raise CorruptObject("not a native module")
-    version, length = _LENGTH.unpack_from(payload, len(MAGIC))
-    if version != FORMAT_VERSION:
-        raise CorruptObject(
-            f"native module format {version}; this artifactstore reads {FORMAT_VERSION} "
-            "(upgrade artifactstore)"
-        )
-    if length > MAX_HEADER_BYTES or start + length > len(payload):
-        raise CorruptObject("native module header truncated or oversized")
-    try:
-        header = load_record(payload[start : start + length], HEADER_DEPTH)
-    except ValueError as exc:
-        raise CorruptObject(f"malformed native module header: {exc}") from exc
+    header, body = split_frame(payload, MAGIC, FORMAT_VERSION, "native module", MAX_HEADER_BYTES)
     if not isinstance(header, dict):
         raise CorruptObject("malformed native module header: not an object")
     for field, kind in REQUIRED.items():
         if not isinstance(header.get(field), kind):
             raise CorruptObject(f"malformed native module header: no valid {field!r}")
-    body = payload[start + length :]
     if not body:
         raise CorruptObject("native module without a module")
     return header, body

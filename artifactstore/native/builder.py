@@ -45,14 +45,13 @@ def build(
     *,
     target: str = "llvm-cpu",
     cpu: str = "generic",
-    seed: int = 0,
-    inputs: Sequence[Any] | None = None,
+    inputs: int | Sequence[Any] = 0,
     rewrite: Callable[[str], str] | None = None,
 ) -> Built:
     """NAME@VERSION built, checked and stored for `target` and `cpu` (`generic`,
     `host`, or features such as `+avx2,+fma`, which this host must have: the check runs
-    the module here). `inputs`: the check's inputs (flat, in the module's order: real
-    data the function will see), instead of ones generated from `seed`. `rewrite`: a
+    the module here). `inputs`: the check's inputs: a seed to generate them from, or
+    the arrays (flat, in the module's order: real data the function will see). `rewrite`: a
     test seam, applied to the StableHLO text before IREE compiles it (so that a test
     can make a module that really disagrees)."""
     from artifactstore.named.api import load as load_named
@@ -77,7 +76,7 @@ def build(
     text = lower.stablehlo(source.header, source.body)
     lower.refuse_unsupported(text, source.header)
     vmfb, secs = lower.compile_module(rewrite(text) if rewrite else text, target, chosen)
-    rows = _check(source.header, xla, Module(vmfb), inputs if inputs is not None else seed)
+    rows = _check(source.header, xla, Module(vmfb), inputs)
     convention = _convention(wanted, source, chosen, rows)
     key, _ = wanted.key(source.stablehlo, chosen)
     put = Put(
@@ -122,18 +121,10 @@ def _check(
 def _convention(
     wanted: fetch.Wanted, source: fetch.Portable, cpu: Cpu, rows: list[dict[str, Any]]
 ) -> Convention:
+    header = source.header
+    where = (source.stablehlo, wanted.target, cpu.kind, cpu.arch, cpu.features, wanted.compiler)
     return Convention(
-        name=wanted.name,
-        version=wanted.version,
-        inputs=source.header.inputs,
-        outputs=source.header.outputs,
-        stablehlo=source.stablehlo,
-        target=wanted.target,
-        cpu=cpu.kind,
-        cpu_arch=cpu.arch,
-        cpu_features=cpu.features,
-        compiler=wanted.compiler,
-        check=rows,
+        wanted.name, wanted.version, header.inputs, header.outputs, *where, check=rows
     )
 
 
