@@ -139,3 +139,18 @@ def test_cpu_specs() -> None:
     assert native_format.entry_key("a", "1", STABLEHLO, fp.digest) != native_format.entry_key(
         "a", "1", "ef" * 32, fp.digest
     )
+
+
+def test_without_iree_one_line_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from artifactstore.native import iree
+
+    monkeypatch.setitem(sys.modules, "iree.runtime", None)  # as where it is not installed
+    with pytest.raises(iree.NativeUnavailable) as raised:
+        iree.runtime()
+    message = str(raised.value)
+    assert "\n" not in message and "pip install 'artifactstore[native]'" in message
+    monkeypatch.setattr(sys, "version_info", (3, 11, 9))
+    with pytest.raises(iree.NativeUnavailable, match=r"no wheel for Python 3\.11"):
+        iree.runtime()

@@ -25,7 +25,7 @@ def _missing(package: str) -> NativeUnavailable:
     if sys.version_info < (3, 12):
         return NativeUnavailable(
             f"native modules need {package}, which has no wheel for Python "
-            f"{sys.version_info.major}.{sys.version_info.minor} (IREE publishes them for "
+            f"{sys.version_info[0]}.{sys.version_info[1]} (IREE publishes them for "
             f"Python 3.12 and newer): use Python 3.12+ and {INSTALL}"
         )
     return NativeUnavailable(f"native modules need {package}, not installed here: {INSTALL}")
