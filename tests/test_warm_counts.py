@@ -111,15 +111,30 @@ def test_warm_on_another_bucket_fails_and_claims_nothing_present(
     s3_sqlite_env: dict[str, str], tmp_path: Path
 ) -> None:
     """Slow: the issue's measured case. The index is bound to the team's bucket (a warm
-    filled it); ARTSTORE_URL then names another bucket that exists: the write gate
-    refuses every write, and warm must say so and exit 1, claiming nothing present."""
+    filled it); ARTSTORE_URL then names another bucket that exists. warm asks the write
+    gate before it runs anything: one line, exit 1, nothing compiled (measured before:
+    the job ran, compiled everything and stored nothing). Where the command itself points
+    its program elsewhere, the gate refuses in the run: warm says so, exit 1, claiming
+    nothing present."""
     code, first, output = _warm(s3_sqlite_env, tmp_path)
     assert code == 0 and first["added"] > 0, output
     bucket = "artstore-other-" + uuid.uuid4().hex[:8]
     devstack.create_bucket(s3_sqlite_env["AWS_ENDPOINT_URL_S3"], bucket)
     wrong = {**s3_sqlite_env, "ARTSTORE_URL": f"s3://{bucket}/cache"}
 
-    code, report, output = _warm(wrong, tmp_path)
+    for target in (["--", sys.executable, WARM_SCRIPT], ["warm_specs:specializations"]):
+        code, report, output = artstore_warm(*target, env=wrong, tmp_path=tmp_path)
+        assert code == 1 and report == {}, output
+        [line] = output.strip().splitlines()
+        assert "do not belong together" in line and "testing-secret" not in line, line
+        assert line.startswith("artstore: error: object store s3://" + bucket), line
+    assert _stats(s3_sqlite_env)["entries"] == first["added"]  # nothing changed there
+
+    # The command's own ARTSTORE_URL (env, in the command) wins in its program: warm's
+    # store is the team's, the program's the other bucket, and its gate refuses there.
+    url = f"ARTSTORE_URL={wrong['ARTSTORE_URL']}"
+    command = ("--", "env", url, sys.executable, WARM_SCRIPT)
+    code, report, output = artstore_warm(*command, env=s3_sqlite_env, tmp_path=tmp_path)
     assert code == 1, output
     ran = json.loads(output.splitlines()[0])
     assert ran["xla_compiles"] and ran["store"]["store_mismatch"] >= 1  # the gate refused
@@ -132,10 +147,3 @@ def test_warm_on_another_bucket_fails_and_claims_nothing_present(
     assert "0 (loaded from the store, not compiled)" in output
     assert "testing-secret" not in output
     assert _stats(s3_sqlite_env)["entries"] == first["added"]  # nothing changed there
-
-    # The same through MODULE:FUNCTION's workers: each specialization failed, and why.
-    code, specs, output = artstore_warm("warm_specs:specializations", env=wrong, tmp_path=tmp_path)
-    assert code == 1, output
-    assert (specs["added"], specs["present"], specs["failed"]) == (0, 0, 5), output
-    assert specs["not_stored"] == {"write gate": 5}
-    assert all("write gate refused them" in i["error"] for i in specs["items"])
