@@ -147,3 +147,79 @@ def test_warm_on_another_bucket_fails_and_claims_nothing_present(
     assert "0 (loaded from the store, not compiled)" in output
     assert "testing-secret" not in output
     assert _stats(s3_sqlite_env)["entries"] == first["added"]  # nothing changed there
+
+
+def test_warm_names_what_it_found_but_could_not_load(
+    s3_sqlite_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slow: an entry signed by the team's key whose executable JAX cannot load here (a
+    writer's jaxlib bug, say): the warm process compiles it, and the report counts it as
+    found but not loadable and as not stored (`unloadable`: the stored entry stays),
+    exit 1, the fix (`artstore rm KEY`) named; never "present"."""
+    import dataclasses
+
+    import tamper
+
+    from artifactstore import config
+    from artifactstore.formats import codec
+    from artifactstore.store import Store
+
+    code, first, output = _warm(s3_sqlite_env, tmp_path)
+    assert code == 0 and first["added"] > 0, output
+    for name, value in s3_sqlite_env.items():
+        monkeypatch.setenv(name, value)
+    settings = config.resolve({}, s3_sqlite_env)
+    store = Store.open(settings)
+    try:
+        entry = next(iter(store.index.iter_entries()))
+        data = store.blobs.get(entry.digest)
+        meta = codec.read_meta(data or b"")
+        assert data is not None and meta is not None
+        junk = b"no executable of any XLA"
+        forged = codec.encode(
+            junk,
+            entry.fingerprint,
+            dataclasses.replace(meta, key=entry.key, raw_size=len(junk)),
+            signer=settings.signing_key,
+            namespace=settings.namespace,
+        )
+        store.blobs.put(forged.digest, forged.data)
+        tamper.point(
+            store, entry.key, forged.digest, size=len(forged.data), raw_size=forged.raw_size
+        )
+    finally:
+        store.close()
+
+    code, report, output = _warm(s3_sqlite_env, tmp_path)
+    assert code == 1, output
+    assert report["unloadable"] == 1 and report["not_stored"] == {"unloadable": 1}, report
+    assert report["present"] == first["added"] - 1 and report["added"] == 0, report
+    [line] = [p for p in report["problems"] if "compiled but not stored" in p]
+    assert "JAX could not load it here" in line and "artstore rm KEY" in line, line
+    assert "1 (found, JAX could not load them)" in output
+
+
+def test_warm_names_an_upload_that_failed(s3_sqlite_env: dict[str, str], tmp_path: Path) -> None:
+    """Slow: the bucket takes no upload (its PUTs go unanswered; lookups answer): what the
+    program compiled is not stored for `upload`, said with the failure, exit 1."""
+    from faultproxy import FaultProxy
+
+    code, first, output = _warm(s3_sqlite_env, tmp_path)  # binds the pair, fills the store
+    assert code == 0 and first["added"] > 0, output
+    port = int(s3_sqlite_env["AWS_ENDPOINT_URL_S3"].rsplit(":", 1)[1])
+    proxy = FaultProxy(("127.0.0.1", port)).start()
+    try:
+        proxy.set_mode("freeze-writes")
+        env = {**s3_sqlite_env, "AWS_ENDPOINT_URL_S3": proxy.endpoint, "ARTSTORE_TIMEOUT": "2"}
+        command = ("--", sys.executable, WARM_SCRIPT, "--variant", "2")  # a new key
+        code, report, output = artstore_warm(*command, env=env, tmp_path=tmp_path)
+    finally:
+        proxy.stop()
+    assert code == 1, output
+    ran = json.loads(output.splitlines()[0])
+    compiled = len(ran["xla_compiles"])
+    assert compiled >= 1 and report["not_stored"] == {"upload": compiled}, report
+    assert report["added"] == 0, report
+    [line] = [p for p in report["problems"] if "compiled but not stored" in p]
+    assert "their upload failed" in line, line
+    assert "testing-secret" not in output
