@@ -36,6 +36,7 @@ SMOKE: dict[str, tuple[str, list[str]]] = {
     "hit_latency.py": ("--sizes-mb 1", []),
     "named_call.py": ("--leaves 10 --rounds 1 --calls 5", []),
     "named_first_call.py": ("--runs 1", ["diffrax", "equinox", "flax"]),
+    "native_first_result.py": ("--runs 1 --calls 3", ["iree.compiler", "iree.runtime"]),
     "reader_scale.py": (
         "--n 2 --lookups 2 --entries 2 --payload-kb 10 --hold-secs 0.1 --min-free-mb 256",
         [],

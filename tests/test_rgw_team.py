@@ -1,10 +1,11 @@
 """The team set-up end to end on Ceph's RADOS Gateway (issue 49): CI's 'RGW tests' phase.
 
 The same flow the moto tests cover, on a real S3 server over HTTPS, as a team runs one
-(tests/s3servers.py: one RGW per session, `devstack up --s3 rgw`) and the real PostgreSQL: a signing writer stores, read-only
-readers trusting its key load without compiling and write nothing but their hit journals,
-`fold`, `verify`, `pull` into a node's tier that then serves with the store down, `gc`, and
-several writers at once compiling each key once under leases.
+(tests/s3servers.py: one RGW per session, `devstack up --s3 rgw`), and the real PostgreSQL:
+a signing writer stores, read-only readers trusting its key load without compiling and
+write nothing but their hit journals, `fold`, `verify`, `pull` into a node's tier that then
+serves with the store down, `gc`, and several writers at once compiling each key once
+under leases.
 """
 
 from __future__ import annotations

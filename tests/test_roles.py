@@ -472,3 +472,27 @@ def test_s3_namespace_policy_misses_are_misses_not_failures() -> None:
     other._client = fake
     with pytest.raises(StoreUnavailable, match="access denied"):
         other.check()  # another namespace's prefix may not even be listed
+
+
+def test_warm_through_a_login_that_may_not_write_names_the_role(
+    roles_db: RolesDb, open_store: Any, blobs_dir: Path, tmp_path: Path
+) -> None:
+    """Slow: `artstore warm` with the reader's login (and not read-only, as a CI job with
+    the wrong secret): the pair is bound, so the gate lets it run; the index refuses each
+    entry's row, and warm says they were not stored for the role, exit 1."""
+    import sys
+
+    from conftest import PROGRAMS, artstore_warm
+
+    ns = roles_db.ns_a
+    open_store(roles_db.url("writer"), ns).require_bound()  # as the team's first writer did
+    env = clean_env(ARTSTORE_URL=str(blobs_dir), ARTSTORE_INDEX=roles_db.url("reader"),
+                    ARTSTORE_NAMESPACE=ns, ARTSTORE_LOCAL_TIER="off")  # fmt: skip
+    command = ("--", sys.executable, str(PROGRAMS / "warm_script.py"), "--variant", "3")
+    code, report, output = artstore_warm(*command, env=env, tmp_path=tmp_path)
+    assert code == 1, output
+    ran = json.loads(output.splitlines()[0])
+    compiled = len(ran["xla_compiles"])
+    assert compiled >= 1 and report["not_stored"] == {"role": compiled}, report
+    [line] = [p for p in report["problems"] if "compiled but not stored" in p]
+    assert "the writer's role may not write them" in line, line

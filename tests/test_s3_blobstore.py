@@ -367,3 +367,43 @@ def test_rejected_credentials_message(store: S3BlobStore) -> None:
     assert "check AWS_ACCESS_KEY_ID (the credentials come from the environment)" in message
     assert_no_secret(message)
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def _lose_first_answer(store: S3BlobStore) -> list[int]:
+    """The client retries a put that the server carried out, as after a read timeout:
+    the first answer to each PutObject is dropped. The statuses dropped, in order."""
+    dropped: list[int] = []
+
+    def retry_once(attempts: int, response: Any = None, **_: Any) -> float | None:
+        if attempts == 1 and response is not None:
+            dropped.append(response[0].status_code)
+            return 0.0
+        return None
+
+    store.client.meta.events.register_first("needs-retry.s3.PutObject", retry_once)
+    return dropped
+
+
+@pytest.mark.parametrize("what", ["identity", "removal record"])
+def test_a_create_whose_answer_was_lost_is_still_its_own(moto: str, bucket: str, what: str) -> None:
+    """If-None-Match's retried attempt meets the object its first attempt created: that
+    is this writer's creation, not another's (measured before: False, so the identity's
+    first writer waited for another that never was and its index stayed unbound)."""
+    from artifactstore.formats.named import removed_name
+    from artifactstore.store.removed import REMOVED
+
+    mine, other = make_store(moto, bucket), make_store(moto, bucket)
+    if what == "identity":
+        create = lambda s, data: s.put_identity(data)  # noqa: E731
+    else:
+        name = removed_name("train/step", "1")
+        create = lambda s, data: s.create_record(REMOVED, name, data)  # noqa: E731
+    dropped = _lose_first_answer(mine)
+    assert create(mine, b'{"id": "mine"}') is True
+    assert dropped == [200]  # the first attempt created it; its answer was dropped
+    assert create(other, b'{"id": "other"}') is False  # then it is there: another's
+    # `other` has not seen its server refuse a create yet, so it looked first and put nothing
+    # (s3create.py); once it has, it puts, and its retried put meets mine: not its own.
+    assert other.create_record(REMOVED, removed_name("learns/its-server", "1"), b"{}")
+    lost = _lose_first_answer(other)
+    assert create(other, b'{"id": "other"}') is False and lost == [412]  # retried: not its own

@@ -111,15 +111,30 @@ def test_warm_on_another_bucket_fails_and_claims_nothing_present(
     s3_sqlite_env: dict[str, str], tmp_path: Path
 ) -> None:
     """Slow: the issue's measured case. The index is bound to the team's bucket (a warm
-    filled it); ARTSTORE_URL then names another bucket that exists: the write gate
-    refuses every write, and warm must say so and exit 1, claiming nothing present."""
+    filled it); ARTSTORE_URL then names another bucket that exists. warm asks the write
+    gate before it runs anything: one line, exit 1, nothing compiled (measured before:
+    the job ran, compiled everything and stored nothing). Where the command itself points
+    its program elsewhere, the gate refuses in the run: warm says so, exit 1, claiming
+    nothing present."""
     code, first, output = _warm(s3_sqlite_env, tmp_path)
     assert code == 0 and first["added"] > 0, output
     bucket = "artstore-other-" + uuid.uuid4().hex[:8]
     devstack.create_bucket(s3_sqlite_env["AWS_ENDPOINT_URL_S3"], bucket)
     wrong = {**s3_sqlite_env, "ARTSTORE_URL": f"s3://{bucket}/cache"}
 
-    code, report, output = _warm(wrong, tmp_path)
+    for target in (["--", sys.executable, WARM_SCRIPT], ["warm_specs:specializations"]):
+        code, report, output = artstore_warm(*target, env=wrong, tmp_path=tmp_path)
+        assert code == 1 and report == {}, output
+        [line] = output.strip().splitlines()
+        assert "do not belong together" in line and "testing-secret" not in line, line
+        assert line.startswith("artstore: error: object store s3://" + bucket), line
+    assert _stats(s3_sqlite_env)["entries"] == first["added"]  # nothing changed there
+
+    # The command's own ARTSTORE_URL (env, in the command) wins in its program: warm's
+    # store is the team's, the program's the other bucket, and its gate refuses there.
+    url = f"ARTSTORE_URL={wrong['ARTSTORE_URL']}"
+    command = ("--", "env", url, sys.executable, WARM_SCRIPT)
+    code, report, output = artstore_warm(*command, env=s3_sqlite_env, tmp_path=tmp_path)
     assert code == 1, output
     ran = json.loads(output.splitlines()[0])
     assert ran["xla_compiles"] and ran["store"]["store_mismatch"] >= 1  # the gate refused
@@ -133,9 +148,78 @@ def test_warm_on_another_bucket_fails_and_claims_nothing_present(
     assert "testing-secret" not in output
     assert _stats(s3_sqlite_env)["entries"] == first["added"]  # nothing changed there
 
-    # The same through MODULE:FUNCTION's workers: each specialization failed, and why.
-    code, specs, output = artstore_warm("warm_specs:specializations", env=wrong, tmp_path=tmp_path)
+
+def test_warm_names_what_it_found_but_could_not_load(
+    s3_sqlite_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slow: an entry signed by the team's key whose executable JAX cannot load here (a
+    writer's jaxlib bug, say): the warm process compiles it, and the report counts it as
+    found but not loadable and as not stored (`unloadable`: the stored entry stays),
+    exit 1, the fix (`artstore rm KEY`) named; never "present"."""
+    import dataclasses
+
+    import tamper
+
+    from artifactstore import config
+    from artifactstore.formats import codec
+    from artifactstore.store import Store
+
+    code, first, output = _warm(s3_sqlite_env, tmp_path)
+    assert code == 0 and first["added"] > 0, output
+    for name, value in s3_sqlite_env.items():
+        monkeypatch.setenv(name, value)
+    settings = config.resolve({}, s3_sqlite_env)
+    store = Store.open(settings)
+    try:
+        entry = next(iter(store.index.iter_entries()))
+        data = store.blobs.get(entry.digest)
+        meta = codec.read_meta(data or b"")
+        assert data is not None and meta is not None
+        junk = b"no executable of any XLA"
+        forged = codec.encode(
+            junk,
+            entry.fingerprint,
+            dataclasses.replace(meta, key=entry.key, raw_size=len(junk)),
+            signer=settings.signing_key,
+            namespace=settings.namespace,
+        )
+        store.blobs.put(forged.digest, forged.data)
+        tamper.point(
+            store, entry.key, forged.digest, size=len(forged.data), raw_size=forged.raw_size
+        )
+    finally:
+        store.close()
+
+    code, report, output = _warm(s3_sqlite_env, tmp_path)
     assert code == 1, output
-    assert (specs["added"], specs["present"], specs["failed"]) == (0, 0, 5), output
-    assert specs["not_stored"] == {"write gate": 5}
-    assert all("write gate refused them" in i["error"] for i in specs["items"])
+    assert report["unloadable"] == 1 and report["not_stored"] == {"unloadable": 1}, report
+    assert report["present"] == first["added"] - 1 and report["added"] == 0, report
+    [line] = [p for p in report["problems"] if "compiled but not stored" in p]
+    assert "JAX could not load it here" in line and "artstore rm KEY" in line, line
+    assert "1 (found, JAX could not load them)" in output
+
+
+def test_warm_names_an_upload_that_failed(s3_sqlite_env: dict[str, str], tmp_path: Path) -> None:
+    """Slow: the bucket takes no upload (its PUTs go unanswered; lookups answer): what the
+    program compiled is not stored for `upload`, said with the failure, exit 1."""
+    from faultproxy import FaultProxy
+
+    code, first, output = _warm(s3_sqlite_env, tmp_path)  # binds the pair, fills the store
+    assert code == 0 and first["added"] > 0, output
+    port = int(s3_sqlite_env["AWS_ENDPOINT_URL_S3"].rsplit(":", 1)[1])
+    proxy = FaultProxy(("127.0.0.1", port)).start()
+    try:
+        proxy.set_mode("freeze-writes")
+        env = {**s3_sqlite_env, "AWS_ENDPOINT_URL_S3": proxy.endpoint, "ARTSTORE_TIMEOUT": "2"}
+        command = ("--", sys.executable, WARM_SCRIPT, "--variant", "2")  # a new key
+        code, report, output = artstore_warm(*command, env=env, tmp_path=tmp_path)
+    finally:
+        proxy.stop()
+    assert code == 1, output
+    ran = json.loads(output.splitlines()[0])
+    compiled = len(ran["xla_compiles"])
+    assert compiled >= 1 and report["not_stored"] == {"upload": compiled}, report
+    assert report["added"] == 0, report
+    [line] = [p for p in report["problems"] if "compiled but not stored" in p]
+    assert "their upload failed" in line, line
+    assert "testing-secret" not in output

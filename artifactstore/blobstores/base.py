@@ -181,6 +181,12 @@ UNTRUSTED_KINDS: tuple[UntrustedKind, ...] = (
         1024,
     ),
     UntrustedKind(
+        "native module",
+        "a verified object's payload (entries of platform iree-*)",
+        "artifactstore.formats.native:unframe",
+        None,
+    ),
+    UntrustedKind(
         "torch-xla file",
         "a verified object's payload, placed in torch-xla's cache directory",
         "artifactstore.formats.torchxla:unframe",

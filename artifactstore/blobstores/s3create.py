@@ -13,11 +13,14 @@ refuses the header or ignores it is named once, in one warning line, and from th
 store creates by look-then-write, a create counting as its own only when the bytes read
 back are the ones it wrote. A race of two first writers is then possible; the index's one
 store id per namespace settles it, and a writer whose identity lost refuses to write
-(saying so).
+(saying so). A 412 tells too that the server honours the condition; and a 412 may answer
+a retry whose first attempt's answer was lost (a read timeout under load): its object is
+then this writer's own bytes (a random id, a signed record), so the bytes decide.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -56,7 +59,8 @@ class CreateOnce:
             except Exception as exc:
                 code = error_code(exc)
                 if code in CREATED_ELSEWHERE:
-                    return False
+                    self.honoured = True
+                    return self._own(read, data)
                 if code not in NOT_SUPPORTED:
                     raise
                 self._degrade(f"answered {code} to it")
@@ -76,6 +80,13 @@ class CreateOnce:
                 raise
             self.honoured = True
             return True
+        return False
+
+    @staticmethod
+    def _own(read: Read, data: bytes) -> bool:
+        """Whether the object there holds `data` (unread: another's, as the server said)."""
+        with contextlib.suppress(Exception):
+            return read() == data
         return False
 
     def _look_then_write(self, put: Put, read: Read, data: bytes) -> bool:

@@ -37,21 +37,29 @@ def frame(header: dict[str, Any], body: bytes) -> bytes:
 def unframe(payload: bytes) -> tuple[Any, bytes]:
     """(the header as parsed JSON, body); CorruptObject for anything that is not a named
     payload of a format this client reads (a newer format says so, not a later failure)."""
-    start = len(MAGIC) + _LENGTH.size
-    if not payload.startswith(MAGIC) or len(payload) < start:
-        raise CorruptObject("not a named executable")
-    version, length = _LENGTH.unpack_from(payload, len(MAGIC))
-    if version != FORMAT_VERSION:
+    return split_frame(payload, MAGIC, FORMAT_VERSION, "named executable")
+
+
+def split_frame(
+    payload: bytes, magic: bytes, format_version: int, what: str, max_header: int = 1 << 24
+) -> tuple[Any, bytes]:
+    """(header as parsed JSON, body) of a payload framed as `frame` frames one, with
+    `magic` (named executables', native modules'); CorruptObject naming `what` else."""
+    start = len(magic) + _LENGTH.size
+    if not payload.startswith(magic) or len(payload) < start:
+        raise CorruptObject(f"not a {what}")
+    version, length = _LENGTH.unpack_from(payload, len(magic))
+    if version != format_version:
         raise CorruptObject(
-            f"named executable format {version}; this artifactstore reads {FORMAT_VERSION} "
+            f"{what} format {version}; this artifactstore reads {format_version} "
             "(upgrade artifactstore)"
         )
-    if start + length > len(payload):
-        raise CorruptObject("named executable header truncated")
+    if length > max_header or start + length > len(payload):
+        raise CorruptObject(f"{what} header truncated")
     try:  # nested at most HEADER_DEPTH levels, checked before parsing (no RecursionError)
         header = load_record(payload[start : start + length], HEADER_DEPTH)
     except ValueError as exc:
-        raise CorruptObject(f"malformed named executable header: {exc}") from exc
+        raise CorruptObject(f"malformed {what} header: {exc}") from exc
     return header, payload[start + length :]
 
 

@@ -82,7 +82,10 @@ class Pair(Protocol):
 SAMPLE = 32  # newest entries whose objects decide whether an unbound pair is one store
 FORCE_SAMPLE = 100  # newest entries counted before `bind --force`
 BOUND, UNBOUND, MISMATCH = "bound", "not yet bound", "MISMATCH"
-CLAIM_WAIT_SECS = 2.0  # for the index row that follows another first writer's identity object
+# For the index row that follows another first writer's identity object: that writer's
+# put may have been retried (its answer lost) within the default ARTSTORE_TIMEOUT before
+# its index write; only an index bound to no store, in front of another's bucket, waits.
+CLAIM_WAIT_SECS = 10.0
 FIX = (
     "check ARTSTORE_URL, ARTSTORE_INDEX and the namespace; if they are one store, "
     "`artstore db bind --force` binds them"

@@ -2,8 +2,8 @@
 
 Why one: every level that hands stored bytes on (this host's tier, the store's read
 path, `artstore import`, `export` and `pull`, `artstore sign`) and every entry kind
-(JAX executables, torch-xla cache files, named payloads) reaches its payload here, so
-a check added once (a new signature rule, a new kind) holds on every path. The
+(JAX executables, torch-xla cache files, named payloads, native modules) reaches its
+payload here, so a check added once (a new signature rule, a new kind) holds on every path. The
 levels decide only what a `Refusal` costs them (a miss, a quarantine, a count, a log
 line); none checks bytes itself (tests/test_layers.py keeps `codec.decode` and
 `codec.decode_entry` here).
@@ -13,7 +13,9 @@ the digest and any signature), not asked of the caller: a load ahead asks for na
 entries as it asks for executables, and a kind the object claims must hold whoever
 asks. Each kind's payload is then checked as that kind: a torch-xla file must carry
 a name that yields the entry's key (`formats.torchxla.unframe`), a named payload
-must be framed as one.
+must be framed as one, and a native module (an IREE module of a named version) must
+be framed as one with a legible calling convention (`formats.native.unframe`), so
+that no payload that does not parse reaches IREE on any path.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from typing import TYPE_CHECKING
 from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.formats import codec, torchxla
 from artifactstore.formats import named as named_format
+from artifactstore.formats import native as native_format
 
 if TYPE_CHECKING:
     from artifactstore.formats.signing import TrustedKeys
 
-EXECUTABLE, TORCH_XLA, NAMED = "executable", "torch-xla", "named"
+EXECUTABLE, TORCH_XLA, NAMED, NATIVE = "executable", "torch-xla", "named", "native"
 
 # Why bytes were refused; the levels count and log them under these names.
 SIGNATURE_REASONS = ("unsigned", "untrusted_key", "bad_signature", "secret_key_listed")
@@ -145,6 +148,12 @@ def _of_kind(
             return _refuse("malformed", f"object {expected.digest[:12]}: {exc}")
         return Verified(payload, TORCH_XLA, meta)
     if module.startswith(named_format.MODULE_PREFIX):
+        if payload.startswith(native_format.MAGIC):
+            try:
+                native_format.unframe(payload)
+            except CorruptObject as exc:
+                return _refuse("malformed", f"object {expected.digest[:12]}: {exc}")
+            return Verified(payload, NATIVE, meta)
         if not payload.startswith(named_format.MAGIC):
             return _refuse("malformed", f"object {expected.digest[:12]} is no named executable")
         return Verified(payload, NAMED, meta)

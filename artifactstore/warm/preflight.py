@@ -33,11 +33,15 @@ def child_env(overrides: dict[str, Any]) -> dict[str, str]:
 
 
 def check_store(settings: _config.Settings) -> str:
-    """Open the store once before running anything: fail in seconds, not after the job."""
+    """Open the store once before running anything, and ask whether its object store and
+    index are one store (binding a pristine pair, as warm's first write would): a job
+    whose every write the gate would refuse fails in seconds with the gate's one line
+    (StoreMismatch), not after compiling everything for nothing."""
     from artifactstore.store import Store
 
     store = Store.open(settings)
     try:
+        store.require_bound()
         return store.describe()
     finally:
         store.close()

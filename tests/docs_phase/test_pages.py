@@ -37,6 +37,9 @@ PAGES = (
 )
 # Pages with shell blocks that another phase runs, and why (a page in neither fails below).
 ELSEWHERE = {
+    "docs/native.md": "its installs (the native extra, IREE: 100 MB) and commands are what "
+    "tests/test_native.py runs on CI's venvs with that extra (build, get, iree-run-module, "
+    "native.load); add it to PAGES once its blocks carry docs-test comments",
     "docs/pytorch.md": "its installs (the torch extras) are CI's torch phase's; add it to "
     "PAGES once its blocks carry docs-test comments and that phase builds no venv of its own",
 }

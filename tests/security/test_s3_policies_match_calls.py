@@ -355,7 +355,7 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     recorder.current = "writer"
     raw.delete_object(Bucket=bucket, Key=f"{prefix}/{NS}/identity")
     assert _s3(writer).put_identity(b"junk")  # create-only: allowed where none is
-    assert not _s3(writer).put_identity(b"junk")  # never replaced
+    assert not _s3(writer).put_identity(b"other junk")  # never replaced
     recorder.current = "gc"
     pair = (operator.blobs, operator.engine, NS, env["ARTSTORE_INDEX"])
     assert identity.bind(*pair, force=True, replace=True).ok
