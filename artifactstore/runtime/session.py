@@ -27,7 +27,7 @@ from artifactstore.process.counters import Counters
 from artifactstore.process.lanes import Lane
 from artifactstore.process.notices import warn_once
 from artifactstore.runtime import hitreport
-from artifactstore.runtime.sources import StoreSource, TierSource
+from artifactstore.runtime.sources import LEVELS
 from artifactstore.runtime.workingset import WorkingSets
 from artifactstore.store.chain import Chain, Found, Request
 from artifactstore.store.tier import LocalTier
@@ -87,8 +87,8 @@ class Session:
         self._fold_timer: Timer | None = None
         self.quota: QuotaPass | None = None
         self.metrics = _metrics(settings, self)
-        # Loaded ahead (added by jaxhook.prefetch), this host's tier, the store.
-        self.chain = Chain([TierSource(self), StoreSource(self)])
+        # Loaded ahead (added by jaxhook.prefetch), this host's tier, quick keys, the store.
+        self.chain = Chain([level(self) for level in LEVELS])
 
     @property
     def active(self) -> bool:
