@@ -16,6 +16,7 @@ single-flight compile leases (`flight`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from sqlalchemy import Engine
 
@@ -49,7 +50,27 @@ from artifactstore.store.uploads import Uploads
 from artifactstore.store.verify import Refusal, Verified
 from artifactstore.store.write import WritePath
 
-__all__ = ["Hit", "Store"]
+__all__ = ["Hit", "Recorder", "Store"]
+
+
+class Recorder(Protocol):
+    """Told what a store does with each executable as it happens (`artstore warm`'s
+    report: warm.child), through `Store.record`, so that the store's methods stay its
+    own (never replaced on an instance)."""
+
+    def counted(self, key: str, outcome: Hit | Found | Missed) -> None:
+        """A lookup's hit or miss, counted now that the program uses it."""
+
+    def put(self, put: Put, store: Callable[[Put], bool]) -> bool:
+        """Store `put` with `store` (the store's own put), recording how it went."""
+
+    def submit(
+        self, put: Put, then: Callable[[bool], None] | None, store: Callable[[Put], bool]
+    ) -> None:
+        """A put the program queued, made here instead: `store` (the recorded put)."""
+
+    def below_threshold(self, key: str, fingerprint: str, compile_secs: float) -> None:
+        """`key` compiled under ARTSTORE_MIN_COMPILE_SECS: not stored."""
 
 
 class Store:
@@ -82,6 +103,7 @@ class Store:
         # layers above subscribe here (the opt-in quota pass).
         self.on_stored: list[Callable[[], None]] = self.writes.on_stored
         self._flight: SingleFlight | bool | None = False  # False: not decided yet
+        self._recorder: Recorder | None = None  # see `record`
 
     # -- the backends, shared by every part ----------------------------------
     @property
@@ -268,6 +290,16 @@ class Store:
     def count(self, key: str, fingerprint_digest: str, outcome: Hit | Found | Missed) -> None:
         """Count the hit or miss `peek` returned, now that the program uses it."""
         self.reads.count(key, fingerprint_digest, outcome)
+        if self._recorder is not None:
+            self._recorder.counted(key, outcome)
+
+    def record(self, recorder: Recorder) -> None:
+        """Tell `recorder` of each counted lookup, put and compile under the threshold:
+        a warming process (warm.child), whose compiles count as `warm_compiles`, not
+        misses, and whose queued puts are made at once (storing is the point there, so a
+        compile returns once its entry is stored; a process killed later loses nothing)."""
+        self.accounts.warming = True
+        self._recorder = recorder
 
     def fetch_object(self, entry: EntryInfo | Manifest) -> bytes | None:
         """`entry`'s object as stored, unverified, or None if gone (see ReadPath.fetch_object)."""
@@ -306,6 +338,8 @@ class Store:
         that it is quick, in the background (a pulled node then never looks it up)."""
         if self.accounts.compiled_below_threshold(key, fingerprint) and not self.read_only:
             self.uploads.submit_quick(key, fingerprint, compile_secs)
+        if self._recorder is not None:
+            self._recorder.below_threshold(key, fingerprint, compile_secs)
 
     def fold_tier_journals(self) -> None:
         """Count hits that processes served from this host's tier, so LRU sees them."""
@@ -328,6 +362,8 @@ class Store:
         stores a fresh one (same checks, row, manifest and tier), byte for byte, never
         re-encoded, so its signature stays the writer's (bundles imported from another
         store): the caller has verified it against its key and fingerprint (`verify`)."""
+        if self._recorder is not None:
+            return self._recorder.put(put, self.writes.put)
         return self.writes.put(put)
 
     def publish(self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None) -> bool:
@@ -375,6 +411,9 @@ class Store:
 
         `then`: called on the writer with whether the entry is now published (stored
         by this or another process), however the put ended."""
+        if self._recorder is not None and not self.read_only:
+            self._recorder.submit(put, then, self.put)
+            return
         self.uploads.submit(put, then)
 
     def flush(self, timeout: float | None = None) -> bool:
