@@ -35,7 +35,7 @@ class Level:
         if self.answer == "raise":
             raise OSError(f"{self.name} is down")
         if self.answer == "hit":
-            return Found(self, entry=self.name, payload=self.name.encode())
+            return Found(entry=self.name, payload=self.name.encode())
         return self.answer  # type: ignore[no-any-return]
 
     def count(self, request: Request, outcome: Found | Missed) -> None:

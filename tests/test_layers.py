@@ -474,7 +474,7 @@ def test_record_decoders_live_in_formats() -> None:
 # The lookup chain's own modules: the chain, its tier and store levels, and the Store
 # whose `get` is its read path's.
 CHAIN = {"artifactstore.store.chain", "artifactstore.runtime.sources", "artifactstore.store.facade"}
-FETCHES = {"get", "peek"}  # a tier's or a store's verified fetch of an executable
+FETCHES = {"get", "peek", "look"}  # a tier's or a store's verified fetch of an executable
 FETCHERS = ("tier", "store", "reads")  # what such a receiver is called (`session.tier`, `_store`)
 
 

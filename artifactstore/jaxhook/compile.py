@@ -293,7 +293,7 @@ def _compile_then_store(
     if store is None and not session.can_keep_locally():
         return executable, False
     if store is not None and settings.read_only:
-        store.counters.add("skipped_read_only")
+        store.parts.counters.add("skipped_read_only")
         return executable, False
     try:
         put = _put(request, executable, compile_secs)
@@ -302,7 +302,7 @@ def _compile_then_store(
             prefetch.note(session, request)
             return executable, False
         then = (lambda published: held.release(stored=published)) if held else None
-        store.submit_put(put, then=then)
+        store.submit(put, then=then)
         prefetch.note(session, request)
         return executable, held is not None
     except Exception as exc:

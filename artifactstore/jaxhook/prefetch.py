@@ -257,7 +257,7 @@ class Prefetcher:
             self._count("prefetch_refused")
             return None
         value = executable if request.kind == "jit" else (item.header, executable)
-        return Found(self, item.found.entry, value=value, origin=item.found)
+        return Found(item.found.entry, value=value, origin=item.found, source=self)
 
     def count(self, request: Request, outcome: Found | Missed) -> None:
         """The tier or store hit it was peeked as, counted as the chain counts them."""

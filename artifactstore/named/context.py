@@ -134,7 +134,7 @@ class Context:
             warn_once("named-put", "no store: %s built but not stored", put.module_name)
             return
         if session.settings.read_only:
-            store.counters.add("skipped_read_only")
+            store.parts.counters.add("skipped_read_only")
             return
         name, version = keys.parse_module_name(put.module_name) or ("", "")
 
@@ -163,7 +163,7 @@ class Context:
             return
         if gone is not None:  # this process runs what it built; the store keeps nothing
             self.gone.add((name, version))
-            store.counters.add("named_removed_not_stored")
+            store.parts.counters.add("named_removed_not_stored")
             warn_once("named-removed-put", "%s; %s", gone, IMMUTABLE)
 
     def store_native(self, built: Built) -> None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from artifactstore.config import Settings
     from artifactstore.process.counters import Counters
     from artifactstore.store import Store
-    from artifactstore.store.tier import LocalTier, TierHit
+    from artifactstore.store.tier import LocalTier
 
 log = logging.getLogger("artifactstore")
 T = TypeVar("T")
@@ -54,8 +54,7 @@ class TierSource:
         self.session = session
 
     def peek(self, request: Request) -> Found | None:
-        hit = _peek_tier(self.session.tier, request)
-        return None if hit is None else Found(self, hit.entry, hit.payload)
+        return _peek_tier(self.session.tier, request)
 
     def count(self, request: Request, outcome: Found | Missed) -> None:
         """A tier hit, and an access for LRU (journaled, folded into the index later)."""
@@ -84,7 +83,8 @@ class QuickSource:
     def peek(self, request: Request) -> Found | Missed | None:
         hit = _peek_tier(self.session.quick_tier, request)
         if hit is not None:
-            return Found(self, hit.entry, hit.payload, below_threshold=True)
+            hit.below_threshold = True
+            return hit
         return Missed("quick", final=True) if self.known_quick(request.key) else None
 
     def known_quick(self, key: str) -> bool:
@@ -108,7 +108,7 @@ class QuickSource:
         return not self.known_quick(request.key)
 
 
-def _peek_tier(tier: LocalTier | None, request: Request) -> TierHit | None:
+def _peek_tier(tier: LocalTier | None, request: Request) -> Found | None:
     if tier is None:
         return None
     try:
@@ -141,7 +141,7 @@ class StoreSource:
             return None
         try:
             outcome = session.bounded(
-                lambda: store.peek(request.key, request.fingerprint, callbacks=request.callbacks)
+                lambda: store.look(request.key, request.fingerprint, callbacks=request.callbacks)
             )
         except ObjectUnreadable as exc:  # a miss for that object: said once per process
             warn_once("object unreadable", "%s", one_line(exc))
@@ -151,11 +151,10 @@ class StoreSource:
             request.notes.append(f"the store did not answer ({one_line(exc)})")
             return None
         if isinstance(outcome, Missed):
-            reason = store.refused(request.key)
+            reason = store.parts.reads.refused.get(request.key)
             if reason:
                 request.notes.append(f"refused: {reason}")
-            return outcome
-        return Found(self, outcome.entry, outcome.payload)
+        return outcome
 
     def count(self, request: Request, outcome: Found | Missed) -> None:
         if request.store is not None:  # the store `peek` asked
@@ -167,7 +166,7 @@ class StoreSource:
         self.count(request, found)
         store = request.store
         if store is not None:
-            store.counters.add("load_errors")
+            store.parts.counters.add("load_errors")
         warn_once("load", "stored executable did not load (%s); compiling", one_line(exc))
         return False
 

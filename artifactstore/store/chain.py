@@ -46,12 +46,13 @@ class Request:
 
 @dataclass
 class Found:
-    """A verified hit: what it came from and what it is counted with."""
+    """A verified hit, whichever level found it (a tier, the store, the chain): what
+    led to it and what it is counted with. The one result of a lookup, with `Missed`."""
 
-    source: Source
     entry: Any  # the manifest, index row or tier entry that led to the object
     payload: bytes | None = None  # verified bytes; None when the source hands `value` itself
     value: Any = None  # the loaded executable (the caller's `load`, or a source's own)
+    source: Source | None = None  # the chain's level that found it (set as it is asked)
     started: float = 0.0  # when the source was asked (load times are measured from here)
     origin: Found | None = None  # a load ahead: the tier or store hit it was peeked as
     request: Request | None = None  # what it was found for (its count needs it)
@@ -149,7 +150,7 @@ class Chain:
     @staticmethod
     def claim(found: Found) -> None:
         """Count `found`, got by `peek`, now that the program uses it."""
-        if found.request is not None:
+        if found.request is not None and found.source is not None:
             found.source.count(found.request, found)
 
     def _walk(
@@ -167,5 +168,5 @@ class Chain:
             if outcome is None:
                 continue
             if isinstance(outcome, Found):
-                outcome.started, outcome.request = started, request
+                outcome.started, outcome.request, outcome.source = started, request, source
             yield source, outcome

@@ -106,7 +106,7 @@ class Recorder:
         if entry is None:
             return
         if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
-            entry = self.store.lookup(key) or entry
+            entry = self.store.parts.index.lookup(key) or entry
         item = _item(key, entry.module_name, entry.compile_secs)
         if getattr(outcome, "unloadable", False):  # counted a hit, but compiled here
             with self.lock:
@@ -119,10 +119,10 @@ class Recorder:
         """`one` stored with `store_put`: `added`, `concurrent` or `not_stored` and why."""
         store, key = self.store, one.key
         item = _item(key, one.module_name, one.compile_secs)
-        before = store.counters.snapshot().get("bytes_uploaded", 0)
+        before = store.parts.counters.snapshot().get("bytes_uploaded", 0)
         try:
             created = bool(store_put(one))
-            refused = store.refused(key) if not created else None
+            refused = store.parts.reads.refused.get(key) if not created else None
             if refused is not None:
                 # Present, but not what readers that trust these keys load.
                 raise ArtstoreError(
@@ -135,7 +135,7 @@ class Recorder:
             event = {**item, "why": why, "error": one_line(exc)}
             self._note("not_stored", event, one.fingerprint)
             raise
-        item["bytes"] = store.counters.snapshot().get("bytes_uploaded", 0) - before
+        item["bytes"] = store.parts.counters.snapshot().get("bytes_uploaded", 0) - before
         if created:
             self._note("added", item, one.fingerprint)
             return True
@@ -146,7 +146,7 @@ class Recorder:
             self._note("not_stored", {**item, "why": reason}, one.fingerprint)
         return False
 
-    def below_threshold(self, key: str, fingerprint: str, compile_secs: float) -> None:
+    def compiled_below_threshold(self, key: str, fingerprint: str, compile_secs: float) -> None:
         self._note("not_stored", {**_item(key, "", compile_secs), "why": "threshold"}, fingerprint)
 
     def submit(
@@ -158,7 +158,7 @@ class Recorder:
             store_put(one)
             published = True
         except Exception as exc:  # as the background writer would: count, say once
-            self.store.counters.add("put_errors")
+            self.store.parts.counters.add("put_errors")
             log.warning("artifactstore: could not store %s: %s", one.module_name, one_line(exc))
         finally:
             if then is not None:  # a compile lease waits for this put (singleflight)
@@ -167,7 +167,7 @@ class Recorder:
 
 def refused_here(store: Any, key: str) -> bool:
     """Whether this process refused `key`'s stored entry for its signature."""
-    return store.refused(key) is not None
+    return store.parts.reads.refused.get(key) is not None
 
 
 def _item(key: str, module: str, compile_secs: float) -> dict[str, Any]:
@@ -188,11 +188,11 @@ def not_stored_why(exc: BaseException) -> str:
 def _why_not_created(store: Any, key: str, unloadable: set[str]) -> str | None:
     """Why a put that raised nothing created no entry, or None where the key is stored
     (by another process, between this one's lookup and its put)."""
-    if store.writes_refused:
+    if store.parts.writes.gate.refused:
         return "write gate"
-    if store.read_only:
+    if store.parts.read_only:
         return "read-only"
-    if store.writes_unsigned:
+    if not store.parts.writes.signs:
         return "unsigned"
     if key in unloadable:  # the stored entry stays, and it does not load here
         return "unloadable"
@@ -217,7 +217,7 @@ def configure_for_warming(journal: Path | None = None) -> Recorder | None:
 
 def flush_secs() -> float:
     store = _ji.active_store()
-    return store.settings.flush_secs if store is not None else WARM_FLUSH_SECS
+    return store.parts.settings.flush_secs if store is not None else WARM_FLUSH_SECS
 
 
 def activate() -> None:

@@ -38,7 +38,7 @@ def check_store(settings: _config.Settings) -> str:
 
     store = Store.open(settings)
     try:
-        return store.describe()
+        return store.parts.describe()
     finally:
         store.close()
 

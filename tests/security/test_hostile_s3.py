@@ -95,17 +95,17 @@ def test_hostile_manifests_in_s3_never_make_a_wrong_load(
     @example(hostile.DEEP)
     def run(data: bytes) -> None:
         bucket.put(f"keys/{KEY}", data)
-        counts = reader.counters.snapshot()
+        counts = reader.parts.counters.snapshot()
         hit = reader.get(KEY, FP.digest, callbacks=0)
         assert hit is None or hit.payload == PAYLOADS[KEY]
         if data == forged:  # refused for its signature, and counted so
             assert hit is None
-            after = reader.counters.snapshot()
+            after = reader.parts.counters.snapshot()
             assert after.get("unsigned", 0) == counts.get("unsigned", 0) + 1
         try:
             Manifest.decode(data, KEY)
         except CorruptObject:
-            after = reader.counters.snapshot()
+            after = reader.parts.counters.snapshot()
             assert after.get("bad_manifest", 0) == counts.get("bad_manifest", 0) + 1
         untouched = reader.get(OTHER, FP.digest, callbacks=0)
         assert untouched is not None and untouched.payload == PAYLOADS[OTHER]
@@ -153,7 +153,9 @@ def test_fold_pull_and_the_identity_check_over_a_hostile_bucket(
             assert WorkingSet.decode(path.read_bytes(), path.name).fingerprint == FP.digest
 
         bucket.put("identity", ident)
-        found = identity.check(writer.blobs, writer.engine, "default", team_env["ARTSTORE_INDEX"])
+        found = identity.check(
+            writer.parts.blobs, writer.parts.engine, "default", team_env["ARTSTORE_INDEX"]
+        )
         if real_id is None or ident != real_id:
             assert found.state != identity.BOUND  # a forged identity binds nothing
         if real_id is not None:

@@ -257,11 +257,11 @@ def _refused(store: Store, data: bytes) -> bool:
     """Whether t/step@1 is refused with `data` as its removal record (each refusal or
     ignored record counted); the entry loads again once the record is gone."""
     record = named.removed_name("t/step", "1")
-    store.blobs.put_record(removed.REMOVED, record, data)
-    before = store.counters.snapshot()
+    store.parts.blobs.put_record(removed.REMOVED, record, data)
+    before = store.parts.counters.snapshot()
     hit = store.get(KEY, FP.digest, callbacks=0)
-    after = store.counters.snapshot()
-    store.blobs.delete_records(removed.REMOVED, [record])
+    after = store.parts.counters.snapshot()
+    store.parts.blobs.delete_records(removed.REMOVED, [record])
     back = store.get(KEY, FP.digest, callbacks=0)
     assert back is not None and back.payload == STORED
     counted = "named_removed" if hit is None else "named_removal_ignored"
