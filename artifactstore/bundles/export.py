@@ -1,7 +1,7 @@
 """`artstore export`: chosen entries of a namespace into one bundle file.
 
 Entries are chosen from the index (in SQL where it can say it), each object is read
-from the object store and verified as a load verifies it (`Store.verify`: digest,
+from the object store and verified as a load verifies it (`ReadPath.verify`: digest,
 envelope, fingerprint, entry key, sizes, signature where trusted keys are set), and
 written to the bundle as stored: never re-encoded, so a signature stays its
 writer's. One object that fails verification refuses the whole bundle: the file is

@@ -7,7 +7,7 @@ Two passes, so that a bundle with any problem leaves the store as it was:
    `manifest.json`); objects are spooled to a private temporary directory (0700),
    hashed on the way. Then the manifest is parsed in full, every listed object must
    be there and nothing else, and each object is checked against its record: size,
-   and `Store.verify` as a load checks it (digest, envelope, fingerprint, entry key,
+   and `ReadPath.verify` as a load checks it (digest, envelope, fingerprint, entry key,
    callback count, sizes, and the signature where ARTSTORE_TRUSTED_KEYS is set).
 2. **Store.** Entries the store holds already are counted and skipped; the others go
    through `Store.put`, the write path of every put (object, index row,

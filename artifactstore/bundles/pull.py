@@ -12,7 +12,7 @@ Per published manifest (a streamed listing; never the whole list in memory):
   here, is present: nothing is fetched (a second pull GETs no object);
 - otherwise its manifest is read; one for another fingerprint (or, given a module
   pattern, another module) is left alone: its object is never fetched;
-- the object is fetched and verified exactly as a hit is (`Store.verify`: digest,
+- the object is fetched and verified exactly as a hit is (`ReadPath.verify`: digest,
   envelope, fingerprint, entry key, sizes, signature where trusted keys are set); a
   refused or corrupt one is counted and never kept;
 - what fits within the tier's bound (ARTSTORE_LOCAL_TIER_SIZE) is kept; an entry that

@@ -2,7 +2,7 @@
 
 For key rotation. A signature vouches that a trusted key's holder stored this
 object, so signing must never launder: only an object whose current signature
-verifies, as a reader verifies it (`Store.verify`, the one verifier: digest,
+verifies, as a reader verifies it (`ReadPath.verify`, the one verifier: digest,
 envelope, fingerprint, entry key, namespace, sizes, signature), under a key this
 process trusts (ARTSTORE_TRUSTED_KEYS) is re-signed, and `signed_by` selects by
 that verified signature, never by the index's signer column (index writers set

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from artifactstore.blobstores.local import write_atomic
 from artifactstore.config import from_environment
@@ -29,6 +29,9 @@ from artifactstore.errors import ArtstoreError, ReadOnlyError, one_line
 from artifactstore.formats.put import Put
 from artifactstore.jaxhook import api as _ji
 from artifactstore.warm import ENV_VAR, SUMMARY_FIELDS
+
+if TYPE_CHECKING:
+    from artifactstore.store import Found, Missed, Parts, Store
 
 log = logging.getLogger("artifactstore")
 
@@ -67,7 +70,7 @@ class Recorder:
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     unloadable: set[str] = field(default_factory=set)  # keys found but not loadable here
     lock: threading.Lock = field(default_factory=threading.Lock)
-    store: Any = field(default=None, repr=False)  # the Store it records (`attach`)
+    parts: Parts | None = field(default=None, repr=False)  # those of the Store it records
 
     def mark(self) -> int:
         with self.lock:
@@ -94,19 +97,24 @@ class Recorder:
                 lines.insert(0, {"kind": "fingerprint", **summary})
             self._write(lines)
 
-    def attach(self, store: Any) -> None:
+    def attach(self, store: Store) -> None:
         """Record through `store`'s hook (Store.record): the lookup chain counts each hit
         there, once; its puts are made synchronous (see Store.record)."""
-        self.store = store
+        self.parts = store.parts
         store.record(self)
 
-    def counted(self, key: str, outcome: Any) -> None:
+    @property
+    def _parts(self) -> Parts:
+        assert self.parts is not None, "attach() a store first"
+        return self.parts
+
+    def counted(self, key: str, outcome: Found | Missed) -> None:
         """A hit the program used (`present`), or found but not loadable (`unloadable`)."""
         entry = getattr(outcome, "entry", None)  # a hit (a miss carries none)
         if entry is None:
             return
         if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
-            entry = self.store.parts.index.lookup(key) or entry
+            entry = self._parts.index.lookup(key) or entry
         item = _item(key, entry.module_name, entry.compile_secs)
         if getattr(outcome, "unloadable", False):  # counted a hit, but compiled here
             with self.lock:
@@ -117,12 +125,12 @@ class Recorder:
 
     def put(self, one: Put, store_put: Callable[[Put], bool]) -> bool:
         """`one` stored with `store_put`: `added`, `concurrent` or `not_stored` and why."""
-        store, key = self.store, one.key
+        parts, key = self._parts, one.key
         item = _item(key, one.module_name, one.compile_secs)
-        before = store.parts.counters.snapshot().get("bytes_uploaded", 0)
+        before = parts.counters.snapshot().get("bytes_uploaded", 0)
         try:
             created = bool(store_put(one))
-            refused = store.parts.reads.refused.get(key) if not created else None
+            refused = parts.reads.refused.get(key) if not created else None
             if refused is not None:
                 # Present, but not what readers that trust these keys load.
                 raise ArtstoreError(
@@ -131,15 +139,15 @@ class Recorder:
                     "with a signed one"
                 )
         except Exception as exc:
-            why = "signature" if refused_here(store, key) else not_stored_why(exc)
+            why = "signature" if key in parts.reads.refused else not_stored_why(exc)
             event = {**item, "why": why, "error": one_line(exc)}
             self._note("not_stored", event, one.fingerprint)
             raise
-        item["bytes"] = store.parts.counters.snapshot().get("bytes_uploaded", 0) - before
+        item["bytes"] = parts.counters.snapshot().get("bytes_uploaded", 0) - before
         if created:
             self._note("added", item, one.fingerprint)
             return True
-        reason = _why_not_created(store, key, self.unloadable)
+        reason = _why_not_created(parts, key, self.unloadable)
         if reason is None:  # another process stored the key meanwhile: it is in the store
             self._note("concurrent", item, one.fingerprint)
         else:
@@ -158,16 +166,11 @@ class Recorder:
             store_put(one)
             published = True
         except Exception as exc:  # as the background writer would: count, say once
-            self.store.parts.counters.add("put_errors")
+            self._parts.counters.add("put_errors")
             log.warning("artifactstore: could not store %s: %s", one.module_name, one_line(exc))
         finally:
             if then is not None:  # a compile lease waits for this put (singleflight)
                 then(published)
-
-
-def refused_here(store: Any, key: str) -> bool:
-    """Whether this process refused `key`'s stored entry for its signature."""
-    return store.parts.reads.refused.get(key) is not None
 
 
 def _item(key: str, module: str, compile_secs: float) -> dict[str, Any]:
@@ -185,14 +188,14 @@ def not_stored_why(exc: BaseException) -> str:
     return "upload"
 
 
-def _why_not_created(store: Any, key: str, unloadable: set[str]) -> str | None:
+def _why_not_created(parts: Parts, key: str, unloadable: set[str]) -> str | None:
     """Why a put that raised nothing created no entry, or None where the key is stored
     (by another process, between this one's lookup and its put)."""
-    if store.parts.writes.gate.refused:
+    if parts.writes.gate.refused:
         return "write gate"
-    if store.parts.read_only:
+    if parts.read_only:
         return "read-only"
-    if not store.parts.writes.signs:
+    if not parts.writes.signs:
         return "unsigned"
     if key in unloadable:  # the stored entry stays, and it does not load here
         return "unloadable"
