@@ -173,7 +173,7 @@ def prefill_tier(bench: Bench) -> dict[str, Any]:
         for key in bench.keys:
             store.get(key, bench.fingerprint)
         assert store.parts.tier is not None, "no local tier opened"
-        held = sum(store.tier.lookup(k) is not None for k in bench.keys)
+        held = sum(store.parts.tier.lookup(k) is not None for k in bench.keys)
     finally:
         store.close()
     return {"tier_entries": held}

@@ -249,7 +249,7 @@ def test_tier_key_files_are_the_published_manifests(
     reader = open_store(dict(team_env, ARTSTORE_READ_ONLY="1"), lazy_index=True,
                         local_tier=str(tmp_path / "reader-tier"))  # fmt: skip
     assert reader.get(key, _fp().digest) is not None
-    for tier in (store.tier, reader.parts.tier):
+    for tier in (store.parts.tier, reader.parts.tier):
         assert tier is not None
         assert Manifest.decode(tier._key_path(key).read_bytes(), key) == published
     assert reader.parts.tier is not None and reader.parts.tier.get(key, _fp().digest) is not None

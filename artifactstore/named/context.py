@@ -141,13 +141,14 @@ class Context:
         def store_it() -> str | None:
             """Stored, or why not: a removed version is never stored again (readers
             refuse it, so the build would be lost; see `store.removed`)."""
-            settings = store.settings
+            parts = store.parts
+            settings = parts.settings
             try:
                 record = removed.removal(
-                    store.records, name, version, settings.trusted_keys, settings.namespace
+                    parts.records, name, version, settings.trusted_keys, settings.namespace
                 )
             except removed.Ignored as exc:  # not a trusted key's removal: stored
-                store.counters.add("named_removal_ignored")
+                parts.counters.add("named_removal_ignored")
                 warn_once("named-removal-ignored", "%s", exc)
                 record = None
             if record is not None:

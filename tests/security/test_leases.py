@@ -75,7 +75,7 @@ def turned(store: Store, k: str, timeout: float = 30) -> tuple[Any, Any]:
 
 
 def counts(store: Store) -> dict[str, int]:
-    return dict(store.counters.snapshot())
+    return dict(store.parts.counters.snapshot())
 
 
 def test_a_killed_holders_record_costs_a_reader_no_wait_and_gc_removes_it(

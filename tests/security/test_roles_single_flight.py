@@ -110,13 +110,13 @@ def test_a_read_only_reader_waits_for_a_writers_compile(
     flight = writer.flight
     assert flight is not None
     flight.drain(10)  # the lease record is in the bucket
-    assert reader.blobs.get_record(LEASES, k) is not None  # readers read lease records
+    assert reader.parts.blobs.get_record(LEASES, k) is not None  # readers read lease records
     thread, out = waiting(reader, k)
     publish(writer, k, held)
     loaded(thread, out)
-    counts = reader.counters.snapshot()
+    counts = reader.parts.counters.snapshot()
     assert counts.get("lease_loaded") == 1 and counts.get("lease_errors", 0) == 0
-    assert not reader.index_opened  # a reader never connects to the index
+    assert not reader.parts.backends.index_opened  # a reader never connects to the index
 
 
 def test_writer_holds_compile_leases_only_in_its_namespaces(
