@@ -28,7 +28,7 @@ def _hits(store: Store) -> tuple[int, datetime]:
     """The entry's hits and last access, once the flushed hits reached it (a database
     server hears of them through hit journals, folded as `artstore fold` does)."""
     if store.parts.backends.journals_hits:
-        fold_journals(store)
+        fold_journals(store.parts)
         fold_accesses(store.parts.engine, store.parts.namespace)
     with store.parts.engine.connect() as conn:
         row = conn.execute(select(Entry.hits, Entry.last_access).where(Entry.key == KEY)).one()

@@ -54,7 +54,7 @@ def test_reader_setting_refuses_index_writes_but_records_hits(
         # bucket, folded in by a writer; the reader never opened the index.
         assert not reader.parts.backends.index_opened
         assert len(list(reader.parts.blobs.iter_records(JOURNALS))) == 1
-        fold_journals(open_store(any_env))
+        fold_journals(open_store(any_env).parts)
     with reader.parts.engine.connect() as conn:
         assert conn.scalar(select(func.count()).select_from(Access)) == 1
         assert conn.scalar(select(func.count()).select_from(Entry)) == 1

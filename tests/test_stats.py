@@ -258,7 +258,7 @@ def test_v1_journals_and_usage_journals_fold(
     counts = {"misses": 2, "misses_below_threshold": 2, "below_threshold": 5}
     journal = Journal({K1: (1, time.time())}, counts, usage)
     store.parts.blobs.put_record(JOURNALS, new_name(), journal.encode())
-    result = fold_journals(store)
+    result = fold_journals(store.parts)
     assert (result.journals, result.refused, result.hits) == (2, 0, 3)
     fold_accesses(store.parts.engine, store.parts.namespace)
     totals = store.parts.index.stats()

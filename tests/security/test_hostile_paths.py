@@ -174,7 +174,7 @@ def test_hostile_journals_fold_or_are_set_aside(planted: Planted) -> None:
         for name in names:
             (folder / name).write_bytes(b"{}")
         (folder / uuid.uuid4().hex).write_bytes(hostile.dump(good))
-        result = fold_journals(planted.store)
+        result = fold_journals(planted.store.parts)
         assert result.journals >= 1 and result.hits >= 3  # the genuine journal folded
         assert result.journals + result.refused == len(bodies) + 1
         left = {p.name for p in folder.iterdir()}

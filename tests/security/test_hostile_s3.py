@@ -140,7 +140,7 @@ def test_fold_pull_and_the_identity_check_over_a_hostile_bucket(
         bucket.put(f"workingsets/{'e' * 40}", working_set)
         for name in quick_names:
             bucket.put(f"quick/{name}", b"{}")
-        fold = fold_journals(writer)
+        fold = fold_journals(writer.parts)
         assert fold.journals >= 1 and fold.hits >= 3 and fold.journals + fold.refused == 2
 
         tier = tmp_path / f"tier{next(tiers)}"

@@ -334,7 +334,7 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     operator = open_store(env)
     put(writer, key(5))
     put(writer, key(8))  # stored since it was quick: gc deletes its record
-    identity.require_bound(operator)  # what every changing command checks first
+    identity.require_bound(operator.parts)  # what every changing command checks first
     out = gc.collect(operator, gc.Policy(max_bytes=1, grace_secs=0))
     assert out.journals_folded == 1 and out.entries_removed >= 1
     assert out.quick_records_removed == 1 and out.lease_records_removed == 1
