@@ -219,7 +219,7 @@ def test_oversized_object_is_a_miss_before_it_is_read(
     small = open_store(tmp_path, ARTSTORE_MAX_OBJECT_SIZE="1K")
     with caplog.at_level(logging.WARNING, logger="artifactstore"):
         assert small.get(KEY, fp.digest) is None
-    counted = {name: n for name, n in small.counters.snapshot().items() if n}
+    counted = {name: n for name, n in small.parts.counters.snapshot().items() if n}
     assert counted == {"lookups_missed": 1, "over_limit": 1}
     lines = warnings_of(caplog)
     assert len(lines) == 1 and "ARTSTORE_MAX_OBJECT_SIZE" in lines[0], lines

@@ -153,7 +153,7 @@ def test_writer_holds_compile_leases_only_in_its_namespaces(
     with caplog.at_level(logging.WARNING, logger="artifactstore"):
         assert turn(intruder, key(7005)) == (None, None)
         assert turn(intruder, key(7006)) == (None, None)
-    assert intruder.counters.snapshot().get("lease_errors") == 2
+    assert intruder.parts.counters.snapshot().get("lease_errors") == 2
     said = [r.getMessage() for r in caplog.records if "compile leases refused" in r.getMessage()]
     assert len(said) == 1 and "grant-namespace.sql" in said[0]  # once, naming the fix
     held.release(stored=False)

@@ -252,7 +252,7 @@ def test_writer_on_another_directory_drops_and_stores_nothing(
         assert not wrong.put(
             Put("ee" * 32, b"x" * 700, fingerprint=FP, module_name="jit_new", compile_secs=1)
         )
-    counts = wrong.counters.snapshot()
+    counts = wrong.parts.counters.snapshot()
     assert counts["missing_object"] == 1 and counts["store_mismatch"] == 2, counts
     said = [r.getMessage() for r in caplog.records if MISMATCH in r.getMessage()]
     assert len(said) == 1 and str(tmp_path / "wrong") in said[0], said
