@@ -407,7 +407,7 @@ store.put("01" * 32, b"a" * 3000, fingerprint=fp, module_name="jit_a", compile_s
 assert store.get("01" * 32, fp.digest) is not None
 assert store.get("01" * 32, fp.digest) is not None
 assert store.get("03" * 32, fp.digest) is None
-store.parts.accounts.flush()
+store.flush_access()
 store.close()
 import artifactstore.index.db as db
 print(db.SCHEMA_HEAD)
