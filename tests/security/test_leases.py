@@ -258,7 +258,7 @@ def test_a_program_killed_mid_compile_costs_a_reader_program_no_wait(
     finally:
         holder.kill()
         holder.wait()
-    assert open_store(team_env).blobs.get_record(LEASES, k) is not None  # left behind
+    assert open_store(team_env).parts.blobs.get_record(LEASES, k) is not None  # left behind
     patient = {"ARTSTORE_READ_ONLY": "1", "ARTSTORE_LEASE_READER_WAIT": "120"}
     out = run_program("job.py", env_for(team_env, tmp_path, 1, **patient))
     assert out["store"].get("lease_stale", 0) >= 1  # the defence ran: the dead holder seen

@@ -88,7 +88,7 @@ def _load(open_store: OpenStore, env: dict[str, str], trusted: Path, key: str) -
 
 
 def _row(open_store: OpenStore, env: dict[str, str], key: str) -> tuple[str, str | None]:
-    entry = open_store(_env(env)).index.lookup(key)
+    entry = open_store(_env(env)).parts.index.lookup(key)
     assert entry is not None
     return entry.digest, entry.signer
 
