@@ -223,8 +223,8 @@ def test_import_leaves_whole_entries_and_no_spool(
         # at once would leave a row without its manifest.
         source, store = open_store(team.direct), open_store({**team.direct, **where})
         fill(store, 1, tag="b")  # a writer used it before: whatever a first writer sets up
-        for entry in source.index.iter_entries():
-            data = source.blobs.get(entry.digest)
+        for entry in source.parts.index.iter_entries():
+            data = source.parts.blobs.get(entry.digest)
             assert data is not None
             store.parts.blobs.put(entry.digest, data)
         team.proxy.set_mode("freeze-writes")

@@ -75,7 +75,7 @@ def test_writer_takes_renews_and_releases_a_compile_lease_and_another_waits(
     ns, k = roles_db.ns_a, key(7001)
     first, second = open_as("writer", ns), open_as("writer", ns)
     got, held = turn(first, k)
-    assert first.counters.snapshot().get("lease_errors", 0) == 0  # 1 before the fix
+    assert first.parts.counters.snapshot().get("lease_errors", 0) == 0  # 1 before the fix
     assert got is None and held is not None  # this writer compiles
     name = compile_lease_name(ns, k)
     row = _lease_row(superuser, name)
@@ -89,10 +89,10 @@ def test_writer_takes_renews_and_releases_a_compile_lease_and_another_waits(
     assert thread.is_alive()
     publish(first, k, held)
     loaded(thread, out)  # not compiled
-    counts = second.counters.snapshot()
+    counts = second.parts.counters.snapshot()
     assert counts.get("lease_loaded") == 1 and counts.get("lease_errors", 0) == 0
     assert _lease_row(superuser, name) is None  # released through the writer's login
-    assert first.blobs.get_record(LEASES, k) is None
+    assert first.parts.blobs.get_record(LEASES, k) is None
 
     # The gc role still does gc's work beside the writers' compile leases.
     out_gc = gc.collect(open_as("gc", ns), gc.Policy(grace_secs=0))
