@@ -170,7 +170,7 @@ def test_a_writer_killed_between_row_and_manifest_is_finished_by_the_next_writer
     assert not writer.put(
         Put(key, payload(byte + 1), fingerprint(), module_name="jit_f", compile_secs=1.0)
     )
-    assert writer.counters.snapshot()["manifest_republished"] == 1
+    assert writer.parts.counters.snapshot()["manifest_republished"] == 1
     _expect(open_store, team, key, byte, "hit")  # the row's bytes, not the later compile's
     _consistent(team.writer)
 

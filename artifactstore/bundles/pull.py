@@ -61,7 +61,7 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.quick import SEPARATOR, split_quick_name
 from artifactstore.formats.workingset import WorkingSet, check_program_id
 from artifactstore.process.lanes import Lane
-from artifactstore.store import Store, StoreParts, secure_local_dirs
+from artifactstore.store import Parts, Store, StoreParts, secure_local_dirs
 from artifactstore.store.quick import BELOW_THRESHOLD_MAX
 from artifactstore.store.tier import LocalTier
 from artifactstore.store.tiers import open_tier
@@ -139,7 +139,7 @@ def open_puller(settings: Settings, *, dry_run: bool = False) -> Puller:
     else:
         tier.prepare()
     # No engine: the index is opened only by writes and queries, and a pull makes none.
-    return Puller(Store(settings, blobs, None, tier=tier), tier)
+    return Puller(Store(Parts(settings, blobs, tier=tier)), tier)
 
 
 def pull(

@@ -16,15 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from sqlalchemy import Engine
-
-from artifactstore.blobstores import BlobStore, describe_blobstore, open_blobstore
+from artifactstore.blobstores import describe_blobstore, open_blobstore
 from artifactstore.blobstores.absent import AbsentBlobStore
 from artifactstore.config import Settings
 from artifactstore.formats.put import Put
 from artifactstore.process.breaker import Breaker
 from artifactstore.process.counters import Counters
-from artifactstore.process.lanes import Lane
 from artifactstore.store.backends import ignore, open_index, open_tier_quietly, secure_local_dirs
 from artifactstore.store.chain import Found, Missed
 from artifactstore.store.flight import SingleFlight
@@ -56,23 +53,10 @@ class Recorder(Protocol):
 
 
 class Store:
-    def __init__(
-        self,
-        settings: Settings,
-        blobs: BlobStore,
-        engine: Engine | None = None,
-        *,
-        worker: Lane | None = None,
-        tier: LocalTier | None = None,
-        counters: Counters | None = None,
-        breakers: dict[str, Breaker] | None = None,
-    ) -> None:
-        """`engine`: the index, or None to open it on first use (`open_index`);
-        `counters`: the process's (a session's), else the store counts on its own;
-        `breakers`: the process's, one per backend (a session's), else its own."""
-        self.parts = Parts(
-            settings, blobs, engine, worker=worker, tier=tier, counters=counters, breakers=breakers
-        )
+    def __init__(self, parts: Parts) -> None:
+        """The face over `parts` (`Store.open` composes them: `Store(Parts(settings,
+        blobs))` where the object store is at hand)."""
+        self.parts = parts
         self._flight: SingleFlight | bool | None = False  # False: not decided yet
         self._recorder: Recorder | None = None  # see `record`
 
@@ -138,7 +122,7 @@ class Store:
         if check_blobs and objects:
             blobs.check()
         tier = tier or open_tier_quietly(settings)
-        store = cls(settings, blobs, engine, tier=tier, counters=counters, breakers=breakers)
+        store = cls(Parts(settings, blobs, engine, tier=tier, counters=counters, breakers=breakers))
         parts = store.parts
         parts.backends.using = using
         if lazy_index:  # a program's first miss waits for nothing it does not need

@@ -70,6 +70,9 @@ class Parts:
         counters: Counters | None = None,
         breakers: dict[str, Breaker] | None = None,
     ) -> None:
+        """`engine`: the index, or None to open it on first use (`open_index`);
+        `counters`: the process's (a session's), else the store counts on its own;
+        `breakers`: the process's, one per backend (a session's), else its own."""
         self.settings = settings
         self.namespace = settings.namespace
         self.read_only = settings.read_only

@@ -154,7 +154,7 @@ class ReadPath:
 
     def _refused(self, key: str, entry: EntryInfo | Manifest | None, why: Refusal) -> None:
         """The cost of bytes the verifier refused (see `settle`); why is noted for
-        `Store.refused` where the entry itself is refused, not this reader's view of it."""
+        `ReadPath.refused` where the entry itself is refused, not this reader's view of it."""
         if why.signature:  # intact bytes this reader will not run: never quarantined
             process_warn_once(
                 why.reason, "refusing executable: %s (ARTSTORE_TRUSTED_KEYS); compiling", why
@@ -250,5 +250,5 @@ _LOGGED = {
     # Signed and bound to its key, yet not a payload of its kind: a mis-written entry.
     "malformed": ("malformed", "refusing executable: %s; compiling"),
 }
-# Refusals of the entry itself, noted for `Store.refused` (beside those of its signature).
+# Refusals of the entry itself, noted for `ReadPath.refused` (beside those of its signature).
 _NOTED = frozenset({removed.RemovedVersion.reason, "malformed"})

@@ -190,8 +190,8 @@ def test_a_journal_claiming_future_times_is_clamped_to_its_own_time(
     head = bucket.client.head_object(Bucket=bucket.bucket, Key=f"{bucket.base}/journals/{name}")
     written = head["LastModified"].timestamp()
     time.sleep(2.5)  # gc folds later than the journal was put
-    assert fold_journals(writer).journals == 1
-    fold_accesses(writer.engine, "default")
-    entry = writer.index.lookup(KEY)
+    assert fold_journals(writer.parts).journals == 1
+    fold_accesses(writer.parts.engine, "default")
+    entry = writer.parts.index.lookup(KEY)
     assert entry is not None and entry.hits >= 1
     assert entry.last_access.timestamp() <= written + 1, (entry.last_access, written)

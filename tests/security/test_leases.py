@@ -280,7 +280,7 @@ def test_a_process_that_trusts_no_key_never_waits_on_a_lease(
         {**keyless, "ARTSTORE_READ_ONLY": read_only, "ARTSTORE_LOCAL_TIER": "off"},
         lazy_index=True,
     )
-    assert store.settings.require_signatures and not store.settings.trusted_keys.names
+    assert store.parts.settings.require_signatures and not store.parts.settings.trusted_keys.names
     started = time.monotonic()
     assert turned(store, k) == (None, None)
     assert time.monotonic() - started < 2

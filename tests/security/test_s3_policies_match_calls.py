@@ -357,7 +357,7 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     assert _s3(writer).put_identity(b"junk")  # create-only: allowed where none is
     assert not _s3(writer).put_identity(b"junk")  # never replaced
     recorder.current = "gc"
-    pair = (operator.blobs, operator.engine, NS, env["ARTSTORE_INDEX"])
+    pair = (operator.parts.blobs, operator.parts.engine, NS, env["ARTSTORE_INDEX"])
     assert identity.bind(*pair, force=True, replace=True).ok
 
     problems = [
@@ -407,7 +407,7 @@ def test_a_writer_cannot_replace_a_removal_record(
     manifest = f"{prefix}/{NS}/keys/{key(1)}"
     assert not any(_matches(d.pattern, manifest)
                    for d in _denials("writer", bucket, prefix, conditional=True))  # fmt: skip
-    blobs = open_store(team_env).blobs
+    blobs = open_store(team_env).parts.blobs
     name = named_format.removed_name("t/step", "1")
     assert blobs.create_record(removed.REMOVED, name, b"first")
     assert not blobs.create_record(removed.REMOVED, name, b"second")
