@@ -116,6 +116,15 @@ def test_hostile_manifests_in_s3_never_make_a_wrong_load(
     assert hit is not None and hit.payload == PAYLOADS[KEY]
 
 
+def _plantable(name: str) -> bool:
+    """A record name the attacker can put in moto's bucket: S3 takes up to 1024 bytes (the
+    draw keeps under 300) and any character, but moto's server routes a key with a line
+    feed nowhere (its PutObject answers 404), so such a draw would fail the harness, not
+    the store, and leave its journals for the next example. Any name, line feeds too, is
+    split as a listing's is in test_hostile_records' test_quick_key_record."""
+    return 0 < len(name.encode()) < 300 and "\n" not in name
+
+
 @pytest.mark.hostile_record("hit journal", "quick-key record", "working set", "identity")
 def test_fold_pull_and_the_identity_check_over_a_hostile_bucket(
     team_env: dict[str, str], open_store: OpenStore, tmp_path: Path
@@ -130,7 +139,7 @@ def test_fold_pull_and_the_identity_check_over_a_hostile_bucket(
     @given(
         hostile.records(journal, max_bytes=JOURNALS.max_bytes),
         hostile.records(ws, max_bytes=WORKING_SETS.max_bytes),
-        st.lists(hostile.names().filter(lambda n: 0 < len(n.encode()) < 300), max_size=3),
+        st.lists(hostile.names().filter(_plantable), max_size=3),
         hostile.records({"format": IDENTITY_FORMAT, "id": "0123456789abcdef"}, max_bytes=4096),
     )
     @example(hostile.DEEP, hostile.DEEP, ["../x", f"{FP.digest}.../x"], hostile.DEEP)
