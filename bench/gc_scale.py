@@ -37,7 +37,7 @@ from artifactstore.blobstores.base import BlobInfo
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.index import db
 from artifactstore.index.models import Entry, StoredObject
-from artifactstore.store import Store
+from artifactstore.store import Parts, Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "infra"))
 import devstack
@@ -180,7 +180,7 @@ def run_case(url: str, n: int, keep_fraction: float) -> dict[str, Any]:
         settings = config.resolve({"url": tmp, "index": url}, environ={})
         engine = db.open_engine(url)
         blobs = CountingBlobs(n, Path(tmp) / "records")
-        store = Store(settings, blobs, engine)
+        store = Store(Parts(settings, blobs, engine))
         rss_before = _reset_peak_rss()
         started = time.perf_counter()
         limit = round(n * keep_fraction) * MiB

@@ -101,7 +101,7 @@ def measure(opts: dict[str, Any], sizes_mb: list[int]) -> list[dict[str, Any]]:
             data = payload(mb * 1_000_000, seed=i)
             key = hashlib.sha256(data).hexdigest()
             store.put(Put(key, data, fp, "bench", 1.0))
-            stored = store.index.lookup(key)
+            stored = store.parts.index.lookup(key)
             hit = store.get(key, fp.digest)  # untimed warm-up (connections, imports)
             assert hit is not None and hit.payload == data, "warm-up get did not round-trip"
             times = []
@@ -115,7 +115,7 @@ def measure(opts: dict[str, Any], sizes_mb: list[int]) -> list[dict[str, Any]]:
             mtimes = []
             for _ in range(len(times)):
                 t0 = time.perf_counter()
-                found = store.blobs.get_manifest(key)
+                found = store.parts.blobs.get_manifest(key)
                 mtimes.append(time.perf_counter() - t0)
                 assert found is not None, "entry has no manifest"
             med = statistics.median(times)

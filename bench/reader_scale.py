@@ -159,7 +159,7 @@ def fill(bench: Bench, fp: Any, sizes: int) -> dict[str, Any]:
             data = payload(sizes, seed=i)
             assert hashlib.sha256(data).hexdigest() == key
             store.put(Put(key, data, fp, "bench", 1.0))
-        manifests = sum(store.blobs.get_manifest(k) is not None for k in bench.keys)
+        manifests = sum(store.parts.blobs.get_manifest(k) is not None for k in bench.keys)
         store.flush(30)
     finally:
         store.close()
@@ -172,8 +172,8 @@ def prefill_tier(bench: Bench) -> dict[str, Any]:
     try:
         for key in bench.keys:
             store.get(key, bench.fingerprint)
-        assert store.tier is not None, "no local tier opened"
-        held = sum(store.tier.lookup(k) is not None for k in bench.keys)
+        assert store.parts.tier is not None, "no local tier opened"
+        held = sum(store.parts.tier.lookup(k) is not None for k in bench.keys)
     finally:
         store.close()
     return {"tier_entries": held}
@@ -215,8 +215,8 @@ def open_reader(path: str, bench: Bench) -> Lookup:
     store = Store.open(config.resolve(environ=bench.env(tier=path == "tier")), lazy_index=True)
 
     def lookup(key: str) -> bytes | None:
-        if store.tier is not None:
-            hit = store.tier.get(key, fp)
+        if store.parts.tier is not None:
+            hit = store.parts.tier.get(key, fp)
             if hit is not None:
                 return hit.payload
         found = store.get(key, fp)

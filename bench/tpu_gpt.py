@@ -264,11 +264,14 @@ def deserialize_test(store: str) -> dict[str, Any]:
     from artifactstore.store import Store
 
     st = Store.open(config.resolve({"url": store}, {}))
-    entries = sorted(st.index.iter_entries(), key=lambda e: -e.size)[:3]
+    entries = sorted(st.parts.index.iter_entries(), key=lambda e: -e.size)[:3]
     backend = jax.devices()[0].client
     devices = xc.DeviceList(tuple(jax.devices()[:1]))
     started = time.perf_counter()
-    payloads = [st.verify(e, st.fetch_object(e) or b"", e.fingerprint) for e in entries]
+    payloads = [
+        st.parts.reads.verify(e, st.parts.reads.fetch_object(e) or b"", e.fingerprint)
+        for e in entries
+    ]
     fetch_decode = time.perf_counter() - started
 
     def load(payload: bytes) -> Any:

@@ -19,18 +19,18 @@ from artifactstore.store import Store
 
 def point(store: Store, key: str, digest: str, **sizes: int) -> None:
     """Make `key` lead to `digest` (and claim `sizes`: size, raw_size) everywhere."""
-    with store.engine.begin() as conn:
+    with store.parts.engine.begin() as conn:
         conn.execute(
             update(Entry)
-            .where(Entry.namespace == store.namespace, Entry.key == key)
+            .where(Entry.namespace == store.parts.namespace, Entry.key == key)
             .values(digest=digest, **sizes)
         )
-    data = store.blobs.get_manifest(key)
+    data = store.parts.blobs.get_manifest(key)
     if data is not None:
         forged = dataclasses.replace(Manifest.decode(data, key), digest=digest, **sizes)
-        store.blobs.put_manifest(key, forged.encode())
-    if store.tier is not None:
-        key_file = store.tier._key_path(key)
+        store.parts.blobs.put_manifest(key, forged.encode())
+    if store.parts.tier is not None:
+        key_file = store.parts.tier._key_path(key)
         if key_file.exists():
             body = json.loads(key_file.read_text())
             body["d"] = digest

@@ -27,10 +27,10 @@ def _fp() -> Fingerprint:
 def _hits(store: Store) -> tuple[int, datetime]:
     """The entry's hits and last access, once the flushed hits reached it (a database
     server hears of them through hit journals, folded as `artstore fold` does)."""
-    if store.journals_hits:
-        fold_journals(store)
-        fold_accesses(store.engine, store.namespace)
-    with store.engine.connect() as conn:
+    if store.parts.backends.journals_hits:
+        fold_journals(store.parts)
+        fold_accesses(store.parts.engine, store.parts.namespace)
+    with store.parts.engine.connect() as conn:
         row = conn.execute(select(Entry.hits, Entry.last_access).where(Entry.key == KEY)).one()
     return int(row[0]), row[1]
 
@@ -45,8 +45,8 @@ def test_bad_journal_rows_are_dropped_and_the_rest_counted(
     journal = json.loads(
         json.dumps({KEY: [2**70, 1e20], "k" * 300: [1, 1.0], "d" * 64: [1, float("nan")]})
     )
-    store.add_accesses({k: (int(n), float(t)) for k, (n, t) in journal.items()})
-    store.flush_access()
+    store.parts.accounts.add_accesses({k: (int(n), float(t)) for k, (n, t) in journal.items()})
+    store.parts.accounts.flush()
     hits, when = _hits(store)
     assert 0 < hits - before <= 1_000_000
     assert when.replace(tzinfo=UTC) <= datetime.now(UTC)  # not pinned in year 5138
@@ -58,11 +58,11 @@ def test_a_row_the_index_refuses_does_not_fail_later_flushes(
     store = open_store(any_env, local_tier="off")
     assert store.put(Put(KEY, b"x", _fp(), "m", 1))
     before, _ = _hits(store)
-    store.accounts.merge_touches({KEY: (2**70, datetime.now(UTC))})  # past BIGINT: refused
-    store.flush_access()  # dropped with one warning, not kept for every later flush
-    store.accounts.merge_touches({KEY: (1, datetime.now(UTC))})
-    store.flush_access()
-    if store.journals_hits:  # a journal's rows are clamped when folded, not refused
+    store.parts.accounts.merge_touches({KEY: (2**70, datetime.now(UTC))})  # past BIGINT: refused
+    store.parts.accounts.flush()  # dropped with one warning, not kept for every later flush
+    store.parts.accounts.merge_touches({KEY: (1, datetime.now(UTC))})
+    store.parts.accounts.flush()
+    if store.parts.backends.journals_hits:  # a journal's rows are clamped when folded, not refused
         assert before + 1 < _hits(store)[0] <= before + 1 + ROW_HITS_MAX
     else:
         assert _hits(store)[0] == before + 1

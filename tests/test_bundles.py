@@ -61,9 +61,9 @@ def _refused(proc: subprocess.CompletedProcess[str], *words: str) -> str:
 
 def _empty(store: Store) -> None:
     """Nothing of a refused bundle reached the store."""
-    assert store.index.stats().entries == 0
-    assert list(store.blobs.iter_blobs()) == []
-    assert list(store.blobs.iter_manifest_keys()) == []
+    assert store.parts.index.stats().entries == 0
+    assert list(store.parts.blobs.iter_blobs()) == []
+    assert list(store.parts.blobs.iter_manifest_keys()) == []
 
 
 def _job(env: dict[str, str]) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def test_bundle_into_a_local_store_serves_a_fresh_process(
     assert out["store"]["hits"] == source["entries"] and out["store"].get("misses", 0) == 0
     assert out["results"] == source["results"]
     store = open_store(env)
-    assert sorted(e.key for e in store.index.iter_entries()) == sorted(source["keys"])
+    assert sorted(e.key for e in store.parts.index.iter_entries()) == sorted(source["keys"])
 
 
 def test_bundle_into_a_team_store_serves_a_fresh_process(
@@ -120,8 +120,8 @@ def test_bundle_into_a_team_store_serves_a_fresh_process(
     report = _json(artstore("import", str(source["bundle"]), "--json", env=team_env))
     assert (report["imported"], report["skipped"]) == (source["entries"], 0)
     store = open_store(team_env)
-    assert sorted(store.blobs.iter_manifest_keys()) == sorted(source["keys"])
-    assert store.index.stats().entries == source["entries"]
+    assert sorted(store.parts.blobs.iter_manifest_keys()) == sorted(source["keys"])
+    assert store.parts.index.stats().entries == source["entries"]
 
     out = _job(team_env)
     assert out["xla_compiles"] == [], out["xla_compiles"]
@@ -134,10 +134,12 @@ def test_bundle_into_a_team_store_serves_a_fresh_process(
     assert store.put(Put(key, _named(500), FP, named_keys.module_name("foo_1", "1"), 1.0))
     rows = _json(artstore("ls", "--named", "--json", env=team_env))
     assert [(r["name"], r["key"]) for r in rows] == [("foo_1", key)]
-    assert [e.key for e in store.index.iter_entries(Filters(module_glob="named:foo?1@*"))] == [key]
-    assert list(store.index.iter_entries(Filters(module_glob="named:foo\\_1@*"))) == []
+    assert [
+        e.key for e in store.parts.index.iter_entries(Filters(module_glob="named:foo?1@*"))
+    ] == [key]
+    assert list(store.parts.index.iter_entries(Filters(module_glob="named:foo\\_1@*"))) == []
     _ok(artstore("rm", "--name", "foo_1", env=team_env))
-    assert store.index.stats().entries == source["entries"]
+    assert store.parts.index.stats().entries == source["entries"]
 
 
 # -- damaged bundles: refused whole ---------------------------------------------------
@@ -298,7 +300,9 @@ def test_ls_named_and_rm_name(tmp_path: Path, open_store: OpenStore) -> None:
     assert "portable" in table and "jit_other" not in table
 
     def modules(glob: str) -> list[str]:
-        return sorted(e.module_name for e in store.index.iter_entries(Filters(module_glob=glob)))
+        return sorted(
+            e.module_name for e in store.parts.index.iter_entries(Filters(module_glob=glob))
+        )
 
     assert modules("named:[fb]*@1") == ["named:bar@1"] * 2 + ["named:foo@1"] * 2
     assert modules("named:[!f]*") == ["named:bar@1"] * 2
@@ -308,7 +312,7 @@ def test_ls_named_and_rm_name(tmp_path: Path, open_store: OpenStore) -> None:
     def named() -> set[tuple[str, str]]:
         """What the index holds, asked in this process (as `ls --named` asks it)."""
         return {named_keys.parse_module_name(e.module_name) or ("-", "-")
-                for e in store.index.iter_entries()}  # fmt: skip
+                for e in store.parts.index.iter_entries()}  # fmt: skip
 
     one = _ok(artstore("rm", "--name", "foo@1", "--yes", env=env))
     assert "removed 2 entries, 2 objects" in one.stdout
@@ -316,8 +320,8 @@ def test_ls_named_and_rm_name(tmp_path: Path, open_store: OpenStore) -> None:
     every = _ok(artstore("rm", "--name", "foo", "--yes", env=env))
     assert "removed 2 entries, 2 objects" in every.stdout
     assert named() == {("bar", "1"), ("-", "-")}
-    assert store.index.stats().entries == 3  # bar's two and jit_other
-    assert store.blobs.get_manifest(named_keys.portable_key("foo", "2")) is None
+    assert store.parts.index.stats().entries == 3  # bar's two and jit_other
+    assert store.parts.blobs.get_manifest(named_keys.portable_key("foo", "2")) is None
     _refused(artstore("rm", "--name", "nothing", env=env), "no named executable", "nothing")
 
 
@@ -354,7 +358,7 @@ def test_export_by_name_module_and_fingerprint(tmp_path: Path, open_store: OpenS
     _refused(artstore("export", str(tmp_path / "none.tzst"), "--name", "zzz", env=env),
              "no entry")  # fmt: skip
 
-    entry = store.index.lookup("d" * 64)
+    entry = store.parts.index.lookup("d" * 64)
     assert entry is not None
     path = Path(env["ARTSTORE_URL"])
     (obj,) = [p for p in path.rglob(entry.digest) if p.is_file()]

@@ -104,23 +104,23 @@ def test_stored_callback_count_is_checked_before_loading(store_env: dict[str, st
     run_case("pure_two", store_env)  # two callbacks: same module name, its own key
     store = Store.open(config.resolve({"url": store_env["ARTSTORE_URL"]}, {}))
     by_count = {}
-    for entry in store.index.iter_entries():
+    for entry in store.parts.index.iter_entries():
         if entry.module_name == MODULES["pure"]:
-            meta = codec.read_meta(store.blobs.get(entry.digest) or b"")
+            meta = codec.read_meta(store.parts.blobs.get(entry.digest) or b"")
             assert meta is not None
             by_count[meta.callbacks] = entry
     assert sorted(by_count) == [1, 2], "objects record their host callback count"
     one, two = by_count[1], by_count[2]
-    data = store.blobs.get(two.digest)
+    data = store.parts.blobs.get(two.digest)
     assert data is not None
     meta = codec.read_meta(data)
     assert meta is not None
     payload = codec.decode(data, expected_digest=two.digest, fingerprint_digest=two.fingerprint)
     forged = codec.encode(payload, two.fingerprint, dataclasses.replace(meta, key=one.key))
-    store.blobs.put(forged.digest, forged.data)
+    store.parts.blobs.put(forged.digest, forged.data)
     tamper.point(store, one.key, forged.digest, size=len(forged.data), raw_size=forged.raw_size)
-    assert store.tier is not None
-    store.tier.remember(one.key, TierEntry(forged.digest, two.fingerprint, 1.0), forged.data)
+    assert store.parts.tier is not None
+    store.parts.tier.remember(one.key, TierEntry(forged.digest, two.fingerprint, 1.0), forged.data)
     store.close()
 
     b = run_case("pure", store_env)

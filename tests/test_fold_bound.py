@@ -75,7 +75,7 @@ def test_fold_bounds_the_bytes_it_reads(team_env: dict[str, str], open_store: Op
     bound = 3 * len(_journal(99)) - 1
     runs = []
     while True:
-        fold = fold_journals(store, max_bytes=bound)
+        fold = fold_journals(store.parts, max_bytes=bound)
         runs.append((fold.journals, fold.left))
         if not fold.left:
             break

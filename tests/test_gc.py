@@ -52,8 +52,8 @@ def _populate(
     for i in range(start, start + n):
         key = _key(i)
         assert store.put(Put(key, os.urandom(size + 37 * i), _fp(jaxlib), f"jit_f{i}", 1.0))
-        store.index.record_access({key: (0, T0 + timedelta(minutes=i))})
-        entry = store.index.lookup(key)
+        store.parts.index.record_access({key: (0, T0 + timedelta(minutes=i))})
+        entry = store.parts.index.lookup(key)
         assert entry is not None
         sizes_by_key[key] = entry.size
     return sizes_by_key
@@ -68,7 +68,7 @@ def _gc(env: dict[str, str], *args: str) -> dict[str, Any]:
 
 
 def _keys(store: Store) -> set[str]:
-    return {e.key for e in store.index.iter_entries()}
+    return {e.key for e in store.parts.index.iter_entries()}
 
 
 def _removed(out: dict[str, Any], kind: str) -> set[str]:
@@ -85,7 +85,7 @@ def test_lru_evicts_oldest_until_the_limit_holds_exactly(
     # Hits make two of the oldest entries the most recently used.
     for i in (0, 2):
         assert store.get(_key(i), _fp().digest) is not None
-    store.flush_access()
+    store.parts.accounts.flush()
     order = [_key(i) for i in (1, *range(3, 12), 0, 2)]  # least recently used first
     limit = sum(by_key[k] for k in order[6:]) + by_key[order[5]] - 1  # just too small for 7
 
@@ -99,10 +99,10 @@ def test_lru_evicts_oldest_until_the_limit_holds_exactly(
     assert out["summary"]["objects_removed"] == 6
     for removal in out["removed"]:
         if removal["kind"] == "object":
-            assert not store.blobs.exists(removal["digest"])
+            assert not store.parts.blobs.exists(removal["digest"])
     for key in order[6:]:
-        entry = store.index.lookup(key)
-        assert entry is not None and store.blobs.exists(entry.digest)
+        entry = store.parts.index.lookup(key)
+        assert entry is not None and store.parts.blobs.exists(entry.digest)
     assert json.loads(artstore("verify", "--json", env=any_env).stdout)["ok"] is True
     # Idempotent: the limit holds, a second run removes nothing.
     again = _gc(any_env, "--max-size", str(limit), "--grace", "0")
@@ -119,16 +119,16 @@ def test_shared_objects_count_once_and_go_with_their_last_entry(
     store = open_store(any_env)
     by_key = _populate(store, 4)  # keys 0..3, used at T0 + 0..3 minutes
     loaded = store.get(_key(3), _fp().digest)
-    shared = store.index.lookup(_key(3))
+    shared = store.parts.index.lookup(_key(3))
     assert loaded is not None and shared is not None
     # Objects name their key since 0.2, so only entries written by 0.1 clients
     # (which deduplicated equal bytes across keys) share one: write one as they did.
     fields = {name: getattr(shared, name) for name in NewEntry.__dataclass_fields__}
     old_client = NewEntry(**{**fields, "key": _key(10), "module_name": "jit_f3"})
-    assert store.index.add_entry(old_client, _fp().to_json())
-    store.index.record_access({_key(10): (0, T0 - timedelta(minutes=1))})
+    assert store.parts.index.add_entry(old_client, _fp().to_json())
+    store.parts.index.record_access({_key(10): (0, T0 - timedelta(minutes=1))})
     old = _populate(store, 1, jaxlib="0.4.1", start=20)  # dropped by --jaxlib-older-than
-    index = {e.key: e for e in store.index.iter_entries()}
+    index = {e.key: e for e in store.parts.index.iter_entries()}
     assert index[_key(10)].digest == index[_key(3)].digest
     # LRU order 10, 0, 1, 2, 3: removing 10 frees nothing while 3 holds its object.
     limit = by_key[_key(1)] + by_key[_key(2)] + by_key[_key(3)]
@@ -153,26 +153,26 @@ def test_objects_wait_for_the_grace_period(any_env: dict[str, str], open_store: 
     _populate(store, 3)
     out = _gc(any_env, "--max-size", "0")  # default grace: 1h
     assert len(_removed(out, "entry")) == 3 and _removed(out, "object") == set()
-    assert sum(1 for _ in store.blobs.iter_blobs()) == 3  # kept: maybe a put in flight
+    assert sum(1 for _ in store.parts.blobs.iter_blobs()) == 3  # kept: maybe a put in flight
     assert json.loads(artstore("verify", "--json", env=any_env).stdout)["ok"] is True
     later = _gc(any_env, "--grace", "0")
     assert len(_removed(later, "object")) == 3
-    assert list(store.blobs.iter_blobs()) == []
+    assert list(store.parts.blobs.iter_blobs()) == []
 
 
 def test_read_only_hits_count_for_lru(any_env: dict[str, str], open_store: OpenStore) -> None:
     writer = open_store(any_env)
     by_key = _populate(writer, 2)
-    entries_before = [e.to_json() for e in writer.index.iter_entries()]
+    entries_before = [e.to_json() for e in writer.parts.index.iter_entries()]
     reader = open_store(any_env, read_only=True)
     assert reader.get(_key(0), _fp().digest) is not None  # the older one is read
     assert reader.get(_key(0), _fp().digest) is not None
-    reader.flush_access()
-    assert [e.to_json() for e in writer.index.iter_entries()] == entries_before  # untouched
+    reader.parts.accounts.flush()
+    assert [e.to_json() for e in writer.parts.index.iter_entries()] == entries_before  # untouched
     out = _gc(any_env, "--max-size", str(by_key[_key(0)]))
     assert out["summary"]["accesses_folded"] == 1
     assert _keys(writer) == {_key(0)}  # the reader's hits made it the most recent
-    entry = writer.index.lookup(_key(0))
+    entry = writer.parts.index.lookup(_key(0))
     assert entry is not None and entry.hits == 2 and entry.last_access > T0 + timedelta(days=1)
     assert _gc(any_env)["summary"]["accesses_folded"] == 0  # folded exactly once
 
@@ -183,12 +183,12 @@ def test_older_than_and_old_jaxlib(any_env: dict[str, str], open_store: OpenStor
     versions = {0: "0.4.9", 1: "0.4.30", 2: "0.10.2", 3: "nightly"}
     for i, version in versions.items():
         _populate(store, 1, jaxlib=version, start=i)
-        store.index.record_access({_key(i): (0, datetime.now(UTC))})
+        store.parts.index.record_access({_key(i): (0, datetime.now(UTC))})
     # 0.4.9 < 0.4.30 (a string comparison says otherwise); "nightly" is never guessed at.
     out = _gc(any_env, "--jaxlib-older-than", "0.4.30")
     assert _removed(out, "entry") == {_key(0)}
     assert out["summary"]["reasons"] == {"jaxlib": 1}
-    store.index.record_access({_key(1): (0, datetime.now(UTC) - timedelta(days=40))})
+    store.parts.index.record_access({_key(1): (0, datetime.now(UTC) - timedelta(days=40))})
     out = _gc(any_env, "--older-than", "30d")
     assert _removed(out, "entry") == {_key(1)}
     assert _keys(store) == {_key(2), _key(3)}
@@ -224,16 +224,18 @@ def test_quotas_per_namespace(any_env: dict[str, str], open_store: OpenStore) ->
 def _plant_problems(store: Store) -> tuple[str, str]:
     """An object no entry references and an entry whose object is gone."""
     orphan = codec.encode(b"orphaned bytes", _fp().digest)
-    store.blobs.put(orphan.digest, orphan.data)
-    dangling = store.index.lookup(_key(7))
+    store.parts.blobs.put(orphan.digest, orphan.data)
+    dangling = store.parts.index.lookup(_key(7))
     assert dangling is not None
-    store.blobs.delete(dangling.digest)
+    store.parts.blobs.delete(dangling.digest)
     return orphan.digest, dangling.key
 
 
 def _state(store: Store) -> tuple[list[Any], list[str]]:
-    entries = sorted(json.dumps(e.to_json(), sort_keys=True) for e in store.index.iter_entries())
-    return entries, sorted(b.digest for b in store.blobs.iter_blobs())
+    entries = sorted(
+        json.dumps(e.to_json(), sort_keys=True) for e in store.parts.index.iter_entries()
+    )
+    return entries, sorted(b.digest for b in store.parts.blobs.iter_blobs())
 
 
 def test_dry_run_reports_what_a_real_run_removes(
@@ -267,7 +269,7 @@ def test_dry_run_reports_what_a_real_run_removes(
 def test_verify_ignores_young_orphans(store_env: dict[str, str], open_store: OpenStore) -> None:
     store = open_store(store_env)
     orphan = codec.encode(b"a put in flight", _fp().digest)
-    store.blobs.put(orphan.digest, orphan.data)
+    store.parts.blobs.put(orphan.digest, orphan.data)
     assert json.loads(artstore("verify", "--json", env=store_env).stdout)["ok"] is True
     assert _gc(store_env)["removed"] == []  # younger than the default grace
     path = Path(store_env["ARTSTORE_URL"]) / "default" / "objects" / orphan.digest[:2]
@@ -283,7 +285,7 @@ def test_verify_ignores_young_orphans(store_env: dict[str, str], open_store: Ope
 # -- safety under concurrency -----------------------------------------------
 def test_second_gc_is_refused_or_waits(any_env: dict[str, str], open_store: OpenStore) -> None:
     store = open_store(any_env)
-    lease = Lease(store.engine, "gc:default", holder="ci-host:4242")
+    lease = Lease(store.parts.engine, "gc:default", holder="ci-host:4242")
     lease.acquire()
     proc = artstore("gc", "--max-size", "1G", env=any_env)
     assert proc.returncode == 1
@@ -302,7 +304,7 @@ def test_second_gc_is_refused_or_waits(any_env: dict[str, str], open_store: Open
     assert json.loads(out)["namespace"] == "default"
 
     # A holder that died: its lease expires and is taken over.
-    dead = Lease(store.engine, "gc:default", ttl_secs=0.0, holder="dead-host:1")
+    dead = Lease(store.parts.engine, "gc:default", ttl_secs=0.0, holder="dead-host:1")
     dead.acquire()
     assert _gc(any_env)["summary"]["namespace"] == "default"
     with pytest.raises(Exception, match="lost gc:default"):
@@ -313,7 +315,7 @@ def test_second_gc_is_refused_or_waits(any_env: dict[str, str], open_store: Open
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
     crashed = Lease(
-        store.engine, "gc:default", holder=f"{socket.gethostname()}:{gone.stdout.strip()}"
+        store.parts.engine, "gc:default", holder=f"{socket.gethostname()}:{gone.stdout.strip()}"
     )
     crashed.acquire()
     assert _gc(any_env)["summary"]["namespace"] == "default"
@@ -331,24 +333,26 @@ def test_writer_restores_an_object_gc_deleted_under_it(
     # The same bytes the writer below produces: an orphan from a crashed writer of this key.
     meta = codec.ObjectMeta(_key(1), "m", 1.0, len(payload), socket.gethostname(),
                             _fp().to_dict())  # fmt: skip
-    encoded = codec.encode(payload, _fp().digest, meta, signer=store.settings.signing_key,
-                           namespace=store.namespace)  # fmt: skip
-    store.blobs.put(encoded.digest, encoded.data)
-    ix = EvictionIndex(store.engine, store.namespace)
+    encoded = codec.encode(payload, _fp().digest, meta, signer=store.parts.settings.signing_key,
+                           namespace=store.parts.namespace)  # fmt: skip
+    store.parts.blobs.put(encoded.digest, encoded.data)
+    ix = EvictionIndex(store.parts.engine, store.parts.namespace)
     ix.adopt_objects([(encoded.digest, len(encoded.data), T0)])
-    real_put = store.blobs.put
+    real_put = store.parts.blobs.put
     deleted: list[tuple[str, int]] = []
 
     def put_then_gc(digest: str, data: bytes) -> bool:
         uploaded = real_put(digest, data)
         if not deleted:
-            deleted.extend(ix.delete_objects([digest], datetime.now(UTC), store.blobs.delete_many))
+            deleted.extend(
+                ix.delete_objects([digest], datetime.now(UTC), store.parts.blobs.delete_many)
+            )
         return uploaded
 
-    store.blobs.put = put_then_gc  # type: ignore[method-assign]
+    store.parts.blobs.put = put_then_gc  # type: ignore[method-assign]
     assert store.put(Put(_key(1), payload, _fp(), "m", 1.0))
     assert deleted == [(encoded.digest, len(encoded.data))]  # gc did delete it
-    assert store.blobs.exists(encoded.digest)  # and the writer put it back
+    assert store.parts.blobs.exists(encoded.digest)  # and the writer put it back
     hit = store.get(_key(1), _fp().digest)
     assert hit is not None and hit.payload == payload
 
@@ -358,14 +362,14 @@ def test_quota_pass_runs_after_writes_throttled_and_at_finish(
     any_env: dict[str, str], open_store: OpenStore
 ) -> None:
     store = open_store(any_env)
-    ix = EvictionIndex(store.engine, store.namespace)
+    ix = EvictionIndex(store.parts.engine, store.parts.namespace)
     passes = QuotaPass.attach(store, interval_secs=3600)
     by_key = _populate(store, 4)  # the first put ran a pass: no quota, nothing to do
     assert passes.runs == 0 and len(_keys(store)) == 4
     by_key |= _populate(store, 1, start=4)  # within the interval: only marked as due
     assert len(_keys(store)) == 5
     limit = sum(by_key[_key(i)] for i in (2, 3, 4))
-    set_quota(store.engine, store.namespace, limit)
+    set_quota(store.parts.engine, store.parts.namespace, limit)
     passes.finish()  # the exit pass: the two least recently used go
     assert passes.runs == 1
     assert _keys(store) == {_key(i) for i in (2, 3, 4)}
@@ -375,7 +379,7 @@ def test_quota_pass_runs_after_writes_throttled_and_at_finish(
 
     # Another gc holds the lease: the pass steps aside without an error.
     _populate(store, 2, start=5)
-    other = Lease(store.engine, "gc:default", holder="cron-host:1")
+    other = Lease(store.parts.engine, "gc:default", holder="cron-host:1")
     other.acquire()
     assert passes.run() is None and ix.referenced_bytes() > limit
     other.release()
@@ -389,7 +393,7 @@ def test_writer_with_enforce_quota_leaves_its_namespace_within_quota(
     any_env: dict[str, str], open_store: OpenStore
 ) -> None:
     store = open_store(any_env)
-    ix = EvictionIndex(store.engine, store.namespace)
+    ix = EvictionIndex(store.parts.engine, store.parts.namespace)
     first = run_program("job.py", _job_env(any_env))
     quota = ix.referenced_bytes()
     old_keys = _keys(store)

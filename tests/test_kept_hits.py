@@ -35,7 +35,7 @@ def test_evicted_and_removed_entries_keep_their_hits(
         assert store.get(K1, FP.digest) is not None
     assert store.get(K2, FP.digest) is not None
     assert store.get(K3, FP.digest) is None
-    store.flush_access()
+    store.parts.accounts.flush()
     before = _stats(any_env)
     assert (before["hits"], before["misses"]) == (4, 1)
     assert before["hit_rate"] == pytest.approx(0.8)
@@ -51,7 +51,7 @@ def test_evicted_and_removed_entries_keep_their_hits(
 
     assert store.put(Put(K3, b"c" * 500, FP, "jit_c", 1.0))
     assert store.get(K3, FP.digest) is not None
-    store.flush_access()
+    store.parts.accounts.flush()
     removed = artstore("rm", "--all", "--yes", env=any_env)
     assert removed.returncode == 0, removed.stderr
     assert _stats(any_env)["hits"] == 5
@@ -76,7 +76,7 @@ def test_index_metrics_count_hits_and_misses_as_stats_does(
     assert store.get(K2, FP.digest) is None  # an eligible miss
     assert store.get(K3, FP.digest) is None
     store.compiled_below_threshold(K3, FP.digest)  # quick: not a miss
-    store.flush_access()
+    store.parts.accounts.flush()
     assert artstore("gc", "--max-size", "0", "--grace", "0", env=env).returncode == 0
     stats = _stats(env)
     assert (stats["hits"], stats["misses"], stats["lookups_missed"]) == (1, 1, 2)
@@ -96,12 +96,12 @@ def test_hits_that_arrive_after_their_entry_was_removed_count_in_every_view(
     reader = open_store(team_env, lazy_index=True, read_only=True)
     assert reader.get(K1, FP.digest) is not None
     assert reader.get(K3, FP.digest) is None  # an eligible miss
-    assert reader.journals_hits
+    assert reader.parts.backends.journals_hits
     reader.flush()  # a hit journal in the bucket
     assert writer.get(K2, FP.digest) is not None  # a writer's hit, not yet flushed
     removed = artstore("rm", K1, K2, "--yes", env=team_env)
     assert removed.returncode == 0, removed.stderr
-    writer.flush_access()  # its entry is gone
+    writer.parts.accounts.flush()  # its entry is gone
     assert artstore("fold", env=team_env).returncode == 0  # the reader's, after the rm
 
     plain = _stats(team_env)

@@ -476,7 +476,7 @@ def test_record_decoders_live_in_formats() -> None:
 # The lookup chain's own modules: the chain, its tier and store levels, and the Store
 # whose `get` is its read path's.
 CHAIN = {"artifactstore.store.chain", "artifactstore.runtime.sources", "artifactstore.store.facade"}
-FETCHES = {"get", "peek"}  # a tier's or a store's verified fetch of an executable
+FETCHES = {"get", "peek", "look"}  # a tier's or a store's verified fetch of an executable
 FETCHERS = ("tier", "store", "reads")  # what such a receiver is called (`session.tier`, `_store`)
 
 
@@ -712,9 +712,9 @@ def test_the_cool_down_rule_catches_a_cool_down() -> None:
 
 # Code outside store/ gets the store's narrow parts (store.parts.StoreParts, or the one
 # part it needs: an index function takes the engine), not the Store to reach through
-# (issue 39, item 6). A ratchet: the reach-throughs left (the CLI's, where it opens the Store
-# and hands an index command its engine); this number may only go down.
-MAX_STORE_REACH_THROUGHS = 7
+# (issue 39, item 6). The Store's face has no index, blobs or engine any more: commands
+# take its parts (`store.parts`, store/parts.py) and hand those on; none is left.
+MAX_STORE_REACH_THROUGHS = 0
 STORE_PARTS_ATTRS = frozenset({"index", "blobs", "engine"})
 
 

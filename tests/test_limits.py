@@ -87,7 +87,7 @@ def envelope(frame: bytes, fp: fingerprint.Fingerprint, *, key: str, raw_size: i
 def point_entry_at(store: Store, key: str, data: bytes, *, raw_size: int) -> str:
     """Forge the entry: `key` now names the object `data` (stored under its digest)."""
     digest = codec.digest_of(data)
-    store.blobs.put(digest, data)
+    store.parts.blobs.put(digest, data)
     tamper.point(store, key, digest, size=len(data), raw_size=raw_size)
     return digest
 
@@ -168,11 +168,11 @@ def test_decompression_bomb_is_a_miss(
     store = open_store(tmp_path, **env)
     fp = _fp()
     store.put(Put(KEY, b"genuine" * 100, fingerprint=fp, module_name="m", compile_secs=1.0))
-    genuine = store.index.lookup(KEY)
+    genuine = store.parts.index.lookup(KEY)
     assert genuine is not None and genuine.raw_size == 700
     bomb = envelope(bomb_frame(), fp, key=KEY, raw_size=BOMB_SIZE)
     if case == "object-replaced":
-        path = store.blobs._path(genuine.digest)  # type: ignore[attr-defined]
+        path = store.parts.blobs._path(genuine.digest)  # type: ignore[attr-defined]
         path.write_bytes(bomb)
         digest = genuine.digest
     elif case == "entry-disagrees":
@@ -188,20 +188,20 @@ def test_decompression_bomb_is_a_miss(
         assert store.get(KEY, fp.digest) is None
         assert store.get(KEY, fp.digest) is None  # and again: still one log line
     assert peak_rss() - before < 256 << 20, "the bomb was inflated"
-    counts = store.counters.snapshot()
+    counts = store.parts.counters.snapshot()
     lines = warnings_of(caplog)
     assert len(lines) == 1, lines
     if case == "over-limit":
         # Bigger than this reader allows, but nothing says it is damaged: left in place.
         assert counts["over_limit"] == 2 and "corrupt" not in counts
         assert "over this reader's limit" in lines[0] and "2.0 GiB" in lines[0]
-        assert store.blobs.exists(digest) and store.index.lookup(KEY) is not None
+        assert store.parts.blobs.exists(digest) and store.parts.index.lookup(KEY) is not None
     else:
         # Its sizes (or digest) lie: quarantined, the entry dropped so a compile stores anew.
         assert counts["corrupt"] == 1 and "over_limit" not in counts
         assert "quarantined" in lines[0]
-        assert not store.blobs.exists(digest) and store.index.lookup(KEY) is None
-        assert digest in {b.digest for b in store.blobs.iter_quarantined()}
+        assert not store.parts.blobs.exists(digest) and store.parts.index.lookup(KEY) is None
+        assert digest in {b.digest for b in store.parts.blobs.iter_quarantined()}
     assert counts["lookups_missed"] == 2
     store.close()
 
@@ -213,13 +213,13 @@ def test_oversized_object_is_a_miss_before_it_is_read(
     writer = open_store(tmp_path)
     payload = os.urandom(5000)  # incompressible: the object is over 5 KB
     writer.put(Put(KEY, payload, fingerprint=fp, module_name="m", compile_secs=1.0))
-    entry = writer.index.lookup(KEY)
+    entry = writer.parts.index.lookup(KEY)
     assert entry is not None and entry.size > 5000
 
     small = open_store(tmp_path, ARTSTORE_MAX_OBJECT_SIZE="1K")
     with caplog.at_level(logging.WARNING, logger="artifactstore"):
         assert small.get(KEY, fp.digest) is None
-    counted = {name: n for name, n in small.counters.snapshot().items() if n}
+    counted = {name: n for name, n in small.parts.counters.snapshot().items() if n}
     assert counted == {"lookups_missed": 1, "over_limit": 1}
     lines = warnings_of(caplog)
     assert len(lines) == 1 and "ARTSTORE_MAX_OBJECT_SIZE" in lines[0], lines
@@ -240,12 +240,12 @@ def test_declared_size_must_equal_the_entrys_raw_size(tmp_path: Path) -> None:
     fp = _fp()
     store = open_store(tmp_path)
     store.put(Put(KEY, b"x" * 4096, fingerprint=fp, module_name="m", compile_secs=1.0))
-    entry = store.index.lookup(KEY)
+    entry = store.parts.index.lookup(KEY)
     assert entry is not None
     tamper.point(store, KEY, entry.digest, raw_size=4095)  # its row and its manifest
     assert store.get(KEY, fp.digest) is None
-    assert store.counters.snapshot()["corrupt"] == 1
-    assert not store.blobs.exists(entry.digest)
+    assert store.parts.counters.snapshot()["corrupt"] == 1
+    assert not store.parts.blobs.exists(entry.digest)
     store.close()
 
 

@@ -120,7 +120,7 @@ def _put(store: Store, i: int) -> str:
 
 
 def _manifest(store: Store, key: str) -> Manifest | None:
-    data = store.blobs.get_manifest(key)
+    data = store.parts.blobs.get_manifest(key)
     return None if data is None else Manifest.decode(data, key)
 
 
@@ -129,7 +129,7 @@ def test_put_publishes_and_removals_withdraw(
 ) -> None:
     store = open_store(any_env, local_tier="off")
     a, b, c = (_put(store, i) for i in (1, 2, 3))
-    row = store.index.lookup(a)
+    row = store.parts.index.lookup(a)
     published = _manifest(store, a)
     assert row is not None and published is not None
     assert (published.digest, published.fingerprint, published.raw_size, published.size) == (
@@ -140,10 +140,12 @@ def test_put_publishes_and_removals_withdraw(
     assert _manifest(store, a) is None and _manifest(store, b) is not None
     gc = artstore("gc", "--max-size", "0", "--grace", "0", env=any_env)
     assert gc.returncode == 0, gc.stderr
-    assert list(store.blobs.iter_manifest_keys()) == [] and store.index.lookup(b) is None
+    assert (
+        list(store.parts.blobs.iter_manifest_keys()) == [] and store.parts.index.lookup(b) is None
+    )
     _put(store, 4)
     assert artstore("rm", "--all", "--yes", env=any_env).returncode == 0
-    assert list(store.blobs.iter_manifest_keys()) == [] and c
+    assert list(store.parts.blobs.iter_manifest_keys()) == [] and c
 
 
 def test_a_gc_between_row_and_manifest_leaves_no_manifest_behind(
@@ -153,7 +155,7 @@ def test_a_gc_between_row_and_manifest_leaves_no_manifest_behind(
     object (`--grace 0`); the writer then publishes. Its re-check withdraws the manifest,
     which would otherwise lead every reader to a deleted object."""
     store = open_store(any_env, local_tier="off")
-    publish, digests = store.writes.publish, []
+    publish, digests = store.parts.writes.publish, []
 
     def gc_first(entry: NewEntry, **kw: int | None) -> bool:
         digests.append(entry.digest)
@@ -161,14 +163,14 @@ def test_a_gc_between_row_and_manifest_leaves_no_manifest_behind(
         assert gc.returncode == 0, gc.stderr
         return publish(entry, **kw)
 
-    monkeypatch.setattr(store.writes, "publish", gc_first)
+    monkeypatch.setattr(store.parts.writes, "publish", gc_first)
     key = _put(store, 8)
-    assert store.index.lookup(key) is None and not store.blobs.exists(digests[0])
+    assert store.parts.index.lookup(key) is None and not store.parts.blobs.exists(digests[0])
     assert _manifest(store, key) is None
-    assert store.counters.snapshot()["manifest_withdrawn"] == 1
+    assert store.parts.counters.snapshot()["manifest_withdrawn"] == 1
     reader = open_store(any_env, local_tier="off")
     assert reader.get(key, _fp().digest) is None
-    assert reader.counters.snapshot().get("missing_object", 0) == 0
+    assert reader.parts.counters.snapshot().get("missing_object", 0) == 0
 
 
 def test_lookup_follows_the_manifest_without_the_index_row(
@@ -176,7 +178,7 @@ def test_lookup_follows_the_manifest_without_the_index_row(
 ) -> None:
     store = open_store(any_env, local_tier="off")
     key = _put(store, 5)
-    with store.engine.begin() as conn:
+    with store.parts.engine.begin() as conn:
         conn.execute(delete(Entry))  # the index no longer knows it
     reader = open_store(dict(any_env, ARTSTORE_READ_ONLY="1"), local_tier="off")
     hit = reader.get(key, _fp().digest)
@@ -192,25 +194,25 @@ def test_a_forged_or_stale_manifest_is_a_miss_never_a_wrong_load(
     ma, mb = _manifest(store, a), _manifest(store, b)
     assert ma is not None and mb is not None
     # a's manifest sent to b's (intact, genuine) object: the object is bound to b.
-    store.blobs.put_manifest(a, dataclasses.replace(mb, key=a).encode())
+    store.parts.blobs.put_manifest(a, dataclasses.replace(mb, key=a).encode())
     reader = open_store(any_env, local_tier="off")
     assert reader.get(a, _fp().digest) is None
-    assert reader.counters.snapshot()["wrong_entry"] == 1
+    assert reader.parts.counters.snapshot()["wrong_entry"] == 1
     # A manifest naming an object that does not exist: a miss; the entry's row stays.
-    store.blobs.put_manifest(a, dataclasses.replace(ma, digest="0" * 64).encode())
+    store.parts.blobs.put_manifest(a, dataclasses.replace(ma, digest="0" * 64).encode())
     assert reader.get(a, _fp().digest) is None
-    assert reader.counters.snapshot()["missing_object"] == 1
-    assert store.index.lookup(a) is not None
+    assert reader.parts.counters.snapshot()["missing_object"] == 1
+    assert store.parts.index.lookup(a) is not None
     # A damaged one is ignored. A SQLite index (a file) still leads to the right object;
     # a database server is never asked on the read path: a miss, until a writer that
     # compiles the key finds its row and publishes the manifest again.
-    store.blobs.put_manifest(a, b"{garbage")
+    store.parts.blobs.put_manifest(a, b"{garbage")
     hit = reader.get(a, _fp().digest)
-    assert reader.counters.snapshot()["bad_manifest"] == 1
-    if store.settings.index_is_server:
+    assert reader.parts.counters.snapshot()["bad_manifest"] == 1
+    if store.parts.settings.index_is_server:
         assert hit is None
         assert not store.put(Put(a, bytes([6]) * 64, _fp(), "m6", 1))
-        assert store.counters.snapshot()["manifest_republished"] == 1
+        assert store.parts.counters.snapshot()["manifest_republished"] == 1
         hit = reader.get(a, _fp().digest)
     assert hit is not None and hit.payload == bytes([6]) * 64
 
@@ -220,10 +222,10 @@ def test_verify_reconciles_manifests_and_repairs(
 ) -> None:
     store = open_store(any_env, local_tier="off")
     a, b, c = (_put(store, i) for i in (8, 9, 10))
-    store.blobs.delete_manifests([a])  # lost (a writer killed before publishing)
-    store.blobs.put_manifest(b, b"{damaged")
+    store.parts.blobs.delete_manifests([a])  # lost (a writer killed before publishing)
+    store.parts.blobs.put_manifest(b, b"{damaged")
     ghost = f"{11:064x}"
-    store.blobs.put_manifest(ghost, dataclasses.replace(
+    store.parts.blobs.put_manifest(ghost, dataclasses.replace(
         _manifest(store, c), key=ghost).encode())  # type: ignore[type-var]  # fmt: skip
     report = json.loads(artstore("verify", "--json", env=any_env).stdout)
     assert report["ok"] is False
@@ -233,7 +235,7 @@ def test_verify_reconciles_manifests_and_repairs(
     assert "entries without manifest: 2" in repaired.stdout
     again = json.loads(artstore("verify", "--json", env=any_env).stdout)
     assert again["ok"] is True, again
-    assert sorted(store.blobs.iter_manifest_keys()) == sorted([a, b, c])
+    assert sorted(store.parts.blobs.iter_manifest_keys()) == sorted([a, b, c])
 
 
 def test_tier_key_files_are_the_published_manifests(
@@ -247,10 +249,10 @@ def test_tier_key_files_are_the_published_manifests(
     reader = open_store(dict(team_env, ARTSTORE_READ_ONLY="1"), lazy_index=True,
                         local_tier=str(tmp_path / "reader-tier"))  # fmt: skip
     assert reader.get(key, _fp().digest) is not None
-    for tier in (store.tier, reader.tier):
+    for tier in (store.parts.tier, reader.parts.tier):
         assert tier is not None
         assert Manifest.decode(tier._key_path(key).read_bytes(), key) == published
-    assert reader.tier is not None and reader.tier.get(key, _fp().digest) is not None
-    reader.tier._key_path(key).write_bytes(M.encode())  # another key's record: refused
-    assert reader.tier.get(key, _fp().digest) is None
-    assert not reader.tier._key_path(key).exists()  # and forgotten
+    assert reader.parts.tier is not None and reader.parts.tier.get(key, _fp().digest) is not None
+    reader.parts.tier._key_path(key).write_bytes(M.encode())  # another key's record: refused
+    assert reader.parts.tier.get(key, _fp().digest) is None
+    assert not reader.parts.tier._key_path(key).exists()  # and forgotten

@@ -167,7 +167,7 @@ def test_a_tampered_module_is_never_run(built: dict[str, Any]) -> None:
 
     store = Store.open(config.resolve({}, environ=built["env"]))
     try:
-        entry = store.index.lookup(key)
+        entry = store.parts.index.lookup(key)
         assert entry is not None
         digest = entry.digest
     finally:

@@ -82,8 +82,8 @@ def test_gc_evicts_native_entries_by_lru(store_env: dict[str, str], open_store: 
     modules = [fetch.Wanted("mlp", str(v), "llvm-cpu", "3.13.0") for v in range(3)]
     keys_ = [_put(store, w, parse_cpu("generic"), os.urandom(3000)) for w in modules]
     for minutes, key in zip((5, 0, 10), keys_, strict=True):  # the second: least recently used
-        store.index.record_access({key: (0, T0 + timedelta(minutes=minutes))})
-    sizes = {k: store.index.lookup(k).size for k in keys_}  # type: ignore[union-attr]
+        store.parts.index.record_access({key: (0, T0 + timedelta(minutes=minutes))})
+    sizes = {k: store.parts.index.lookup(k).size for k in keys_}  # type: ignore[union-attr]
     limit = sum(sizes.values()) - 1
     proc = artstore("gc", "--json", "--max-size", str(limit), "--grace", "0", env=store_env)
     assert proc.returncode == 0, proc.stderr

@@ -54,7 +54,7 @@ def _fill(store: Store, n: int) -> int:
         key = f"{i:064x}"
         data = os.urandom(3000)
         assert store.put(Put(key, data, FP, f"jit_o{i}", 1.0))
-    return store.index.stats().bytes
+    return store.parts.index.stats().bytes
 
 
 def test_gc_says_what_waits_for_the_grace_period(

@@ -72,7 +72,7 @@ def _read(open_store: OpenStore, team: Team, key: str) -> tuple[bytes | None, di
     """What a fresh reader loads for `key` (None: a miss), and its counters."""
     reader = open_store(team.reader)
     hit = reader.get(key, fingerprint().digest)
-    return (None if hit is None else hit.payload), reader.counters.snapshot()
+    return (None if hit is None else hit.payload), reader.parts.counters.snapshot()
 
 
 def _expect(open_store: OpenStore, team: Team, key: str, byte: int, outcome: str) -> None:
@@ -170,7 +170,7 @@ def test_a_writer_killed_between_row_and_manifest_is_finished_by_the_next_writer
     assert not writer.put(
         Put(key, payload(byte + 1), fingerprint(), module_name="jit_f", compile_secs=1.0)
     )
-    assert writer.counters.snapshot()["manifest_republished"] == 1
+    assert writer.parts.counters.snapshot()["manifest_republished"] == 1
     _expect(open_store, team, key, byte, "hit")  # the row's bytes, not the later compile's
     _consistent(team.writer)
 
@@ -208,21 +208,21 @@ def test_manifests_naming_missing_objects_are_counted_misses_and_repaired(
     gone, rowless, forged = _key(3), _key(4), _key(5)
     for i, key in enumerate((gone, rowless, forged)):
         _put(writer, key, 20 + i)
-    digest = {k: writer.index.lookup(k).digest for k in (gone, rowless)}  # type: ignore[union-attr]
-    writer.blobs.delete(digest[gone])  # removed by hand, or by a gc that lost its row
-    with writer.engine.begin() as conn:  # gc's eviction killed between row and manifest
+    digest = {k: writer.parts.index.lookup(k).digest for k in (gone, rowless)}  # type: ignore[union-attr]
+    writer.parts.blobs.delete(digest[gone])  # removed by hand, or by a gc that lost its row
+    with writer.parts.engine.begin() as conn:  # gc's eviction killed between row and manifest
         conn.execute(delete(Entry).where(Entry.key == rowless))
-    writer.blobs.delete(digest[rowless])  # ... and its object past the grace period
-    data = writer.blobs.get_manifest(forged)
+    writer.parts.blobs.delete(digest[rowless])  # ... and its object past the grace period
+    data = writer.parts.blobs.get_manifest(forged)
     assert data is not None
-    writer.blobs.put_manifest(
+    writer.parts.blobs.put_manifest(
         forged, dataclasses.replace(Manifest.decode(data, forged), digest="0" * 64).encode()
     )
 
     reader = open_store(team.reader)
     for key in (gone, rowless, forged):
         assert reader.get(key, fingerprint().digest) is None
-    assert reader.counters.snapshot()["missing_object"] == 3
+    assert reader.parts.counters.snapshot()["missing_object"] == 3
 
     report = _verify(team.writer)
     assert report["_returncode"] != 0 and not report["ok"]
@@ -234,7 +234,7 @@ def test_manifests_naming_missing_objects_are_counted_misses_and_repaired(
     }
     _verify(team.writer, "--repair")
     _consistent(team.writer)
-    assert list(writer.blobs.iter_manifest_keys()) == [forged]  # republished from its row
+    assert list(writer.parts.blobs.iter_manifest_keys()) == [forged]  # republished from its row
     _expect(open_store, team, forged, 22, "hit")
     _expect(open_store, team, gone, 20, "miss")
     _expect(open_store, team, rowless, 21, "miss")
@@ -259,9 +259,12 @@ def test_a_manifest_leading_to_an_unsigned_or_forged_object_is_a_counted_miss(
     assert reader.get(forged, fingerprint().digest) is None
     hit = reader.get(genuine, fingerprint().digest)
     assert hit is not None and hit.payload == payload(32) and isinstance(hit.entry, Manifest)
-    counts = reader.counters.snapshot()
+    counts = reader.parts.counters.snapshot()
     assert (counts["unsigned"], counts["bad_signature"], counts["hits"]) == (1, 1, 1), counts
-    assert reader.refused(unsigned) == "unsigned" and reader.refused(forged) == "bad_signature"
+    assert (
+        reader.parts.reads.refused.get(unsigned) == "unsigned"
+        and reader.parts.reads.refused.get(forged) == "bad_signature"
+    )
 
 
 # -- the index rebuilt from manifests --------------------------------------------
@@ -272,23 +275,23 @@ def test_db_rebuild_recovers_entries_from_manifests_then_objects(
     a, b, unpublished, resigned = (_key(i) for i in (10, 11, 12, 13))
     for i, key in enumerate((a, b, unpublished, resigned)):
         _put(writer, key, 40 + i)
-    writer.blobs.delete_manifests([unpublished])  # a put killed before publishing
+    writer.parts.blobs.delete_manifests([unpublished])  # a put killed before publishing
     # An older object of `resigned` kept for the grace period (as `artstore sign` leaves
     # one): listed first, it is what a rebuild from objects alone would make the entry.
-    current = writer.index.lookup(resigned)
+    current = writer.parts.index.lookup(resigned)
     assert current is not None
     older = next(
         enc
         for n in range(256)
         if (
             enc := encode_entry(
-                Put(resigned, bytes([n]) * 64, fingerprint(), "jit_f", 1.0), writer.settings
+                Put(resigned, bytes([n]) * 64, fingerprint(), "jit_f", 1.0), writer.parts.settings
             )
         ).digest
         < current.digest
     )
-    writer.blobs.put(older.digest, older.data)
-    with writer.engine.begin() as conn:  # the index lost
+    writer.parts.blobs.put(older.digest, older.data)
+    with writer.parts.engine.begin() as conn:  # the index lost
         conn.execute(delete(Entry))
         conn.execute(delete(StoredObject))
     assert artstore("ls", "--json", env=team.writer).stdout.strip() == "[]"

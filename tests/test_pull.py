@@ -59,7 +59,7 @@ def _fill(store: Store, fp: Fingerprint, n: int, tag: str) -> dict[str, str]:
                 compile_secs=1.0,
             )
         )
-        data = store.blobs.get_manifest(key)
+        data = store.parts.blobs.get_manifest(key)
         assert data is not None
         out[key] = json.loads(data)["d"]
     return out
@@ -156,7 +156,7 @@ def test_pull_keeps_within_the_tier_bound(
     skipped and the summary says so; a second pull GETs no object."""
     writer = open_store(team_env, local_tier="off")
     a = _fill(writer, FP_A, 3, "a")
-    size = max(blob.size for blob in writer.blobs.iter_blobs())
+    size = max(blob.size for blob in writer.parts.blobs.iter_blobs())
     bound = 2 * size + size // 2
     env = dict(team_env, AWS_ENDPOINT_URL_S3=s3_log.proxy.endpoint, ARTSTORE_INDEX=NO_INDEX,
                ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"),
@@ -188,7 +188,7 @@ def test_pull_on_the_embedded_default(
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     env = clean_env(XDG_CACHE_HOME=str(cache))
     writer = open_store(env, local_tier="off")  # so that the writer leaves no key map
-    assert writer.settings.embedded
+    assert writer.parts.settings.embedded
     a = _fill(writer, FP_A, 2, "a")
     b = _fill(writer, FP_B, 1, "b")
     tier = _tier(env)
@@ -288,7 +288,7 @@ def test_pull_learns_the_quick_keys_of_its_fingerprint_without_a_manifest(
     stored = next(iter(a))
     quick_a = [f"qa{i:062x}" for i in range(3)]
     for fp, key in [*((FP_A, k) for k in [*quick_a, stored]), (FP_B, "qb" + "0" * 62)]:
-        writer.blobs.put_record(QUICK, quick.quick_name(fp.digest, key), quick.encode(0.01))
+        writer.parts.blobs.put_record(QUICK, quick.quick_name(fp.digest, key), quick.encode(0.01))
     folder = tmp_path / "store" / "default" / QUICK.directory
     (folder / f"{FP_A.digest}.{'x' * 4}").write_text("{}")  # listed, not a record's name
     tier = _tier(env)
@@ -326,9 +326,11 @@ def test_a_pull_refused_the_quick_keys_still_fetches_every_entry(
                     ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"))  # fmt: skip
     writer = open_store(dict(env, ARTSTORE_READ_ONLY="0"), local_tier="off")
     _fill(writer, FP_A, 2, "a")
-    writer.blobs.put_record(QUICK, quick.quick_name(FP_A.digest, "q" * 64), quick.encode(0.01))
+    writer.parts.blobs.put_record(
+        QUICK, quick.quick_name(FP_A.digest, "q" * 64), quick.encode(0.01)
+    )
     puller = open_puller(resolve(environ=env))
-    puller.store.blobs = _QuickUnlisted(tmp_path / "store", "default")
+    puller.store.parts.blobs = _QuickUnlisted(tmp_path / "store", "default")
     report = pull(puller, FP_A.digest)
     assert report.ok and (report.fetched, report.quick_keys) == (2, 0)
     assert report.quick_unlisted is not None and "access denied" in report.quick_unlisted
@@ -393,6 +395,6 @@ def test_pull_from_a_prefix_that_never_held_an_entry_fails_saying_so(
     assert as_json.returncode == 1 and report["never_held"] == line and report["ok"] is False
 
     writer = open_store(dict(team_env, ARTSTORE_URL=wrong), local_tier="off")
-    writer.blobs.put_identity(identity.encode(uuid.uuid4().hex))  # what a first writer makes
+    writer.parts.blobs.put_identity(identity.encode(uuid.uuid4().hex))  # what a first writer makes
     report = _pull(env, "--fingerprint", FP_A.digest)
     assert (report["fetched"], report["never_held"], report["ok"]) == (0, None, True)

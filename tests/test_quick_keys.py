@@ -83,26 +83,26 @@ def test_quick_records_on_each_backend(any_env: dict[str, str], open_store: Open
     store = open_store(any_env)
     names = [quick.quick_name(fp.digest, _key(i)) for fp in (FP_A, FP_B) for i in range(3)]
     for name in names:
-        store.blobs.put_record(QUICK, name, quick.encode(0.01))
-    assert sorted(store.blobs.iter_records(QUICK)) == sorted(names)
-    only_a = sorted(store.blobs.iter_records(QUICK, prefix=FP_A.digest + quick.SEPARATOR))
+        store.parts.blobs.put_record(QUICK, name, quick.encode(0.01))
+    assert sorted(store.parts.blobs.iter_records(QUICK)) == sorted(names)
+    only_a = sorted(store.parts.blobs.iter_records(QUICK, prefix=FP_A.digest + quick.SEPARATOR))
     assert only_a == sorted(names[:3])
-    data = store.blobs.get_record(QUICK, names[0])
+    data = store.parts.blobs.get_record(QUICK, names[0])
     assert data is not None and quick.decode(data) == pytest.approx(0.01)
-    assert store.blobs.get_record(QUICK, quick.quick_name(FP_A.digest, _key(9))) is None
+    assert store.parts.blobs.get_record(QUICK, quick.quick_name(FP_A.digest, _key(9))) is None
     for wrong in (f"{FP_A.digest}.../x", "../identity", f"{FP_A.digest}/{_key(1)}"):
         with pytest.raises(ValueError):
-            store.blobs.put_record(QUICK, wrong, b"{}")
+            store.parts.blobs.put_record(QUICK, wrong, b"{}")
         with pytest.raises(ValueError):
-            store.blobs.get_record(QUICK, wrong)
-    reader = ReadOnlyBlobStore(store.blobs)
+            store.parts.blobs.get_record(QUICK, wrong)
+    reader = ReadOnlyBlobStore(store.parts.blobs)
     assert sorted(reader.iter_records(QUICK)) == sorted(names)
     with pytest.raises(ReadOnlyError):
         reader.put_record(QUICK, names[0], b"{}")
     with pytest.raises(ReadOnlyError):
         reader.delete_records(QUICK, names)
-    store.blobs.delete_records(QUICK, [*names[:2], quick.quick_name(FP_A.digest, _key(9))])
-    assert sorted(store.blobs.iter_records(QUICK)) == sorted(names[2:])
+    store.parts.blobs.delete_records(QUICK, [*names[:2], quick.quick_name(FP_A.digest, _key(9))])
+    assert sorted(store.parts.blobs.iter_records(QUICK)) == sorted(names[2:])
 
 
 def test_writers_publish_quick_keys_and_readers_never(
@@ -122,10 +122,10 @@ def test_writers_publish_quick_keys_and_readers_never(
     reader = open_store(any_env, read_only=True, lazy_index=True)
     _looked_up_then_quick(reader, _key(4))
     assert writer.flush(30) and reader.flush(30)
-    assert list(writer.blobs.iter_records(QUICK)) == [quick.quick_name(FP_A.digest, _key(1))]
-    assert writer.counters.snapshot().get("quick_published") == 1
-    assert "quick_published" not in reader.counters.snapshot()
-    assert reader.counters.snapshot().get("quick_compiles") == 1  # counted as before
+    assert list(writer.parts.blobs.iter_records(QUICK)) == [quick.quick_name(FP_A.digest, _key(1))]
+    assert writer.parts.counters.snapshot().get("quick_published") == 1
+    assert "quick_published" not in reader.parts.counters.snapshot()
+    assert reader.parts.counters.snapshot().get("quick_compiles") == 1  # counted as before
 
 
 class _QuickRefused(LocalBlobStore):
@@ -143,7 +143,7 @@ def test_a_refused_publication_is_counted_and_said_once(
     """Publishing is best effort, off the program's thread: refused, it is counted and
     logged once for the process, and nothing else changes."""
     writer = open_store(clean_env(ARTSTORE_URL=str(tmp_path / "store")))
-    writer.blobs = _QuickRefused(tmp_path / "store", "default")
+    writer.parts.blobs = _QuickRefused(tmp_path / "store", "default")
     with caplog.at_level(logging.WARNING, logger="artifactstore"):
         for i in range(3):
             _looked_up_then_quick(writer, _key(i))
@@ -151,9 +151,9 @@ def test_a_refused_publication_is_counted_and_said_once(
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "keys too quick to store not published" in lines[0], lines
     assert "access denied" in lines[0]
-    counts = writer.counters.snapshot()
+    counts = writer.parts.counters.snapshot()
     assert counts.get("quick_unpublished") == 3 and counts.get("quick_compiles") == 3
-    assert list(writer.blobs.iter_records(QUICK)) == []
+    assert list(writer.parts.blobs.iter_records(QUICK)) == []
 
 
 def test_gc_deletes_quick_records_of_keys_stored_since(
@@ -167,14 +167,14 @@ def test_gc_deletes_quick_records_of_keys_stored_since(
     assert writer.flush(30)
     stray = f"{FP_A.digest}.{'x' * 4}"  # listed, but not a record's name: left alone
     if any_env["ARTSTORE_URL"].startswith("/"):
-        (writer.blobs.base / QUICK.directory / stray).write_text("{}")  # type: ignore[attr-defined]
+        (writer.parts.blobs.base / QUICK.directory / stray).write_text("{}")  # type: ignore[attr-defined]
     assert writer.put(
         Put(_key(0), os.urandom(2000), fingerprint=FP_A, module_name="jit_f", compile_secs=2.0)
     )
     dry = gc.collect(writer, gc.Policy(dry_run=True))
-    assert dry.quick_records_removed == 1 and len(list(writer.blobs.iter_records(QUICK))) >= 3
+    assert dry.quick_records_removed == 1 and len(list(writer.parts.blobs.iter_records(QUICK))) >= 3
     report = gc.collect(writer, gc.Policy())
     assert report.quick_records_removed == 1
-    left = sorted(n for n in writer.blobs.iter_records(QUICK) if n != stray)
+    left = sorted(n for n in writer.parts.blobs.iter_records(QUICK) if n != stray)
     assert left == sorted(quick.quick_name(FP_A.digest, _key(i)) for i in (1, 2))
     assert json.loads(json.dumps(report.to_json()))["quick_records_removed"] == 1

@@ -48,13 +48,13 @@ def test_reader_setting_refuses_index_writes_but_records_hits(
     assert '"default"' in quotas.stdout and "2147483648" not in quotas.stdout
     reader = open_store(reader_env, lazy_index=True)
     assert reader.get(KEY, _fp().digest) is not None  # entry and object are still there
-    reader.flush_access()  # raises if the append were refused
-    if reader.settings.index_is_server:
+    reader.parts.accounts.flush()  # raises if the append were refused
+    if reader.parts.settings.index_is_server:
         # A database server hears of readers' hits only through hit journals in the
         # bucket, folded in by a writer; the reader never opened the index.
-        assert not reader.index_opened
-        assert len(list(reader.blobs.iter_records(JOURNALS))) == 1
-        fold_journals(open_store(any_env))
-    with reader.engine.connect() as conn:
+        assert not reader.parts.backends.index_opened
+        assert len(list(reader.parts.blobs.iter_records(JOURNALS))) == 1
+        fold_journals(open_store(any_env).parts)
+    with reader.parts.engine.connect() as conn:
         assert conn.scalar(select(func.count()).select_from(Access)) == 1
         assert conn.scalar(select(func.count()).select_from(Entry)) == 1

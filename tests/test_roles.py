@@ -147,8 +147,8 @@ def _put(store: Store, i: int, size: int = 3000) -> int:
     assert store.put(
         Put(_key(i), os.urandom(size), fingerprint=_fp(), module_name=f"jit_f{i}", compile_secs=1.0)
     )
-    store.index.record_access({_key(i): (0, T0 + timedelta(minutes=i))})
-    entry = store.index.lookup(_key(i))
+    store.parts.index.record_access({_key(i): (0, T0 + timedelta(minutes=i))})
+    entry = store.parts.index.lookup(_key(i))
     assert entry is not None
     return entry.size
 
@@ -167,7 +167,7 @@ def _count(engine: Engine, sql: str, **params: Any) -> int:
 
 
 def _keys(store: Store) -> set[str]:
-    return {e.key for e in store.index.iter_entries()}
+    return {e.key for e in store.parts.index.iter_entries()}
 
 
 # -- normal work under each role ------------------------------------------------
@@ -180,9 +180,9 @@ def test_writer_reader_and_gc_work_through_their_logins(
     reader = open_store(roles_db.url("reader"), ns, read_only=True, lazy_index=True)
     hit = reader.get(_key(0), _fp().digest)
     assert hit is not None
-    reader.flush_access()  # a hit journal in the object store: the reader never connects
-    assert not reader.index_opened
-    assert len(list(reader.blobs.iter_records(JOURNALS))) == 1
+    reader.parts.accounts.flush()  # a hit journal in the object store: the reader never connects
+    assert not reader.parts.backends.index_opened
+    assert len(list(reader.parts.blobs.iter_records(JOURNALS))) == 1
     # A reader of another namespace sees nothing there (a miss, not an error).
     assert open_store(roles_db.url("reader"), roles_db.ns_b, read_only=True).get(
         _key(0), _fp().digest) is None  # fmt: skip
@@ -232,12 +232,14 @@ def test_reader_cannot_pin_break_gc_or_write_elsewhere(
     operator = open_store(roles_db.url("gc"), ns)
     first = gc.collect(operator, gc.Policy(grace_secs=0))
     assert first.accesses_folded == 3
-    pinned = writer.index.lookup(_key(base))
+    pinned = writer.parts.index.lookup(_key(base))
     assert pinned is not None and pinned.hits == BIGINT_MAX
     assert pinned.last_access <= datetime.now(UTC)  # 'now' at most, never year 9999
     # Not pinned: used once, at the fold; a later use of the other entry makes it the
     # least recently used, and LRU evicts it.
-    writer.index.record_access({_key(base + 1): (1, datetime.now(UTC) + timedelta(seconds=1))})
+    writer.parts.index.record_access(
+        {_key(base + 1): (1, datetime.now(UTC) + timedelta(seconds=1))}
+    )
     out = gc.collect(operator, gc.Policy(max_bytes=sizes[1], grace_secs=0))
     assert out.entries_removed >= 1
     assert _key(base + 1) in _keys(writer) and _key(base) not in _keys(writer)
@@ -267,8 +269,8 @@ def test_writer_cannot_touch_quotas_schema_or_other_namespaces(
     mine = open_store(roles_db.url("writer"), roles_db.ns_a)
     _put(mine, 201)
     # Its counters and usage rows (`artstore stats`) in its namespaces, not in team B's.
-    mine.counters.add("lookups_missed", fingerprint=_fp().digest)  # `misses` in the index
-    mine.flush_access()
+    mine.parts.counters.add("lookups_missed", fingerprint=_fp().digest)  # `misses` in the index
+    mine.parts.accounts.flush()
     assert _count(engines["postgres"], "SELECT sum(misses) FROM usage WHERE namespace = :ns",
                   ns=roles_db.ns_a) == 1  # fmt: skip
     _refused(writer, USAGE_ROW, "row-level security", ns=ns_b)
@@ -362,14 +364,14 @@ def test_hostile_access_rows_neither_pin_nor_break_gc(
         conn.execute(insert(Access), rows)
     before = datetime.now(UTC)
     extra = 2 if backend == "postgresql" else 0
-    assert fold_accesses(store.engine, ns) == 4 + extra
-    first, second = store.index.lookup(_key(0)), store.index.lookup(_key(1))
+    assert fold_accesses(store.parts.engine, ns) == 4 + extra
+    first, second = store.parts.index.lookup(_key(0)), store.parts.index.lookup(_key(1))
     assert first is not None and second is not None
     assert first.hits == 2 * ROW_HITS_MAX + extra
     assert before <= first.last_access <= datetime.now(UTC)  # year 9999 counts as 'now'
     assert second.hits == BIGINT_MAX  # saturated, not 'bigint out of range'
     # Not pinned: the other entry used later is kept, this one goes.
-    store.index.record_access({_key(1): (1, datetime.now(UTC) + timedelta(seconds=1))})
+    store.parts.index.record_access({_key(1): (1, datetime.now(UTC) + timedelta(seconds=1))})
     out = gc.collect(store, gc.Policy(max_bytes=sizes[1], grace_secs=0))
     assert out.entries_removed == 1 and _keys(store) == {_key(1)}
 
@@ -485,7 +487,9 @@ def test_warm_through_a_login_that_may_not_write_names_the_role(
     from conftest import PROGRAMS, artstore_warm
 
     ns = roles_db.ns_a
-    open_store(roles_db.url("writer"), ns).require_bound()  # as the team's first writer did
+    open_store(
+        roles_db.url("writer"), ns
+    ).parts.writes.gate.require()  # as the team's first writer did
     env = clean_env(ARTSTORE_URL=str(blobs_dir), ARTSTORE_INDEX=roles_db.url("reader"),
                     ARTSTORE_NAMESPACE=ns, ARTSTORE_LOCAL_TIER="off")  # fmt: skip
     command = ("--", sys.executable, str(PROGRAMS / "warm_script.py"), "--variant", "3")

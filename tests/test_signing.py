@@ -526,7 +526,7 @@ def test_rebuild_carries_the_signer(tmp_path: Path, keys: dict[str, tuple[Path, 
                       device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
     try:
         assert store.put(Put("c3" * 32, b"x" * 100, fp, "m", 1.0))
-        before = store.index.lookup("c3" * 32)
+        before = store.parts.index.lookup("c3" * 32)
         assert before is not None and before.signer == "ci-1" and before.signature
     finally:
         store.close()
@@ -535,7 +535,7 @@ def test_rebuild_carries_the_signer(tmp_path: Path, keys: dict[str, tuple[Path, 
     assert out.returncode == 0, out.stderr
     store = Store.open(settings)
     try:
-        after = store.index.lookup("c3" * 32)
+        after = store.parts.index.lookup("c3" * 32)
         assert after is not None
         assert (after.signer, after.signature) == (before.signer, before.signature)
     finally:

@@ -75,8 +75,8 @@ def wait_for_lease(open_store: OpenStore, env: dict[str, str], pid: int) -> str:
     deadline = time.monotonic() + 120
     seen: dict[str, float] = {}
     while time.monotonic() < deadline:
-        for key in list(store.blobs.iter_records(LEASES)):
-            data = store.blobs.get_record(LEASES, key)
+        for key in list(store.parts.blobs.iter_records(LEASES)):
+            data = store.parts.blobs.get_record(LEASES, key)
             if data is None:
                 continue
             record = LeaseRecord.decode(data)

@@ -63,11 +63,11 @@ def _workload(store: Store) -> dict[str, int]:
     store.compiled_below_threshold(K3, FP1.digest)
     assert store.get(K4, FP2.digest) is None
     store.compiled_below_threshold(K5, FP1.digest)
-    store.counters.add("lease_waits", fingerprint=FP1.digest)
-    store.counters.add("lease_takeovers")  # as callers without a fingerprint count
+    store.parts.counters.add("lease_waits", fingerprint=FP1.digest)
+    store.parts.counters.add("lease_takeovers")  # as callers without a fingerprint count
     sizes = {}
     for key in (K1, K2):
-        entry = store.index.lookup(key)
+        entry = store.parts.index.lookup(key)
         assert entry is not None
         sizes[key] = entry.size
     return sizes
@@ -79,10 +79,10 @@ def test_known_workload_by_fingerprint_day_and_module(
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     store = open_store(env)
     sizes = _workload(store)
-    counts = store.counters.snapshot()
+    counts = store.parts.counters.snapshot()
     assert counts["lookups_missed"] == 2 and counts["quick_compiles"] == 2
     assert counts["misses_below_threshold"] == 1 and counts["hits"] == counts["store_hits"] == 4
-    store.flush_access()
+    store.parts.accounts.flush()
 
     totals = _stats(env)
     fetched = 3 * sizes[K1] + sizes[K2]
@@ -166,14 +166,14 @@ def test_tier_hits_are_counted_by_fingerprint(tmp_path: Path, open_store: OpenSt
     their fingerprint, bytes and compile time read from the tier's key files."""
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     store = open_store(env)
-    assert store.tier is not None
+    assert store.parts.tier is not None
     assert store.put(Put(K1, b"a" * 3000, fingerprint=FP1, module_name="jit_a", compile_secs=2.0))
-    entry = store.index.lookup(K1)
+    entry = store.parts.index.lookup(K1)
     assert entry is not None
     for _ in range(2):
-        assert store.tier.get(K1, FP1.digest) is not None
-    store.tier.write_journal()  # as a process that never opened the store leaves them
-    store.fold_tier_journals()
+        assert store.parts.tier.get(K1, FP1.digest) is not None
+    store.parts.tier.write_journal()  # as a process that never opened the store leaves them
+    store.parts.accounts.fold_tier_journals()
     rows = {g["fingerprint"]: g for g in _stats(env, "--by", "fingerprint")["groups"]}
     assert set(rows) == {FP1.digest}
     assert rows[FP1.digest]["hits"] == 2 and rows[FP1.digest]["bytes_fetched"] == 2 * entry.size
@@ -185,11 +185,11 @@ def test_days_and_day_order(tmp_path: Path, open_store: OpenStore) -> None:
     env = clean_env(ARTSTORE_URL=str(tmp_path / "store"))
     store = open_store(env)
     old, now = today() - timedelta(days=10), today()
-    store.index.add_counters(
+    store.parts.index.add_counters(
         {},
         {(old, FP1.digest): {"hits": 5, "misses": 5}, (now, FP1.digest): {"hits": 1}},
     )
-    store.index.add_counters({}, {(now, FP1.digest): {"hits": 2, "compile_secs_saved": 1.5}})
+    store.parts.index.add_counters({}, {(now, FP1.digest): {"hits": 2, "compile_secs_saved": 1.5}})
     days = _stats(env, "--by", "day")["groups"]
     assert [(g["day"], g["hits"]) for g in days] == [(now.isoformat(), 3), (old.isoformat(), 5)]
     assert days[0]["compile_secs_saved"] == pytest.approx(1.5)
@@ -246,7 +246,7 @@ def test_v1_journals_and_usage_journals_fold(
     assert store.put(Put(K1, b"a" * 500, fingerprint=FP1, module_name="jit_a", compile_secs=2.0))
     # A journal exactly as clients before usage rows write it.
     v1 = json.dumps({"v": 1, "a": {K1: [2, time.time()]}, "c": {"misses": 3, "corrupt": 1}})
-    store.blobs.put_record(JOURNALS, new_name(), v1.encode())
+    store.parts.blobs.put_record(JOURNALS, new_name(), v1.encode())
     # One with usage rows, one of them hostile: a future day, absurd counts, a bad digest.
     future = today() + timedelta(days=400)
     usage = {
@@ -257,11 +257,11 @@ def test_v1_journals_and_usage_journals_fold(
     }  # fmt: skip
     counts = {"misses": 2, "misses_below_threshold": 2, "below_threshold": 5}
     journal = Journal({K1: (1, time.time())}, counts, usage)
-    store.blobs.put_record(JOURNALS, new_name(), journal.encode())
-    result = fold_journals(store)
+    store.parts.blobs.put_record(JOURNALS, new_name(), journal.encode())
+    result = fold_journals(store.parts)
     assert (result.journals, result.refused, result.hits) == (2, 0, 3)
-    fold_accesses(store.engine, store.namespace)
-    totals = store.index.stats()
+    fold_accesses(store.parts.engine, store.parts.namespace)
+    totals = store.parts.index.stats()
     assert totals.hits == 3 and totals.misses == 5 and totals.corrupt == 1
     assert totals.misses_below_threshold == 2 and totals.eligible_misses == 3
     assert totals.below_threshold == 5
@@ -270,7 +270,7 @@ def test_v1_journals_and_usage_journals_fold(
     assert days[0]["hits"] == 1 + 1_000_000 and days[0]["compile_secs_saved"] == 1e9
     assert days[0]["quick_compiles"] == 5 and days[0]["misses"] == 0
     assert {g["fingerprint"] for g in _stats(env, "--by", "fingerprint")["groups"]} == {FP1.digest}
-    assert list(store.blobs.iter_records(JOURNALS)) == []
+    assert list(store.parts.blobs.iter_records(JOURNALS)) == []
 
 
 def test_reader_journal_carries_usage(team_env: dict[str, str], open_store: OpenStore) -> None:
@@ -278,15 +278,15 @@ def test_reader_journal_carries_usage(team_env: dict[str, str], open_store: Open
     `artstore fold` brings it to the index."""
     writer = open_store(team_env)
     _workload(writer)
-    writer.flush_access()
+    writer.parts.accounts.flush()
     before = _stats(team_env, "--by", "fingerprint")["total"]
     reader = open_store(team_env, lazy_index=True, read_only=True)
     assert reader.get(K2, FP2.digest) is not None
     assert reader.get(K3, FP1.digest) is None
     reader.compiled_below_threshold(K3, FP1.digest)
-    assert reader.journals_hits
+    assert reader.parts.backends.journals_hits
     reader.flush()
-    assert not reader.index_opened
+    assert not reader.parts.backends.index_opened
     assert artstore("fold", env=team_env).returncode == 0
     after = _stats(team_env, "--by", "fingerprint")
     rows = {g["fingerprint"]: g for g in after["groups"]}
@@ -320,8 +320,8 @@ def test_concurrent_counter_flushes_never_deadlock(
         touches = {key: (1, datetime.now(UTC)) for key in keys[::order]}
         try:
             for _ in range(60):
-                store.index.add_counters(counts, usage)
-                store.index.record_access(touches)
+                store.parts.index.add_counters(counts, usage)
+                store.parts.index.record_access(touches)
         except BaseException as exc:  # reported below, in the test thread
             failures.append(exc)
 
@@ -334,7 +334,7 @@ def test_concurrent_counter_flushes_never_deadlock(
     total = _stats(team_env, "--by", "day")
     assert total["total"]["hits"] == 4 * 60 * len(days)
     for key in keys:
-        entry = writer.index.lookup(key)
+        entry = writer.parts.index.lookup(key)
         assert entry is not None and entry.hits == 4 * 60
 
 
@@ -348,7 +348,7 @@ def test_ls_stats_quota_need_only_the_index(
     nothing can have waited for its timeout)."""
     store = open_store(team_env)
     _workload(store)
-    store.flush_access()
+    store.parts.accounts.flush()
     moto_port = int(team_env["AWS_ENDPOINT_URL_S3"].rsplit(":", 1)[1])
     with FaultProxy(("127.0.0.1", moto_port)) as s3:
         s3.set_mode(mode)
@@ -379,14 +379,14 @@ def test_index_only_commands_do_not_open_the_object_store(
     """Not even boto3 is imported: an operator's host needs neither it nor S3 credentials."""
     store = open_store(team_env)
     _workload(store)
-    store.flush_access()
+    store.parts.accounts.flush()
     for command in (["ls"], ["stats"], ["stats", "--by", "day"], ["quota", "ls"]):
         proc = subprocess.run([sys.executable, "-c", NO_BOTO3, *command], env=team_env,
                               capture_output=True, text=True, check=False)  # fmt: skip
         assert proc.returncode == 0, (command, proc.stderr)
         assert proc.stderr.split() == ["False"], (command, proc.stderr)
     # Described as the object store it did not open describes itself.
-    assert _stats(team_env)["store"] == store.describe()
+    assert _stats(team_env)["store"] == store.parts.describe()
 
 
 # -- migration 0003 -> 0004, with data written by the previous client --------------
@@ -448,7 +448,7 @@ def test_migration_0004_keeps_stats_written_at_0003(
     assert _stats(env, "--by", "day")["groups"] == []  # the old client wrote no usage
     store = open_store(env)
     assert store.get(K1, FP1.digest) is not None
-    store.flush_access()
+    store.parts.accounts.flush()
     totals = _stats(env)
     assert totals["hits"] == 3 and totals["misses"] == 1
     days = _stats(env, "--by", "day")["groups"]

@@ -92,8 +92,15 @@ def test_hits_an_exit_flush_could_not_write_are_kept_and_reported(
 ) -> None:
     """Slow: three JAX programs. A writer that loads (and, its variant, stores) at exit
     with no time left of its flush bound (as uploads on a loaded machine spend it): its
-    hits go back to its tier, and the node's next process reports them."""
+    hits go back to its tier, and the node's next process reports them.
+
+    Each of its hits is counted once, whenever it is written: its writer's periodic
+    flush (a tick every 5 s) writes those it has while the program runs, which on a
+    loaded machine is some of them, and the rest are kept in the tier. So the count is
+    taken from before it ran, not from after its own hits were folded."""
     run_program("job.py", team_env)
+    assert artstore("fold", env=team_env).returncode == 0
+    before = json.loads(artstore("stats", "--json", env=team_env).stdout)["hits"]
     node = dict(team_env, ARTSTORE_LOCAL_TIER=str(tmp_path / "tier"), ARTSTORE_JOURNAL_SECS="0")
     late = run_program(
         "job.py", dict(node, JOB_VARIANT="0.5", JOB_SKIP_FLUSH="1", ARTSTORE_FLUSH_TIMEOUT="0")
@@ -103,7 +110,6 @@ def test_hits_an_exit_flush_could_not_write_are_kept_and_reported(
     assert "hit counts" in late["_stderr"]  # said: not written within the bound
     assert list((tmp_path / "tier").rglob("access/*.json")), "the late hits were dropped"
     assert artstore("fold", env=team_env).returncode == 0
-    before = json.loads(artstore("stats", "--json", env=team_env).stdout)["hits"]
     warm = run_program("job.py", node)  # the node's next process reports them at exit
     assert artstore("fold", env=team_env).returncode == 0
     after = json.loads(artstore("stats", "--json", env=team_env).stdout)["hits"]

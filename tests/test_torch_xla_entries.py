@@ -223,7 +223,7 @@ def test_quotas_and_gc_evict_them_by_lru(writer: dict[str, Any], open_store: Ope
     used = sum(e["size"] for e in entries)
     oldest = next(e for e in entries if e["platform"] == torchxla.PLATFORM)
     order = [oldest["key"], *(e["key"] for e in entries if e is not oldest)]
-    open_store(env).index.record_access(
+    open_store(env).parts.index.record_access(
         {k: (0, T0 + timedelta(minutes=i)) for i, k in enumerate(order)}
     )
     assert artstore("quota", "set", "default", str(used - 1), env=env).returncode == 0

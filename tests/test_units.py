@@ -211,10 +211,10 @@ def test_store_refuses_forged_fingerprint_without_reading_bytes(
     here, there = _fp(), _fp(cpu_features=("avx512f",))
     assert here.digest != there.digest
     store.put(Put("k" * 64, b"payload", fingerprint=there, module_name="m", compile_secs=1.0))
-    store.blobs = CountingBlobs(tmp_path, "default")
+    store.parts.blobs = CountingBlobs(tmp_path, "default")
     assert store.get("k" * 64, here.digest) is None
     assert CountingBlobs.gets == 0
-    assert store.counters.snapshot()["fingerprint_mismatch"] == 1
+    assert store.parts.counters.snapshot()["fingerprint_mismatch"] == 1
     hit = store.get("k" * 64, there.digest)
     assert hit is not None and hit.payload == b"payload"
 
@@ -247,13 +247,13 @@ def test_missing_object_is_a_counted_miss_with_one_log_line(
 ) -> None:
     store = open_store({}, url=str(tmp_path))
     store.put(Put("a" * 64, b"x", fingerprint=_fp(), module_name="m", compile_secs=1))
-    entry = store.index.lookup("a" * 64)
+    entry = store.parts.index.lookup("a" * 64)
     assert entry is not None
     for path in (tmp_path / "default" / "objects").rglob(entry.digest):
         path.unlink()
     with caplog.at_level("WARNING", logger="artifactstore"):
         assert store.get("a" * 64, _fp().digest) is None
-    assert store.counters.snapshot()["missing_object"] == 1
+    assert store.parts.counters.snapshot()["missing_object"] == 1
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "which is gone" in said[0], said
 

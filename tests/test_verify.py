@@ -19,10 +19,10 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.put import Put
 from artifactstore.formats.signing import SigningKey, TrustedKeys
 from artifactstore.store import Store
-from artifactstore.store.chain import Missed
-from artifactstore.store.read import Hit, Refused
+from artifactstore.store.chain import Found, Missed
+from artifactstore.store.read import Looked, Refused
 from artifactstore.store.removed import RemovedVersion
-from artifactstore.store.tier import LocalTier, TierHit, TierMiss
+from artifactstore.store.tier import LocalTier, TierMiss
 from artifactstore.store.verify import (
     EXECUTABLE,
     NAMED,
@@ -213,15 +213,15 @@ def test_the_store_read_path_peek_writes_nothing(tmp_path: Path) -> None:
     store.put(Put(KEY, b"payload", FP, "m", 1.0, callbacks=0))
     (obj,) = _objects(tmp_path)
     obj.write_bytes(obj.read_bytes()[:-3] + b"xyz")
-    before = store.counters.snapshot()
-    looked = store.reads.peek(KEY, FP.digest, callbacks=0)
+    before = store.parts.counters.snapshot()
+    looked = store.parts.reads.peek(KEY, FP.digest, callbacks=0)
     assert isinstance(looked, Refused) and looked.reason == "corrupt"
     assert looked.refusal is not None and looked.refusal.damaged
-    assert obj.exists() and store.index.lookup(KEY) is not None  # nothing quarantined
-    assert store.counters.snapshot() == before
+    assert obj.exists() and store.parts.index.lookup(KEY) is not None  # nothing quarantined
+    assert store.parts.counters.snapshot() == before
     # The store level's price: the damaged object quarantined, its entry dropped.
-    assert store.reads.settle(KEY, looked) == Missed("corrupt")
-    assert not obj.exists() and store.index.lookup(KEY) is None
+    assert store.parts.reads.settle(KEY, looked) == Missed("corrupt")
+    assert not obj.exists() and store.parts.index.lookup(KEY) is None
     store.close()
 
 
@@ -229,12 +229,12 @@ def test_a_hit_is_remembered_in_the_tier_only_when_settled(tmp_path: Path) -> No
     store = _store(tmp_path)
     store.put(Put(KEY, b"payload", FP, "m", 1.0, callbacks=0))
     tier = LocalTier(tmp_path / "tier", "default", owns_objects=True)
-    store.tier = tier
-    looked = store.reads.peek(KEY, FP.digest, callbacks=0)
-    assert isinstance(looked, Hit) and looked.payload == b"payload"
+    store.parts.tier = tier
+    looked = store.parts.reads.peek(KEY, FP.digest, callbacks=0)
+    assert isinstance(looked, Looked) and looked.payload == b"payload"
     assert tier.lookup(KEY) is None  # peek remembered nothing
-    settled = store.reads.settle(KEY, looked)
-    assert isinstance(settled, Hit) and settled.data is None  # the object is not held on
+    settled = store.parts.reads.settle(KEY, looked)
+    assert isinstance(settled, Found) and settled.payload == b"payload"  # the lookup's result
     assert tier.lookup(KEY) is not None
     store.close()
 
@@ -260,7 +260,7 @@ def test_a_tier_hit_touches_its_copy_only_when_settled(tmp_path: Path) -> None:
     (copy,) = sorted(p for p in (tmp_path / "tier").rglob("objects/*/*") if p.is_file())
     os.utime(copy, (1.0, 1.0))
     looked = tier.peek(KEY, FP.digest, callbacks=0)
-    assert isinstance(looked, TierHit) and copy.stat().st_mtime == 1.0
+    assert isinstance(looked, Found) and copy.stat().st_mtime == 1.0
     assert tier.settle(KEY, looked) is looked and copy.stat().st_mtime > 1.0
 
 
@@ -273,14 +273,16 @@ def test_a_malformed_torch_xla_entry_is_refused_by_the_store_and_by_pull(tmp_pat
     platform = _fp("torch-xla")
     payload = torchxla.frame("456", b"file")
     store.put(Put(key, payload, platform, torchxla.module_name("123"), 1.0, callbacks=0))
-    entry = store.index.lookup(key)
+    entry = store.parts.index.lookup(key)
     assert entry is not None
-    data = store.fetch_object(entry)
+    data = store.parts.reads.fetch_object(entry)
     assert data is not None
-    checked = store.verify(entry, data, platform.digest)  # what pull, import and export ask
+    checked = store.parts.reads.verify(
+        entry, data, platform.digest
+    )  # what pull, import and export ask
     assert isinstance(checked, Refusal) and checked.reason == "malformed"
     assert store.get(key, platform.digest, callbacks=0) is None
-    assert store.counters.snapshot().get("malformed") == 1
+    assert store.parts.counters.snapshot().get("malformed") == 1
     assert _objects(tmp_path)  # intact bytes: not quarantined
     store.close()
 

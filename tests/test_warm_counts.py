@@ -171,8 +171,8 @@ def test_warm_names_what_it_found_but_could_not_load(
     settings = config.resolve({}, s3_sqlite_env)
     store = Store.open(settings)
     try:
-        entry = next(iter(store.index.iter_entries()))
-        data = store.blobs.get(entry.digest)
+        entry = next(iter(store.parts.index.iter_entries()))
+        data = store.parts.blobs.get(entry.digest)
         meta = codec.read_meta(data or b"")
         assert data is not None and meta is not None
         junk = b"no executable of any XLA"
@@ -183,7 +183,7 @@ def test_warm_names_what_it_found_but_could_not_load(
             signer=settings.signing_key,
             namespace=settings.namespace,
         )
-        store.blobs.put(forged.digest, forged.data)
+        store.parts.blobs.put(forged.digest, forged.data)
         tamper.point(
             store, entry.key, forged.digest, size=len(forged.data), raw_size=forged.raw_size
         )

@@ -1,7 +1,7 @@
 """`artstore export`: chosen entries of a namespace into one bundle file.
 
 Entries are chosen from the index (in SQL where it can say it), each object is read
-from the object store and verified as a load verifies it (`Store.verify`: digest,
+from the object store and verified as a load verifies it (`ReadPath.verify`: digest,
 envelope, fingerprint, entry key, sizes, signature where trusted keys are set), and
 written to the bundle as stored: never re-encoded, so a signature stays its
 writer's. One object that fails verification refuses the whole bundle: the file is
@@ -111,11 +111,11 @@ def export_bundle(
     nothing matches."""
     if selection.empty:
         raise BundleError("say what to export: --name, --module, --fingerprint or --all")
-    entries = list(select(store, selection))  # rows only: a few hundred bytes each
+    entries = list(select(store.parts, selection))  # rows only: a few hundred bytes each
     if not entries:
-        raise BundleError(f"no entry of namespace {store.namespace!r} matches the selection")
+        raise BundleError(f"no entry of namespace {store.parts.namespace!r} matches the selection")
     path = Path(path)
-    report = ExportReport(path=str(path), namespace=store.namespace)
+    report = ExportReport(path=str(path), namespace=store.parts.namespace)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as raw:
@@ -128,7 +128,7 @@ def export_bundle(
                 manifest = BundleManifest(
                     created=datetime.now(UTC).isoformat(timespec="seconds"),
                     artifactstore=_version(),
-                    namespace=store.namespace,
+                    namespace=store.parts.namespace,
                     records=records,
                 ).encode()
                 tar.addfile(_member(MANIFEST, len(manifest)), io.BytesIO(manifest))
@@ -156,12 +156,12 @@ def _write_objects(
     for done, entry in enumerate(entries, 1):
         short = entry.key[:12]
         try:
-            data = store.fetch_object(entry)
+            data = store.parts.reads.fetch_object(entry)
         except OverLimit as exc:
             raise BundleError(f"entry {short} not exported: {one_line(exc)}") from None
         if data is None:
             raise BundleError(f"entry {short}: its object {entry.digest[:12]} is missing")
-        checked = store.verify(entry, data, entry.fingerprint)
+        checked = store.parts.reads.verify(entry, data, entry.fingerprint)
         if isinstance(checked, Refusal):
             raise BundleError(f"entry {short} not exported: {one_line(checked.error)}")
         meta = codec.read_meta(data)
@@ -183,7 +183,7 @@ def _write_objects(
         records.append(
             Record(
                 key=entry.key,
-                namespace=store.namespace,
+                namespace=store.parts.namespace,
                 module_name=entry.module_name,
                 fingerprint=meta.fingerprint,
                 fingerprint_digest=entry.fingerprint,

@@ -7,7 +7,7 @@ Two passes, so that a bundle with any problem leaves the store as it was:
    `manifest.json`); objects are spooled to a private temporary directory (0700),
    hashed on the way. Then the manifest is parsed in full, every listed object must
    be there and nothing else, and each object is checked against its record: size,
-   and `Store.verify` as a load checks it (digest, envelope, fingerprint, entry key,
+   and `ReadPath.verify` as a load checks it (digest, envelope, fingerprint, entry key,
    callback count, sizes, and the signature where ARTSTORE_TRUSTED_KEYS is set).
 2. **Store.** Entries the store holds already are counted and skipped; the others go
    through `Store.put`, the write path of every put (object, index row,
@@ -80,17 +80,17 @@ def import_bundle(
     """Verify the bundle at `path` in full, then store its entries; BundleError (one
     line) for the first problem, before anything is written. `max_entries` and
     `max_bytes` override the settings' bundle limits (`bounds`)."""
-    if store.read_only:
+    if store.parts.read_only:
         raise ReadOnlyError(
             "this store is read-only (ARTSTORE_READ_ONLY): import needs a writer's settings"
         )
-    store.require_writable_index()
+    store.parts.writes.require_writable_index()
     path = Path(path)
     if not path.is_file():
         raise BundleError(f"no bundle at {path}: not a file")
-    report = ImportReport(path=str(path), namespace=store.namespace)
+    report = ImportReport(path=str(path), namespace=store.parts.namespace)
     limits = Limits.of(
-        store.settings, path.stat().st_size, max_entries=max_entries, max_bytes=max_bytes
+        store.parts.settings, path.stat().st_size, max_entries=max_entries, max_bytes=max_bytes
     )
     spool = Path(tempfile.mkdtemp(prefix="artstore-import-"))  # 0700, this user's
     try:
@@ -202,7 +202,9 @@ def _verify(store: Store, record: Record, spool: Path) -> None:
             f"entry {short}: its object is {len(data)} bytes, listed as {record.size}"
         )
     manifest = record.manifest()
-    checked = store.verify(manifest, data, record.fingerprint_digest, callbacks=record.callbacks)
+    checked = store.parts.reads.verify(
+        manifest, data, record.fingerprint_digest, callbacks=record.callbacks
+    )
     if isinstance(checked, Refusal) and checked.reason == "unsigned":
         raise BundleError(  # trusted keys here: the next step is the exporter's
             f"entry {short} refused: {one_line(checked.error)}, and this store trusts only signed "
@@ -224,7 +226,7 @@ def _verify(store: Store, record: Record, spool: Path) -> None:
 
 
 def _store(store: Store, record: Record, spool: Path, report: ImportReport) -> None:
-    if store.lookup(record.key) is not None:
+    if store.parts.index.lookup(record.key) is not None:
         report.skipped += 1
         return
     data = (spool / record.digest).read_bytes()

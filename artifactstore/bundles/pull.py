@@ -12,7 +12,7 @@ Per published manifest (a streamed listing; never the whole list in memory):
   here, is present: nothing is fetched (a second pull GETs no object);
 - otherwise its manifest is read; one for another fingerprint (or, given a module
   pattern, another module) is left alone: its object is never fetched;
-- the object is fetched and verified exactly as a hit is (`Store.verify`: digest,
+- the object is fetched and verified exactly as a hit is (`ReadPath.verify`: digest,
   envelope, fingerprint, entry key, sizes, signature where trusted keys are set); a
   refused or corrupt one is counted and never kept;
 - what fits within the tier's bound (ARTSTORE_LOCAL_TIER_SIZE) is kept; an entry that
@@ -61,7 +61,7 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.quick import SEPARATOR, split_quick_name
 from artifactstore.formats.workingset import WorkingSet, check_program_id
 from artifactstore.process.lanes import Lane
-from artifactstore.store import Store, StoreParts, secure_local_dirs
+from artifactstore.store import Parts, Store, StoreParts, secure_local_dirs
 from artifactstore.store.quick import BELOW_THRESHOLD_MAX
 from artifactstore.store.tier import LocalTier
 from artifactstore.store.tiers import open_tier
@@ -139,7 +139,7 @@ def open_puller(settings: Settings, *, dry_run: bool = False) -> Puller:
     else:
         tier.prepare()
     # No engine: the index is opened only by writes and queries, and a pull makes none.
-    return Puller(Store(settings, blobs, None, tier=tier), tier)
+    return Puller(Store(Parts(settings, blobs, tier=tier)), tier)
 
 
 def pull(
@@ -160,11 +160,11 @@ def pull(
     if jobs < 1:
         raise ValueError("jobs must be at least 1")
     run = _Pull(puller, fingerprint, module, dry_run, progress, on_fetch)
-    quick = _quick_keys(run.store, fingerprint, run.report)
+    quick = _quick_keys(run.store.parts, fingerprint, run.report)
     run.each_manifest(jobs, quick)
     report, store, tier = run.report, run.store, run.tier
     if report.stopped is None and not report.manifests:
-        report.never_held = _never_held(store, report)
+        report.never_held = _never_held(store.parts, report)
     if report.stopped is None:  # else some manifests went unseen: their keys may be stored
         report.quick_keys = len(quick)
         if not dry_run:
@@ -173,7 +173,7 @@ def pull(
     if not dry_run:
         tier.quick.save()
     if report.stopped is None:
-        _working_sets(store, tier, fingerprint, report, dry_run)
+        _working_sets(store.parts, tier, fingerprint, report, dry_run)
     report.tier_bytes = tier.object_bytes() if not dry_run else run.used
     return report
 
@@ -196,7 +196,7 @@ class _Pull:
         self.progress, self.on_fetch = progress, on_fetch
         self.bound = self.tier.max_bytes if self.tier.owns_objects else None
         self.report = PullReport(
-            namespace=self.store.namespace,
+            namespace=self.store.parts.namespace,
             fingerprint=fingerprint,
             tier=str(self.tier.base),
             tier_bound=self.bound,
@@ -237,7 +237,7 @@ class _Pull:
         slots = threading.BoundedSemaphore(jobs)
         fetches = Lane("pull", threads=jobs)
         try:
-            for key in self.store.records.iter_manifest_keys():
+            for key in self.store.parts.records.iter_manifest_keys():
                 quick.discard(key)
                 if not self.dry_run:
                     self.tier.quick.forget(key)  # nor here, if this host once found it quick
@@ -314,7 +314,7 @@ class _Pull:
             and self.tier.blobs.exists(held.digest)
         ):
             return held, True
-        data = self.store.records.get_manifest(key)
+        data = self.store.parts.records.get_manifest(key)
         if data is None:  # withdrawn since the listing
             self.count("missing")
             return None
@@ -405,14 +405,14 @@ def _fetch(
 ) -> bool:
     """Fetch, verify and keep one entry; True if kept."""
     try:
-        data = store.fetch_object(manifest)
+        data = store.parts.reads.fetch_object(manifest)
     except OverLimit as exc:
         return _not_kept(refusal(exc), count)
     if data is None:
         count("missing")
         return False
     # The executable is inflated and checked as a load would; it is not kept.
-    checked = store.verify(manifest, data, fingerprint)
+    checked = store.parts.reads.verify(manifest, data, fingerprint)
     if isinstance(checked, Refusal):
         return _not_kept(checked, count)
     try:

@@ -77,7 +77,7 @@ class Ctx:
         store = Store.open(settings, check_blobs=not index_only and objects, objects=objects)
         try:
             if changes and not settings.read_only:
-                store.require_bound()
+                store.parts.writes.gate.require()
             yield store
         finally:
             store.close()
@@ -88,7 +88,7 @@ class Ctx:
         `quota`): the object store is not opened, and the command gets the index (its
         `engine` for the index's functions), not the Store to reach through."""
         with self.store(index_only=True, objects=False, **extra) as store:
-            yield store.index
+            yield store.parts.index
 
 
 class PassThroughCommand(click.Command):

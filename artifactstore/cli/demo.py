@@ -109,7 +109,7 @@ def run(*, layers: int = 10, keep: bool = False, echo: Callable[[str], None] = p
             )
         store = Store.open(resolve({"url": str(tmp)}))
         try:
-            stats = store.stats()
+            stats = store.parts.index.stats()
         finally:
             store.close()
         cold_t, warm_t = float(cold["first_call_secs"]), float(warm["first_call_secs"])

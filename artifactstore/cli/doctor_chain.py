@@ -21,6 +21,7 @@ from artifactstore.cli.doctor_report import Check
 from artifactstore.errors import one_line
 from artifactstore.index import diagnosis
 from artifactstore.runtime.sources import StoreSource, TierSource
+from artifactstore.store.chain import LEVELS
 
 if TYPE_CHECKING:
     from artifactstore.store.tier import LocalTier
@@ -85,15 +86,12 @@ def tier_answers(tier: Check) -> bool:
     return bool(tier.data.get("entries_here", tier.data.get("keys", 0)))
 
 
-# The levels a session's chain asks, in its order (runtime.session; a test keeps them one).
-ORDER = (TierSource.name, StoreSource.name)
-
-
 def levels(objects: Check, tier: Check) -> list[str]:
-    """The levels of a program's chain that answer here, in the order it asks them."""
+    """The levels of a program's chain that answer here, in the order it asks them
+    (store.chain.LEVELS), of those doctor judges: this host's tier and the store."""
     store = objects.status != "fail" and not objects.data.get("tier_only")
     answering = {TierSource.name: tier_answers(tier), StoreSource.name: store}
-    return [name for name in ORDER if answering[name]]
+    return [name for name in LEVELS if answering.get(name)]
 
 
 def served_by_tier(settings: _config.Settings, objects: Check, tier: Check) -> Check:

@@ -205,14 +205,14 @@ def stats_cmd(obj: Ctx, as_json: bool, by: str | None, days: int | None) -> None
         fail("--days goes with --by fingerprint or --by day", EXIT_USAGE)
     since = today() - timedelta(days=days - 1) if days is not None else None
     with obj.store(index_only=True, objects=False) as store:
-        where = store.describe()
-        stats = store.stats() if by is None else None
+        where = store.parts.describe()
+        stats = store.parts.index.stats() if by is None else None
         if by == "day":
-            groups = index_usage.by_day(store.engine, store.namespace, since)
+            groups = index_usage.by_day(store.parts.engine, store.parts.namespace, since)
         elif by == "fingerprint":
-            groups = index_usage.by_fingerprint(store.engine, store.namespace, since)
+            groups = index_usage.by_fingerprint(store.parts.engine, store.parts.namespace, since)
         elif by == "module":
-            groups = index_usage.by_module(store.engine, store.namespace)
+            groups = index_usage.by_module(store.parts.engine, store.parts.namespace)
     namespace = obj.settings().namespace
     if by is not None:
         _print_groups(where, namespace, by, days, groups, as_json)
@@ -418,16 +418,16 @@ def rm_cmd(
         confirm(yes, "", "every entry of the namespace" if remove_all else f"{len(keys)} entries")
     with obj.store(changes=True) as store:
         if remove_all:
-            confirm(yes, f"remove every entry in namespace {store.namespace!r}?")
+            confirm(yes, f"remove every entry in namespace {store.parts.namespace!r}?")
             report = remove(store, None)
         else:
-            full, unknown = resolve_keys(store, keys)
+            full, unknown = resolve_keys(store.parts, keys)
             if unknown:
                 fail(f"no entry matches {unknown[0]!r}: check `artstore ls`")
             if len(full) > 1:
                 confirm(
                     yes,
-                    f"remove {len(full)} entries from namespace {store.namespace!r}?",
+                    f"remove {len(full)} entries from namespace {store.parts.namespace!r}?",
                     f"{len(full)} entries",
                 )
             report = remove(store, full)

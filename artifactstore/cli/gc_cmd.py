@@ -104,7 +104,7 @@ def gc_cmd(
             obj.store(namespace=namespace, index_only=dry_run, changes=not dry_run) as store,
             Progress(progress, labels=DRY_RUN_PHASES if dry_run else PHASES) as shown,
         ):
-            out.begin_namespace(store.namespace)
+            out.begin_namespace(store.parts.namespace)
             report = gc.collect(store, policy, on_remove=out.item, progress=shown.update, wait=wait)
         out.end_namespace(report)
     out.finish()
@@ -128,14 +128,14 @@ def fold_cmd(obj: Ctx, as_json: bool, max_journals: int | None) -> None:
     from artifactstore.index.accesses import fold_accesses
 
     with obj.store(changes=True) as store:
-        if store.read_only:
+        if store.parts.read_only:
             fail("fold writes the index: unset ARTSTORE_READ_ONLY to run it", EXIT_USAGE)
-        fold = fold_journals(store, max_journals=max_journals)
-        rows = fold_accesses(store.engine, store.namespace)
+        fold = fold_journals(store.parts, max_journals=max_journals)
+        rows = fold_accesses(store.parts.engine, store.parts.namespace)
     if as_json:
         print_json(
             {
-                "namespace": store.namespace,
+                "namespace": store.parts.namespace,
                 "journals_folded": fold.journals,
                 "journals_refused": fold.refused,
                 "journals_set_aside": fold.set_aside,
@@ -147,7 +147,7 @@ def fold_cmd(obj: Ctx, as_json: bool, max_journals: int | None) -> None:
         return
     line = fold_line(fold.journals, fold.refused, fold.set_aside, fold.left)
     click.echo(
-        f"namespace {store.namespace}: {line} ({fold.hits} hits); {rows} access rows applied"
+        f"namespace {store.parts.namespace}: {line} ({fold.hits} hits); {rows} access rows applied"
     )
 
 

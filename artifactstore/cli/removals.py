@@ -27,7 +27,7 @@ def list_removals(obj: Ctx, as_json: bool) -> None:
     from artifactstore.gc.remove import removal_rows
 
     with obj.store(index_only=True) as store:
-        rows = removal_rows(store)
+        rows = removal_rows(store.parts)
     if as_json:
         print_json(rows)
         return
@@ -58,12 +58,12 @@ def remove_version(obj: Ctx, ref: str, yes: bool) -> None:
     with obj.store(changes=True) as store:
         found = {
             e.key: e.module_name
-            for e in store.iter_entries(Filters(module_glob=glob))
+            for e in store.parts.index.iter_entries(Filters(module_glob=glob))
             if named_keys.matches(e.module_name, name, version)
         }
         if not found:
             fail(
-                f"no named executable matches {ref!r} in namespace {store.namespace!r}: "
+                f"no named executable matches {ref!r} in namespace {store.parts.namespace!r}: "
                 "check `artstore ls --named`"
             )
         if len(found) > 1:
@@ -88,7 +88,7 @@ def withdraw(obj: Ctx, ref: str, yes: bool) -> None:
     )
     with obj.store(changes=True) as store:
         try:
-            record = withdraw_removal(store, ref)
+            record = withdraw_removal(store.parts, ref)
         except ValueError as exc:
             fail(str(exc))
     if record is None:

@@ -171,10 +171,10 @@ def db_rebuild(obj: Ctx, as_json: bool, progress: bool | None) -> None:
 
     labels = {"manifests": "reading manifests", "objects": "reading objects"}
     with obj.store() as store, Progress(progress, labels=labels) as shown:
-        adopted = identity.rebuilding(store)
+        adopted = identity.rebuilding(store.parts)
         if adopted is not None and not as_json:
             click.echo(f"index bound to the object store's identity (store {adopted})")
-        store.require_bound()
+        store.parts.writes.gate.require()
         report = rebuild.rebuild(store, progress=shown.update)
     if as_json:
         moved_aside = str(moved) if moved else None
@@ -235,9 +235,10 @@ def db_bind(obj: Ctx, force: bool, allow_missing: bool, yes: bool) -> None:
     if allow_missing and not force:
         fail("--allow-missing goes with --force", EXIT_USAGE)
     with obj.store() as store:
-        if store.read_only:
+        if store.parts.read_only:
             fail("bind writes the index and the object store: unset ARTSTORE_READ_ONLY")
-        pair = (store.blobs, store.engine, store.namespace, store.settings.index_url)
+        parts = store.parts
+        pair = (parts.blobs, parts.engine, parts.namespace, parts.settings.index_url)
         junk = identity.unreadable(pair[0]) if force else None
         if force:
             click.echo(identity.force_count(*pair, allow_missing=allow_missing))
@@ -265,7 +266,7 @@ def db_bind(obj: Ctx, force: bool, allow_missing: bool, yes: bool) -> None:
         fail(found.refusal())
     click.echo(
         f"object store {found.objects} and index {found.index} bound as store "
-        f"{found.store_id} (namespace {store.namespace})"
+        f"{found.store_id} (namespace {store.parts.namespace})"
     )
 
 

@@ -99,7 +99,7 @@ def sign_cmd(
             signing_key,
             signed_by=set(signed_by),
             adopt=adopt if adopt_unsigned else None,
-            progress=shown.counter("signing entries", store.stats().entries),
+            progress=shown.counter("signing entries", store.parts.index.stats().entries),
         )
     if as_json:
         print_json(report.to_json())

@@ -45,7 +45,7 @@ def verify_cmd(
     grace_secs = parse_duration(grace)
 
     with obj.store(changes=repair) as store, Progress(progress) as shown:
-        total = store.stats().objects  # the index's count; the listing may hold more
+        total = store.parts.index.stats().objects  # the index's count; the listing may hold more
         count = shown.counter("verifying objects", total)
         report = verify(
             store, repair=repair, progress=count, grace_secs=grace_secs, allow_missing=allow_missing

@@ -75,7 +75,7 @@ class Record:
     signature: str | None
 
     def manifest(self) -> Manifest:
-        """The record as the store's manifest, for `Store.verify`."""
+        """The record as the store's manifest, for `ReadPath.verify`."""
         return Manifest(
             key=self.key,
             digest=self.digest,

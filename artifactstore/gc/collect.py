@@ -36,21 +36,21 @@ def collect(
     wait: bool = False,
 ) -> GcReport:
     """Run gc on the store's namespace; see `artifactstore.gc` for what and in which order."""
-    if store.read_only:
+    if store.parts.read_only:
         raise ConfigError("gc deletes entries and objects: unset ARTSTORE_READ_ONLY to run it")
     started = time.monotonic()
     try:
-        require_sound_index(store)
+        require_sound_index(store.parts)
     except StoreUnavailable:
         if not policy.dry_run:
             raise
         # A dry run deletes nothing: it may look at the index with the object store down.
-    run = GcRun(store, store.withdraw, policy, on_remove, progress)
+    run = GcRun(store.parts, store.parts.writes.withdraw, policy, on_remove, progress)
     try:
-        report = _run(run, store.publish, wait=wait)
+        report = _run(run, store.parts.writes.publish_checked, wait=wait)
     finally:  # also when interrupted part way
         if run.report.entries_removed and not policy.dry_run:
-            store.entries_removed()  # this host's tier must not serve evicted entries
+            store.parts.entries_removed()  # this host's tier must not serve evicted entries
     report.seconds = round(time.monotonic() - started, 3)
     return report
 

@@ -10,7 +10,7 @@ operator ran `artstore verify --repair`. gc runs on a schedule, so it finishes t
 Cost: one listing of the manifests' folder per run, compared with the index one key
 prefix at a time (memory: one prefix's keys, about 1/256 of the entries), and a lookup
 and an existence check per entry found without a manifest (crashes only). A row removed
-while this runs is withdrawn again (`Store.publish` re-checks it); one whose object is
+while this runs is withdrawn again (`WritePath.publish_checked` re-checks it); one whose object is
 gone is left to the reconcile pass, which drops it.
 """
 

@@ -45,7 +45,7 @@ class QuotaPass:
     def attach(cls, store: Store, interval_secs: float = PASS_INTERVAL_SECS) -> QuotaPass:
         """Run passes after the store's writes; the caller queues `finish` at exit."""
         quota = cls(store, interval_secs)
-        store.on_stored.append(quota.stored)
+        store.parts.on_stored.append(quota.stored)
         return quota
 
     def stored(self) -> None:
@@ -76,7 +76,7 @@ class QuotaPass:
 
     def _run(self) -> GcReport | None:
         store = self.store
-        limit = _over_quota(store)
+        limit = _over_quota(store.parts)
         if limit is None:
             return None
         report = collect(store, Policy(reconcile=False))
@@ -86,7 +86,7 @@ class QuotaPass:
             "now holds %s of its %s quota",
             report.entries_removed,
             report.objects_removed,
-            store.namespace,
+            store.parts.namespace,
             format_size(report.bytes_after),
             format_size(limit),
         )

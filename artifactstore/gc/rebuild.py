@@ -123,11 +123,11 @@ def rebuild(store: Store, *, progress: PhaseProgress | None = None) -> RebuildRe
     "manifests" and "objects", one per item read (how many is not known ahead)."""
     report = RebuildReport()
     try:
-        _from_manifests(store, report, progress)
-        _from_objects(store, report, progress)
+        _from_manifests(store.parts, report, progress)
+        _from_objects(store.parts, report, progress)
     finally:  # also when interrupted part way
         if report.restored:
-            store.entries_removed()  # the tier's key map may predate the rebuild
+            store.parts.entries_removed()  # the tier's key map may predate the rebuild
     return report
 
 
@@ -281,7 +281,7 @@ def check(settings: Settings) -> CheckReport:
         engine.dispose()
     store = Store.open(settings)
     try:
-        _check_opened(store, report, settings.index_url)
+        _check_opened(store.parts, report, settings.index_url)
     finally:
         store.close()
     return report

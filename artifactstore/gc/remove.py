@@ -50,9 +50,9 @@ def resolve_keys(parts: StoreParts, prefixes: Iterable[str]) -> tuple[list[str],
 def remove(store: Store, keys: list[str] | None) -> RemoveReport:
     """Delete entries (all of the namespace if `keys` is None), then their orphaned objects."""
     report = RemoveReport()
-    before = _referenced(store)
-    report.entries = store.remove_entries(keys)
-    _delete_orphans(store, before, report)
+    before = _referenced(store.parts)
+    report.entries = store.parts.remove_entries(keys)
+    _delete_orphans(store.parts, before, report)
     return report
 
 
@@ -78,12 +78,12 @@ def remove_named(store: Store, modules: dict[str, str]) -> RemoveReport:
     in the bucket is ever loaded again and the version is not stored again (issue 38).
     The records come first: a crash part way leaves a version refused, never half-alive."""
     versions = {v for v in map(split_module, modules.values()) if v is not None}
-    settings = store.settings
+    settings = store.parts.settings
     if settings.signing_key is None and (
         settings.require_signatures or settings.trusted_keys is not None
     ):
         raise ConfigError(UNSIGNED_REMOVAL)
-    _leave_records(store, versions)
+    _leave_records(store.parts, versions)
     report = remove(store, sorted(modules))
     report.versions = [f"{name}@{version}" for name, version in sorted(versions)]
     return report

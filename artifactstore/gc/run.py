@@ -61,7 +61,7 @@ class GcRun:
         progress: PhaseProgress | None,
     ) -> None:
         self.parts = parts
-        self.withdraw = withdraw  # the manifests of entries being removed (Store.withdraw)
+        self.withdraw = withdraw  # the manifests of entries being removed (WritePath.withdraw)
         self.policy = policy
         self.ix = EvictionIndex(parts.engine, parts.namespace)
         self.on_remove = on_remove or (lambda _r: None)

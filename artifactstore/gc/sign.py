@@ -2,7 +2,7 @@
 
 For key rotation. A signature vouches that a trusted key's holder stored this
 object, so signing must never launder: only an object whose current signature
-verifies, as a reader verifies it (`Store.verify`, the one verifier: digest,
+verifies, as a reader verifies it (`ReadPath.verify`, the one verifier: digest,
 envelope, fingerprint, entry key, namespace, sizes, signature), under a key this
 process trusts (ARTSTORE_TRUSTED_KEYS) is re-signed, and `signed_by` selects by
 that verified signature, never by the index's signer column (index writers set
@@ -120,11 +120,11 @@ def sign_entries(
     empty: every trusted key. `adopt`: also sign unsigned entries, if it agrees once
     shown the list of them (all other checks passed).
     """
-    if store.read_only:
+    if store.parts.read_only:
         raise ReadOnlyError("cannot sign entries: the store is read-only (ARTSTORE_READ_ONLY)")
     if key is None:
         raise ConfigError("set ARTSTORE_SIGNING_KEY to the .key file to sign with")
-    trusted = store.settings.trusted_keys
+    trusted = store.parts.settings.trusted_keys
     if trusted is None or not trusted.keys:
         raise ConfigError(
             "set ARTSTORE_TRUSTED_KEYS to the .pub files of the keys whose entries to re-sign: "
@@ -133,14 +133,14 @@ def sign_entries(
     check_signed_by(signed_by, trusted)
     report = SignReport(key.name, trusted=trusted.names)
     candidates: list[tuple[Candidate, EntryInfo]] = []
-    for entry in list(store.iter_entries()):
+    for entry in list(store.parts.index.iter_entries()):
         report.entries += 1
         if progress is not None:
             progress(1)
         data = _fetch(store, entry, report)
         if data is None:
             continue
-        checked = store.verify(entry, data, entry.fingerprint, with_metadata=True)
+        checked = store.parts.reads.verify(entry, data, entry.fingerprint, with_metadata=True)
         if isinstance(checked, Refusal) and checked.reason == "unsigned" and adopt is not None:
             if (found := _candidate(store, entry, data, report)) is not None:
                 candidates.append((found, entry))
@@ -162,7 +162,7 @@ def sign_entries(
             for found, _ in candidates:
                 report.skip("unsigned", found.key)
     if report.signed:
-        store.entries_removed()  # this host's tier maps keys to the old objects
+        store.parts.entries_removed()  # this host's tier maps keys to the old objects
     return report
 
 
@@ -186,7 +186,7 @@ def check_signed_by(signed_by: Collection[str], trusted: TrustedKeys) -> None:
 def _fetch(store: Store, entry: EntryInfo, report: SignReport) -> bytes | None:
     """The entry's object as stored; None (counted) where it is gone or too big."""
     try:
-        data = store.fetch_object(entry)
+        data = store.parts.reads.fetch_object(entry)
     except OverLimit:
         report.refuse("over_limit", entry.key)
         return None
@@ -207,11 +207,11 @@ def _refused(report: SignReport, key: str, why: Refusal) -> None:
 def _candidate(store: Store, entry: EntryInfo, data: bytes, report: SignReport) -> Candidate | None:
     """The unsigned entry as `--adopt-unsigned` lists it, once its object passed every
     check a load makes but the signature; None (counted) otherwise."""
-    settings = store.settings
+    settings = store.parts.settings
     expected = Expected(
         digest=entry.digest,
         fingerprint=entry.fingerprint,
-        namespace=store.namespace,
+        namespace=store.parts.namespace,
         key=entry.key,
         raw_size=entry.raw_size,
         max_raw_size=settings.max_executable_bytes,
@@ -226,7 +226,7 @@ def _candidate(store: Store, entry: EntryInfo, data: bytes, report: SignReport) 
     return Candidate(
         key=entry.key,
         digest=entry.digest,
-        namespace=store.namespace,
+        namespace=store.parts.namespace,
         size=len(data),
         producer_host=meta.producer_host,
         module_name=meta.module_name,
@@ -249,12 +249,12 @@ def _adopt(
 
 def _resign(store: Store, key: SigningKey, entry: EntryInfo, data: bytes, rep: SignReport) -> bool:
     """Replace `entry`'s verified object with a copy signed by `key`; True if signed."""
-    encoded = codec.sign(data, key, store.namespace)
+    encoded = codec.sign(data, key, store.parts.namespace)
     if encoded.digest == entry.digest:  # Ed25519 is deterministic: signed by this key
         rep.already_signed += 1
         return False
     with interrupts.held():  # object, row and manifest move together
-        moved, old_gone = store.replace_object(entry, encoded)
+        moved, old_gone = store.parts.writes.replace_object(entry, encoded)
     if not moved:  # replaced or removed meanwhile: leave both to their owners and gc
         rep.refuse("changed_meanwhile", entry.key)
         return False

@@ -140,10 +140,10 @@ def verify(
     more than a small share of the entries refuses, changing nothing, unless
     `allow_missing` (a wrong or emptied bucket is not a store that lost them).
     """
-    report = VerifyReport(signatures_checked=store.settings.trusted_keys is not None)
+    report = VerifyReport(signatures_checked=store.parts.settings.trusted_keys is not None)
     grace = DEFAULT_GRACE_SECS if grace_secs is None else grace_secs
-    missing, stale = _check(store, report, time.time() - grace, progress)
-    if repair and not store.read_only:
+    missing, stale = _check(store.parts, report, time.time() - grace, progress)
+    if repair and not store.parts.read_only:
         _repair(store, report, missing, stale, allow_missing=allow_missing)
     return report
 
@@ -195,14 +195,14 @@ def _repair(
     """Quarantine, drop and re-publish what `_check` found (see `verify`)."""
     bad = set(report.corrupt) | set(missing)
     if not allow_missing:
-        _check_share(store, bad)
+        _check_share(store.parts, bad)
     for digest in sorted(bad):
         with interrupts.held():  # manifests and rows go together
-            store.remove_object(digest, quarantine=digest in report.corrupt)
-    store.withdraw(report.manifests_without_entry)
+            store.parts.remove_object(digest, quarantine=digest in report.corrupt)
+    store.parts.writes.withdraw(report.manifests_without_entry)
     for entry in stale:
         if entry.digest not in bad:
-            store.publish(entry)
+            store.parts.writes.publish_checked(entry)
     report.repaired = True
 
 

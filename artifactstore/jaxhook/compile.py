@@ -214,8 +214,7 @@ def compile_or_get_cached(
     ):
         return as_jax_would()
     assert session is not None
-    # One chain: loaded ahead, this host's tier, then (unless known quick) the store.
-    request.asked.skip = lambda name: name == "store" and _known_quick(session, request)
+    # One chain: loaded ahead, this host's tier, quick keys, then the store.
     record_event(USE_CACHE)  # as JAX's cache, for every compile it has a key for
     executable = _lookup(session, request)
     if executable is not None:
@@ -239,14 +238,6 @@ def _keyed(session: Session, request: _Compile) -> bool:
         warn_once("key", "could not compute a cache key (%s); compiling", one_line(exc))
         return False
     return bool(request.key)
-
-
-def _known_quick(session: Session, request: _Compile) -> bool:
-    """The tier says this key compiled faster than the store threshold: never stored."""
-    if session.tier is None or session.settings.min_compile_secs <= 0:
-        return False
-    secs = session.tier.quick.get(request.key)
-    return secs is not None and secs < session.settings.min_compile_secs
 
 
 def _lookup(session: Session, request: _Compile, names: tuple[str, ...] | None = None) -> Any:
@@ -302,7 +293,7 @@ def _compile_then_store(
     if store is None and not session.can_keep_locally():
         return executable, False
     if store is not None and settings.read_only:
-        store.counters.add("skipped_read_only")
+        store.parts.counters.add("skipped_read_only")
         return executable, False
     try:
         put = _put(request, executable, compile_secs)
@@ -311,7 +302,7 @@ def _compile_then_store(
             prefetch.note(session, request)
             return executable, False
         then = (lambda published: held.release(stored=published)) if held else None
-        store.submit_put(put, then=then)
+        store.submit(put, then=then)
         prefetch.note(session, request)
         return executable, held is not None
     except Exception as exc:

@@ -37,10 +37,12 @@ from artifactstore.jaxhook.validate import Refused
 from artifactstore.process.background import Timer, executor
 from artifactstore.process.lanes import Lane
 from artifactstore.runtime.session import Session
+from artifactstore.store.chain import LEVELS as CHAIN_LEVELS
 from artifactstore.store.chain import Found, Missed, Request
 
 log = logging.getLogger("artifactstore")
-LEVELS = ("tier", "store")  # what a load ahead peeks at: the chain's levels below its own
+# What a load ahead peeks at: the chain's levels below its own.
+LEVELS = CHAIN_LEVELS[CHAIN_LEVELS.index("ahead") + 1 :]
 
 POLL_SECS = 0.02  # how often the thread looks for the program's backend
 BACKEND_WAIT_SECS = 600.0  # a program that has none by then gets no load ahead
@@ -255,7 +257,7 @@ class Prefetcher:
             self._count("prefetch_refused")
             return None
         value = executable if request.kind == "jit" else (item.header, executable)
-        return Found(self, item.found.entry, value=value, origin=item.found)
+        return Found(item.found.entry, value=value, origin=item.found, source=self)
 
     def count(self, request: Request, outcome: Found | Missed) -> None:
         """The tier or store hit it was peeked as, counted as the chain counts them."""
@@ -314,7 +316,7 @@ def start(session: Session) -> None:
         session.chain.remove(Prefetcher.name)
         return
     _current = Prefetcher(session)
-    session.chain.add(_current, first=True)
+    session.chain.add(_current)
     _current.start()
 
 

@@ -9,7 +9,7 @@ message.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from artifactstore.errors import CorruptObject, NamedBuildError, one_line
 from artifactstore.formats.put import Put
@@ -23,6 +23,9 @@ from artifactstore.process.background import call_with_timeout
 from artifactstore.runtime.session import Session, warn_once
 from artifactstore.store import removed
 from artifactstore.store.chain import Found, Request
+
+if TYPE_CHECKING:
+    from artifactstore.store import Store
 
 IMMUTABLE = (
     "versions are immutable once published: this build is used but not stored; "
@@ -59,7 +62,7 @@ class Context:
         _compile.ensure_installed(hooks)
         return cls(session, compat.backend())
 
-    def _store(self) -> Any:
+    def _store(self) -> Store | None:
         return self.session.store() if self.session is not None else None
 
     def lookup(self, key: str, fingerprint_digest: str) -> Found | None:
@@ -118,7 +121,7 @@ class Context:
     def not_found(self, name: str, version: str) -> str:
         fp = self.fingerprint
         where = self._store()
-        place = where.describe() if where is not None else "no store (see the log)"
+        place = where.parts.describe() if where is not None else "no store (see the log)"
         why = f" ({'; '.join(sorted(set(self.problems)))})" if self.problems else ""
         return (
             f"no executable {name}@{version} for this host ({fp.platform} "
@@ -134,20 +137,21 @@ class Context:
             warn_once("named-put", "no store: %s built but not stored", put.module_name)
             return
         if session.settings.read_only:
-            store.counters.add("skipped_read_only")
+            store.parts.counters.add("skipped_read_only")
             return
         name, version = keys.parse_module_name(put.module_name) or ("", "")
 
         def store_it() -> str | None:
             """Stored, or why not: a removed version is never stored again (readers
             refuse it, so the build would be lost; see `store.removed`)."""
-            settings = store.settings
+            parts = store.parts
+            settings = parts.settings
             try:
                 record = removed.removal(
-                    store.records, name, version, settings.trusted_keys, settings.namespace
+                    parts.records, name, version, settings.trusted_keys, settings.namespace
                 )
             except removed.Ignored as exc:  # not a trusted key's removal: stored
-                store.counters.add("named_removal_ignored")
+                parts.counters.add("named_removal_ignored")
                 warn_once("named-removal-ignored", "%s", exc)
                 record = None
             if record is not None:
@@ -163,7 +167,7 @@ class Context:
             return
         if gone is not None:  # this process runs what it built; the store keeps nothing
             self.gone.add((name, version))
-            store.counters.add("named_removed_not_stored")
+            store.parts.counters.add("named_removed_not_stored")
             warn_once("named-removed-put", "%s; %s", gone, IMMUTABLE)
 
     def store_native(self, built: Built) -> None:

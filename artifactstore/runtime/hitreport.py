@@ -77,8 +77,8 @@ def park_unwritten(store: Store) -> None:
     lost); the report's time noted, so that warm processes that follow within
     ARTSTORE_JOURNAL_SECS contact nothing remote at exit either."""
     try:
-        store.accounts.park_in_tier()
-        if store.tier is not None:
-            store.tier.write_file(REPORTED, repr(time.time()).encode())
+        store.parts.accounts.park_in_tier()
+        if store.parts.tier is not None:
+            store.parts.tier.write_file(REPORTED, repr(time.time()).encode())
     except Exception as exc:
         log.debug("artifactstore: hits not kept in the tier: %s", one_line(exc))

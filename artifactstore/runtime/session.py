@@ -27,7 +27,7 @@ from artifactstore.process.counters import Counters
 from artifactstore.process.lanes import Lane
 from artifactstore.process.notices import warn_once
 from artifactstore.runtime import hitreport
-from artifactstore.runtime.sources import StoreSource, TierSource
+from artifactstore.runtime.sources import LEVELS
 from artifactstore.runtime.workingset import WorkingSets
 from artifactstore.store.chain import Chain, Found, Request
 from artifactstore.store.tier import LocalTier
@@ -87,8 +87,8 @@ class Session:
         self._fold_timer: Timer | None = None
         self.quota: QuotaPass | None = None
         self.metrics = _metrics(settings, self)
-        # Loaded ahead (added by jaxhook.prefetch), this host's tier, the store.
-        self.chain = Chain([TierSource(self), StoreSource(self)])
+        # Loaded ahead (added by jaxhook.prefetch), this host's tier, quick keys, the store.
+        self.chain = Chain([level(self) for level in LEVELS])
 
     @property
     def active(self) -> bool:
@@ -111,7 +111,7 @@ class Session:
                     return None  # another thread (a concurrent compile) just failed to open it
                 try:
                     self._store = call_with_timeout(self._open, self.settings.timeout_secs)
-                    log.debug("artifactstore: using %s", self._store.describe())
+                    log.debug("artifactstore: using %s", self._store.parts.describe())
                     _finish_before_thread_shutdown(self)
                 except Exception as exc:
                     self._open_failures += 1
@@ -131,7 +131,7 @@ class Session:
             counters=self.counters,
             breakers=self.breakers,
         )
-        store.on_stored.append(self._stored)
+        store.parts.on_stored.append(self._stored)
         if self.settings.enforce_quota and not self.settings.read_only:
             from artifactstore.gc.quota_pass import QuotaPass
 
@@ -201,7 +201,7 @@ class Session:
     def _fold(self) -> None:
         store = self.store()
         if store is not None and self.tier is not None:
-            store.add_accesses(self.tier.take_accesses())
+            store.parts.accounts.add_accesses(self.tier.take_accesses())
 
     def observe_load(self, secs: float, compile_secs: float = 0.0) -> None:
         """A stored executable, which took `compile_secs` to compile where it was built,
@@ -302,9 +302,9 @@ class Session:
         store = self._store
         if store is not None:
             if self.tier is not None:
-                store.add_accesses(self.tier.take_accesses())
+                store.parts.accounts.add_accesses(self.tier.take_accesses())
             if self.quota is not None:
-                store.worker.submit("quota pass", self.quota.finish)
+                store.parts.worker.submit("quota pass", self.quota.finish)
             if not store.flush():  # its bound ran out: the exit waits for nothing more
                 executor().spend_exit_wait()
             hitreport.park_unwritten(store)

@@ -1,9 +1,10 @@
-"""The session's two levels of the lookup chain (store.chain): this host's tier, then
-the store, each counting its own hits once.
+"""The session's levels of the lookup chain (store.chain): this host's tier, its quick
+keys, then the store, each counting its own hits once.
 
 Apart from the session so that what a hit costs and counts at each level reads in one
-place: a tier hit is an access journaled on this host and a `tier_hits` count (a compile
-kept below the store threshold: a `quick_loads` count, nothing journaled); a store
+place: a tier hit is an access journaled on this host and a `tier_hits` count; a
+compile kept below the store threshold is a `quick_loads` count, nothing journaled,
+and a key known to compile that fast is a final miss (the store is not asked); a store
 hit or miss is counted by the store's accounts; the store is opened on first use, its
 calls bounded by ARTSTORE_TIMEOUT and fed to the session's breakers.
 """
@@ -19,6 +20,7 @@ from artifactstore.process.notices import warn_once
 from artifactstore.store.chain import Found, Missed, Request
 
 if TYPE_CHECKING:
+    from artifactstore.config import Settings
     from artifactstore.process.counters import Counters
     from artifactstore.store import Store
     from artifactstore.store.tier import LocalTier
@@ -31,6 +33,7 @@ class SessionView(Protocol):
     """What the levels use of the session that holds them (`runtime.session.Session`),
     named here so that the session imports its levels and not the reverse."""
 
+    settings: Settings
     tier: LocalTier | None
     quick_tier: LocalTier | None
     counters: Counters
@@ -43,8 +46,7 @@ class SessionView(Protocol):
 
 
 class TierSource:
-    """This host's tiers, read before any Store opens: the store's copies, then the
-    compiles under the store threshold this host kept (`Session.quick_tier`)."""
+    """This host's tier of the store's copies, read before any Store opens."""
 
     name = "tier"
 
@@ -52,39 +54,75 @@ class TierSource:
         self.session = session
 
     def peek(self, request: Request) -> Found | None:
-        session = self.session
-        for tier, below in ((session.tier, False), (session.quick_tier, True)):
-            if tier is None:
-                continue
-            try:
-                looked = tier.peek(request.key, request.fingerprint, callbacks=request.callbacks)
-                hit = tier.settle(request.key, looked)  # the tier's price of what it found
-            except Exception as exc:  # a tier that cannot be read is a miss
-                log.debug("artifactstore: local tier read failed: %s", one_line(exc))
-                continue
-            if hit is not None:
-                return Found(self, hit.entry, hit.payload, below_threshold=below)
-        return None
+        return _peek_tier(self.session.tier, request)
 
     def count(self, request: Request, outcome: Found | Missed) -> None:
-        """A tier hit, and an access for LRU (journaled, folded into the index later);
-        a compile kept below the threshold is this host's alone: `quick_loads` only."""
+        """A tier hit, and an access for LRU (journaled, folded into the index later)."""
         if not isinstance(outcome, Found):
-            return
-        if outcome.below_threshold:
-            self.session.counters.add("quick_loads")
             return
         if self.session.tier is not None:
             self.session.tier.record_access(request.key)
         self.session.tier_hit()
 
     def unusable(self, request: Request, found: Found, exc: Exception) -> bool:
-        """A tier copy that does not load is forgotten; the store is asked next."""
-        log.debug("artifactstore: tier copy of %s did not load: %s", request.key[:12], exc)
-        tier = self.session.quick_tier if found.below_threshold else self.session.tier
-        if tier is not None:
-            tier.forget(request.key)
+        """A tier copy that does not load is forgotten; the next level is asked."""
+        _forget(self.session.tier, request, exc)
         return True
+
+
+class QuickSource:
+    """What compiled under ARTSTORE_MIN_COMPILE_SECS on this host, never the store's: the
+    executables it kept (`Session.quick_tier`), and the keys it knows to be that quick
+    (`tier.quick`), which the store never holds: a final miss, the store not asked."""
+
+    name = "quick"
+
+    def __init__(self, session: SessionView) -> None:
+        self.session = session
+
+    def peek(self, request: Request) -> Found | Missed | None:
+        hit = _peek_tier(self.session.quick_tier, request)
+        if hit is not None:
+            hit.below_threshold = True
+            return hit
+        return Missed("quick", final=True) if self.known_quick(request.key) else None
+
+    def known_quick(self, key: str) -> bool:
+        """This host's tier says `key` compiled faster than the store threshold."""
+        session = self.session
+        if session.tier is None or session.settings.min_compile_secs <= 0:
+            return False
+        secs = session.tier.quick.get(key)
+        return secs is not None and secs < session.settings.min_compile_secs
+
+    def count(self, request: Request, outcome: Found | Missed) -> None:
+        """A kept compile is this host's alone: `quick_loads` only. A known-quick key's
+        miss counts where it compiles (`quick_compiles`), not here."""
+        if isinstance(outcome, Found):
+            self.session.counters.add("quick_loads")
+
+    def unusable(self, request: Request, found: Found, exc: Exception) -> bool:
+        """A kept copy that does not load is forgotten; the store is asked next unless
+        the key is known to be quick (then it compiles)."""
+        _forget(self.session.quick_tier, request, exc)
+        return not self.known_quick(request.key)
+
+
+def _peek_tier(tier: LocalTier | None, request: Request) -> Found | None:
+    if tier is None:
+        return None
+    try:
+        looked = tier.peek(request.key, request.fingerprint, callbacks=request.callbacks)
+        return tier.settle(request.key, looked)  # the tier's price of what it found
+    except Exception as exc:  # a tier that cannot be read is a miss
+        log.debug("artifactstore: local tier read failed: %s", one_line(exc))
+        return None
+
+
+def _forget(tier: LocalTier | None, request: Request, exc: Exception) -> None:
+    log.debug("artifactstore: tier copy of %s did not load: %s", request.key[:12], exc)
+    if tier is not None:
+        tier.forget(request.key)
 
 
 class StoreSource:
@@ -103,7 +141,7 @@ class StoreSource:
             return None
         try:
             outcome = session.bounded(
-                lambda: store.peek(request.key, request.fingerprint, callbacks=request.callbacks)
+                lambda: store.look(request.key, request.fingerprint, callbacks=request.callbacks)
             )
         except ObjectUnreadable as exc:  # a miss for that object: said once per process
             warn_once("object unreadable", "%s", one_line(exc))
@@ -113,11 +151,10 @@ class StoreSource:
             request.notes.append(f"the store did not answer ({one_line(exc)})")
             return None
         if isinstance(outcome, Missed):
-            reason = store.refused(request.key)
+            reason = store.parts.reads.refused.get(request.key)
             if reason:
                 request.notes.append(f"refused: {reason}")
-            return outcome
-        return Found(self, outcome.entry, outcome.payload)
+        return outcome
 
     def count(self, request: Request, outcome: Found | Missed) -> None:
         if request.store is not None:  # the store `peek` asked
@@ -129,6 +166,10 @@ class StoreSource:
         self.count(request, found)
         store = request.store
         if store is not None:
-            store.counters.add("load_errors")
+            store.parts.counters.add("load_errors")
         warn_once("load", "stored executable did not load (%s); compiling", one_line(exc))
         return False
+
+
+# The session's levels (store.chain.LEVELS places each; the load ahead adds its own).
+LEVELS = (TierSource, QuickSource, StoreSource)

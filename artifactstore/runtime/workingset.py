@@ -197,7 +197,7 @@ class WorkingSets:
             except Exception as exc:
                 log.debug("artifactstore: could not keep the working set: %s", one_line(exc))
             if store is not None and not self.settings.read_only:
-                store.worker.submit("working set", _putter(store, found.program, data))
+                store.parts.worker.submit("working set", _putter(store, found.program, data))
 
 
 def _tier_get(tier: LocalTier | None, name: str) -> bytes | None:
@@ -210,7 +210,7 @@ def _tier_put(tier: LocalTier | None, name: str, data: bytes) -> None:
 
 
 def _store_get(store: Store | None, name: str) -> bytes | None:
-    return None if store is None else store.records.get_record(WORKING_SETS, name)
+    return None if store is None else store.parts.records.get_record(WORKING_SETS, name)
 
 
 def _putter(store: Store, name: str, data: bytes) -> Callable[[], None]:
@@ -218,7 +218,7 @@ def _putter(store: Store, name: str, data: bytes) -> Callable[[], None]:
         try:
             # A writer whose bucket and index are not one store writes nothing there, this
             # record included (the gate's check, once per process, said so in one line).
-            store.records.put_record(WORKING_SETS, name, data)
+            store.parts.records.put_record(WORKING_SETS, name, data)
         except Exception as exc:  # a prediction only: never a warning
             log.debug("artifactstore: could not store the working set: %s", one_line(exc))
 

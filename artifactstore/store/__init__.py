@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from artifactstore.store.backends import migrates_on_open, open_index, secure_local_dirs
+    from artifactstore.store.chain import Found, Missed
     from artifactstore.store.facade import Store
-    from artifactstore.store.parts import StoreParts
-    from artifactstore.store.read import Hit
+    from artifactstore.store.parts import Parts, StoreParts
     from artifactstore.store.tiers import encode_entry, keep_in_tier
 
 # Each lazy name and the module that defines it.
 _HOMES = {
-    "Hit": "artifactstore.store.read",
+    "Found": "artifactstore.store.chain",
+    "Missed": "artifactstore.store.chain",
+    "Parts": "artifactstore.store.parts",
     "Store": "artifactstore.store.facade",
     "StoreParts": "artifactstore.store.parts",
     "encode_entry": "artifactstore.store.tiers",
@@ -31,7 +33,9 @@ _HOMES = {
     "secure_local_dirs": "artifactstore.store.backends",
 }
 __all__ = [
-    "Hit",
+    "Found",
+    "Missed",
+    "Parts",
     "Store",
     "StoreParts",
     "encode_entry",

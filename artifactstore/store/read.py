@@ -37,7 +37,10 @@ NO_TRUSTED_KEYS = (
 
 
 @dataclass(frozen=True)
-class Hit:
+class Looked:
+    """What `peek` found: a verified payload, its cost not paid yet (`settle` makes it the
+    lookup's one result, a `store.chain.Found`)."""
+
     payload: bytes
     entry: EntryInfo | Manifest  # what led to the object: its manifest, or its index row
     # For `settle`: the object as stored and the record the tier remembers it by.
@@ -69,14 +72,16 @@ class ReadPath:
         self.writes = writes
         self.refused = refused  # key -> why this process refused its entry (see _refused)
 
-    def get(self, key: str, fingerprint_digest: str, *, callbacks: int | None = None) -> Hit | None:
+    def get(
+        self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
+    ) -> Found | None:
         """Verified payload for `key` built for this fingerprint, or None (a miss): `peek`,
         its cost paid (`settle`) and its hit or miss counted (`count`)."""
         outcome = self.settle(key, self.peek(key, fingerprint_digest, callbacks=callbacks))
         self.count(key, fingerprint_digest, outcome)
-        return outcome if isinstance(outcome, Hit) else None
+        return outcome if isinstance(outcome, Found) else None
 
-    def count(self, key: str, fingerprint_digest: str, outcome: Hit | Found | Missed) -> None:
+    def count(self, key: str, fingerprint_digest: str, outcome: Found | Missed) -> None:
         """Count what `peek` returned: a hit (its access, for LRU, and the process's
         counters) or a miss and its reason."""
         if isinstance(outcome, Missed):
@@ -88,7 +93,7 @@ class ReadPath:
 
     def peek(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
-    ) -> Hit | Refused:
+    ) -> Looked | Refused:
         """`key`'s verified payload, or what was refused; reads only (no count, no log,
         nothing withdrawn, quarantined or remembered: `settle` decides that)."""
         settings = self.backends.settings
@@ -111,9 +116,9 @@ class ReadPath:
         if isinstance(checked, Refusal):
             return Refused(checked.reason, entry, checked, bad_manifest=bad)
         record = entry if isinstance(entry, Manifest) else Manifest.of(entry, callbacks=callbacks)
-        return Hit(checked.payload, entry, data, record, bad)
+        return Looked(checked.payload, entry, data, record, bad)
 
-    def settle(self, key: str, outcome: Hit | Refused) -> Hit | Missed:
+    def settle(self, key: str, outcome: Looked | Refused) -> Found | Missed:
         """What the store level charges for what `peek` found (counted nothing: `count`
         does). A hit is remembered in this host's tier. A refusal is a miss, logged once;
         one of trust is noted for `refused`; a gone object costs its entry, damaged bytes
@@ -123,10 +128,10 @@ class ReadPath:
         if outcome.bad_manifest is not None:  # passed over: a miss for this key, not the breaker
             self.accounts.counters.add("bad_manifest")
             warn_once("manifest", "ignoring a damaged manifest: %s", outcome.bad_manifest)
-        if isinstance(outcome, Hit):
+        if isinstance(outcome, Looked):
             if outcome.data is not None and outcome.record is not None:
                 remember(self.backends, key, outcome.record, outcome.data)
-            return Hit(outcome.payload, outcome.entry)
+            return Found(outcome.entry, outcome.payload)  # its manifest, or its index row
         reason, entry, why = outcome.reason, outcome.entry, outcome.refusal
         if reason == "untrusted_key" and why is None:
             process_warn_once("untrusted_key", NO_TRUSTED_KEYS)
@@ -149,7 +154,7 @@ class ReadPath:
 
     def _refused(self, key: str, entry: EntryInfo | Manifest | None, why: Refusal) -> None:
         """The cost of bytes the verifier refused (see `settle`); why is noted for
-        `Store.refused` where the entry itself is refused, not this reader's view of it."""
+        `ReadPath.refused` where the entry itself is refused, not this reader's view of it."""
         if why.signature:  # intact bytes this reader will not run: never quarantined
             process_warn_once(
                 why.reason, "refusing executable: %s (ARTSTORE_TRUSTED_KEYS); compiling", why
@@ -245,5 +250,5 @@ _LOGGED = {
     # Signed and bound to its key, yet not a payload of its kind: a mis-written entry.
     "malformed": ("malformed", "refusing executable: %s; compiling"),
 }
-# Refusals of the entry itself, noted for `Store.refused` (beside those of its signature).
+# Refusals of the entry itself, noted for `ReadPath.refused` (beside those of its signature).
 _NOTED = frozenset({removed.RemovedVersion.reason, "malformed"})

@@ -56,6 +56,7 @@ from artifactstore.formats.manifest import Manifest
 from artifactstore.formats.records import load_record
 from artifactstore.process.counters import Counters
 from artifactstore.process.notices import warn_once
+from artifactstore.store.chain import Found
 from artifactstore.store.quick import QuickKeys
 from artifactstore.store.verify import Expected, Refusal, refusal, verify
 
@@ -76,12 +77,6 @@ class TierEntry:
     compile_secs: float
     raw_size: int | None = None  # the executable's size, checked on load where known
     size: int | None = None  # the object's size, where known (for usage counts)
-
-
-@dataclass(frozen=True)
-class TierHit:
-    payload: bytes
-    entry: TierEntry
 
 
 @dataclass(frozen=True)
@@ -244,7 +239,7 @@ class LocalTier:
 
     def get(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
-    ) -> TierHit | None:
+    ) -> Found | None:
         """`peek`, its cost paid (`settle`) and its access recorded (for LRU) when it hits."""
         hit = self.settle(key, self.peek(key, fingerprint_digest, callbacks=callbacks))
         if hit is not None:
@@ -253,7 +248,7 @@ class LocalTier:
 
     def peek(
         self, key: str, fingerprint_digest: str, *, callbacks: int | None = None
-    ) -> TierHit | TierMiss:
+    ) -> Found | TierMiss:
         """The verified payload for `key` (`callbacks`: as for `Store.get`), or why not;
         reads only: what a miss costs (the key file, the copy, a count) and a hit's LRU
         touch are `settle`'s, the access `get`'s."""
@@ -285,14 +280,14 @@ class LocalTier:
         if isinstance(checked, Refusal):
             keep = checked.reason == "over_limit"  # another reader's limits may allow it
             return TierMiss(forget=not keep, refusal=checked, digest=entry.digest)
-        return TierHit(checked.payload, entry)
+        return Found(entry, checked.payload)
 
-    def settle(self, key: str, outcome: TierHit | TierMiss) -> TierHit | None:
+    def settle(self, key: str, outcome: Found | TierMiss) -> Found | None:
         """What this tier charges for what `peek` found: a hit touches its copy (LRU order
         for pruning); a miss forgets a key file that leads nowhere usable and drops a
         private copy that can never load here. The store's path, asked next, decides what
         the key loads; a refusal of trust is counted here only for this tier's own copies."""
-        if isinstance(outcome, TierHit):
+        if isinstance(outcome, Found):
             if self.owns_objects:
                 with contextlib.suppress(UnsafeDirectory):  # refused at the next open
                     self.blobs.touch(outcome.entry.digest)

@@ -57,7 +57,7 @@ class WritePath:
     def put(self, put: Put) -> bool:
         """Store `put` synchronously; True if this call created the entry. An object that
         is encoded already (a bundle's) is stored byte for byte, never re-encoded, so its
-        signature stays its writer's: the caller verified it (`Store.verify`)."""
+        signature stays its writer's: the caller verified it (`ReadPath.verify`)."""
         if self.unsigned(put):
             return False
         admitted, existing = self.admit(put.key)
@@ -175,15 +175,14 @@ class WritePath:
             self.backends.blobs.put_manifest(entry.key, manifest)
             return True
         except Exception as exc:
-            self.counters.add("manifest_unpublished")
-            self.backends.warn_once(
+            return self._unpublished(
+                "manifest_unpublished",
                 "publish",
                 "manifest of %s not published (%s): readers find it through the index until "
                 "`artstore verify --repair`",
                 entry.key[:12],
                 one_line(exc),
             )
-            return False
 
     def publish_checked(self, entry: EntryInfo | NewEntry, *, callbacks: int | None = None) -> bool:
         """`publish`, then withdraw the manifest if a gc evicted the row meanwhile.
@@ -291,16 +290,21 @@ class WritePath:
         try:
             self.backends.blobs.put_record(QUICK, name, quick.encode(compile_secs))
         except Exception as exc:
-            self.counters.add("quick_unpublished")
-            self.backends.warn_once(
+            return self._unpublished(
+                "quick_unpublished",
                 "publish quick",
                 "keys too quick to store not published (%s): nodes that `artstore pull` "
                 "prepares will look them up",
                 one_line(exc),
             )
-            return False
         self.counters.add("quick_published")
         return True
+
+    def _unpublished(self, counted: str, topic: str, message: str, *args: object) -> bool:
+        """A record the object store refused (best effort): counted, said once; False."""
+        self.counters.add(counted)
+        self.backends.warn_once(topic, message, *args)
+        return False
 
     # -- removing what a reader found bad ---------------------------------------
     def quarantine(self, entry: EntryInfo | Manifest, why: str) -> None:

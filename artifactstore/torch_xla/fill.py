@@ -73,7 +73,7 @@ def fill(
             # Gone since the listing, refused for trust by a source (counted there), or
             # refused by the verifier as no torch-xla file of this key.
             store = request.store
-            if store is not None and store.refused(key) == "malformed":
+            if store is not None and store.parts.reads.refused.get(key) == "malformed":
                 count("refused")
             else:
                 count("missing")
@@ -143,7 +143,9 @@ def _store_keys(session: Session, prefix: str) -> list[str]:
         return []
     try:
         listed = session.bounded(
-            lambda: list(islice(store.records.iter_records(MANIFESTS, prefix=prefix), MAX_FILES))
+            lambda: list(
+                islice(store.parts.records.iter_records(MANIFESTS, prefix=prefix), MAX_FILES)
+            )
         )
     except Exception as exc:
         warn_once("torch-xla-list", "stored torch-xla files not listed: %s", one_line(exc))

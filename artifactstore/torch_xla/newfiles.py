@@ -109,7 +109,7 @@ class NewFiles:
             return False
         self._done.add(found.name)
         digest = self.fingerprint.digest
-        store.submit_put(
+        store.submit(
             Put(
                 key=entry_key(digest, found.name),
                 payload=frame(found.name, data),

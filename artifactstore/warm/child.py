@@ -5,8 +5,8 @@ under `artstore warm -- CMD`, and by the `MODULE:FUNCTION` worker processes.
 The record exists so that the report is exact: which entries this process added
 (with their compile time), which it loaded, what it compiled but did not store and
 why, and for which fingerprint.
-It wraps the `get`/`put` methods of this process's own Store instance instead
-of adding bookkeeping to the hot path every program pays for.
+It is told through the hook of this process's own Store (`Store.record`), which
+costs a program that does not warm one `None` test per lookup and put.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from artifactstore.blobstores.local import write_atomic
 from artifactstore.config import from_environment
@@ -29,6 +29,9 @@ from artifactstore.errors import ArtstoreError, ReadOnlyError, one_line
 from artifactstore.formats.put import Put
 from artifactstore.jaxhook import api as _ji
 from artifactstore.warm import ENV_VAR, SUMMARY_FIELDS
+
+if TYPE_CHECKING:
+    from artifactstore.store import Found, Missed, Parts, Store
 
 log = logging.getLogger("artifactstore")
 
@@ -67,6 +70,7 @@ class Recorder:
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     unloadable: set[str] = field(default_factory=set)  # keys found but not loadable here
     lock: threading.Lock = field(default_factory=threading.Lock)
+    parts: Parts | None = field(default=None, repr=False)  # those of the Store it records
 
     def mark(self) -> int:
         with self.lock:
@@ -93,90 +97,80 @@ class Recorder:
                 lines.insert(0, {"kind": "fingerprint", **summary})
             self._write(lines)
 
-    def attach(self, store: Any) -> None:
-        """Record through `store`'s count, put and compiled_below_threshold (instance
-        attributes shadow the methods): the lookup chain counts each hit there, once.
-        Puts are made synchronous: warming is the point, so a compile returns once its
-        entry is stored, and a process that is killed later loses nothing."""
-        store.accounts.warming = True  # its compiles are warm_compiles, not misses
-        real_count, real_put = store.count, store.put
-        real_quick = store.compiled_below_threshold
+    def attach(self, store: Store) -> None:
+        """Record through `store`'s hook (Store.record): the lookup chain counts each hit
+        there, once; its puts are made synchronous (see Store.record)."""
+        self.parts = store.parts
+        store.record(self)
 
-        def count(key: str, fingerprint_digest: str, outcome: Any) -> None:
-            real_count(key, fingerprint_digest, outcome)
-            entry = getattr(outcome, "entry", None)  # a hit (a miss carries none)
-            if entry is None:
-                return
-            if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
-                entry = store.lookup(key) or entry
-            item = _item(key, entry.module_name, entry.compile_secs)
-            if getattr(outcome, "unloadable", False):  # counted a hit, but compiled here
-                with self.lock:
-                    self.unloadable.add(key)
-                self._note("unloadable", item, entry)
-            else:
-                self._note("present", item, entry)
+    @property
+    def _parts(self) -> Parts:
+        assert self.parts is not None, "attach() a store first"
+        return self.parts
 
-        def put(one: Put) -> bool:
-            key = one.key
-            item = _item(key, one.module_name, one.compile_secs)
-            before = store.counters.snapshot().get("bytes_uploaded", 0)
-            try:
-                created = bool(real_put(one))
-                refused = store.refused(key) if not created else None
-                if refused is not None:
-                    # Present, but not what readers that trust these keys load.
-                    raise ArtstoreError(
-                        f"entry {key[:12]} is present but refused here ({refused}, "
-                        "ARTSTORE_TRUSTED_KEYS): set ARTSTORE_SIGNING_KEY to replace it "
-                        "with a signed one"
-                    )
-            except Exception as exc:
-                why = "signature" if refused_here(store, key) else not_stored_why(exc)
-                event = {**item, "why": why, "error": one_line(exc)}
-                self._note("not_stored", event, one.fingerprint)
-                raise
-            item["bytes"] = store.counters.snapshot().get("bytes_uploaded", 0) - before
-            if created:
-                self._note("added", item, one.fingerprint)
-                return True
-            reason = _why_not_created(store, key, self.unloadable)
-            if reason is None:  # another process stored the key meanwhile: it is in the store
-                self._note("concurrent", item, one.fingerprint)
-            else:
-                self._note("not_stored", {**item, "why": reason}, one.fingerprint)
-            return False
+    def counted(self, key: str, outcome: Found | Missed) -> None:
+        """A hit the program used (`present`), or found but not loadable (`unloadable`)."""
+        entry = getattr(outcome, "entry", None)  # a hit (a miss carries none)
+        if entry is None:
+            return
+        if not hasattr(entry, "platform"):  # found by its manifest: the row has the facts
+            entry = self._parts.index.lookup(key) or entry
+        item = _item(key, entry.module_name, entry.compile_secs)
+        if getattr(outcome, "unloadable", False):  # counted a hit, but compiled here
+            with self.lock:
+                self.unloadable.add(key)
+            self._note("unloadable", item, entry)
+        else:
+            self._note("present", item, entry)
 
-        def compiled_below_threshold(key: str, fingerprint: str, compile_secs: float = 0.0) -> None:
-            real_quick(key, fingerprint, compile_secs)
-            item = _item(key, "", compile_secs)
-            self._note("not_stored", {**item, "why": "threshold"}, fingerprint)
-
-        def submit_put(one: Put, *, then: Callable[[bool], None] | None = None) -> None:
-            published = False
-            try:
-                put(one)  # recorded there, stored or not
-                published = True
-            except Exception as exc:  # as the background writer would: count, say once
-                store.counters.add("put_errors")
-                log.warning(
-                    "artifactstore: could not store %s: %s",
-                    one.module_name,
-                    one_line(exc),
+    def put(self, one: Put, store_put: Callable[[Put], bool]) -> bool:
+        """`one` stored with `store_put`: `added`, `concurrent` or `not_stored` and why."""
+        parts, key = self._parts, one.key
+        item = _item(key, one.module_name, one.compile_secs)
+        before = parts.counters.snapshot().get("bytes_uploaded", 0)
+        try:
+            created = bool(store_put(one))
+            refused = parts.reads.refused.get(key) if not created else None
+            if refused is not None:
+                # Present, but not what readers that trust these keys load.
+                raise ArtstoreError(
+                    f"entry {key[:12]} is present but refused here ({refused}, "
+                    "ARTSTORE_TRUSTED_KEYS): set ARTSTORE_SIGNING_KEY to replace it "
+                    "with a signed one"
                 )
-            finally:
-                if then is not None:  # a compile lease waits for this put (singleflight)
-                    then(published)
+        except Exception as exc:
+            why = "signature" if key in parts.reads.refused else not_stored_why(exc)
+            event = {**item, "why": why, "error": one_line(exc)}
+            self._note("not_stored", event, one.fingerprint)
+            raise
+        item["bytes"] = parts.counters.snapshot().get("bytes_uploaded", 0) - before
+        if created:
+            self._note("added", item, one.fingerprint)
+            return True
+        reason = _why_not_created(parts, key, self.unloadable)
+        if reason is None:  # another process stored the key meanwhile: it is in the store
+            self._note("concurrent", item, one.fingerprint)
+        else:
+            self._note("not_stored", {**item, "why": reason}, one.fingerprint)
+        return False
 
-        store.count, store.put = count, put
-        store.compiled_below_threshold = compiled_below_threshold
-        if not store.read_only:
-            store.submit_put = submit_put
+    def compiled_below_threshold(self, key: str, fingerprint: str, compile_secs: float) -> None:
+        self._note("not_stored", {**_item(key, "", compile_secs), "why": "threshold"}, fingerprint)
 
-
-def refused_here(store: Any, key: str) -> bool:
-    """Whether this process refused `key`'s stored entry for its signature."""
-    return store.refused(key) is not None
+    def submit(
+        self, one: Put, then: Callable[[bool], None] | None, store_put: Callable[[Put], bool]
+    ) -> None:
+        """A queued put made now with `store_put` (recorded there, stored or not)."""
+        published = False
+        try:
+            store_put(one)
+            published = True
+        except Exception as exc:  # as the background writer would: count, say once
+            self._parts.counters.add("put_errors")
+            log.warning("artifactstore: could not store %s: %s", one.module_name, one_line(exc))
+        finally:
+            if then is not None:  # a compile lease waits for this put (singleflight)
+                then(published)
 
 
 def _item(key: str, module: str, compile_secs: float) -> dict[str, Any]:
@@ -194,14 +188,14 @@ def not_stored_why(exc: BaseException) -> str:
     return "upload"
 
 
-def _why_not_created(store: Any, key: str, unloadable: set[str]) -> str | None:
+def _why_not_created(parts: Parts, key: str, unloadable: set[str]) -> str | None:
     """Why a put that raised nothing created no entry, or None where the key is stored
     (by another process, between this one's lookup and its put)."""
-    if store.writes_refused:
+    if parts.writes.gate.refused:
         return "write gate"
-    if store.read_only:
+    if parts.read_only:
         return "read-only"
-    if store.writes_unsigned:
+    if not parts.writes.signs:
         return "unsigned"
     if key in unloadable:  # the stored entry stays, and it does not load here
         return "unloadable"
@@ -226,7 +220,7 @@ def configure_for_warming(journal: Path | None = None) -> Recorder | None:
 
 def flush_secs() -> float:
     store = _ji.active_store()
-    return store.settings.flush_secs if store is not None else WARM_FLUSH_SECS
+    return store.parts.settings.flush_secs if store is not None else WARM_FLUSH_SECS
 
 
 def activate() -> None:

@@ -41,8 +41,8 @@ def check_store(settings: _config.Settings) -> str:
 
     store = Store.open(settings)
     try:
-        store.require_bound()
-        return store.describe()
+        store.parts.writes.gate.require()
+        return store.parts.describe()
     finally:
         store.close()
 

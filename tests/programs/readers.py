@@ -25,7 +25,7 @@ def child(keys: list[tuple[str, str]], out: int, release: int) -> None:
     try:
         store = Store.open(config.resolve({}), lazy_index=True)
         hits = sum(store.get(key, fp) is not None for key, fp in keys)
-        report = {"hits": hits, "index_opened": store.index_opened, "error": None}
+        report = {"hits": hits, "index_opened": store.parts.backends.index_opened, "error": None}
     except Exception as exc:  # reported, not raised: the parent counts failures
         report = {"hits": 0, "index_opened": None, "error": f"{type(exc).__name__}: {exc}"}
     os.write(out, (json.dumps(report) + "\n").encode())

@@ -10,7 +10,7 @@ from typing import Any
 from artifactstore.config import host
 from artifactstore.formats import fingerprint
 from artifactstore.formats.put import Put
-from artifactstore.store import Hit, Store
+from artifactstore.store import Found, Store
 from artifactstore.store.flight import Held
 
 
@@ -23,7 +23,7 @@ def key(i: int) -> str:
     return f"{i:064x}"
 
 
-def turn(store: Store, k: str) -> tuple[Hit | None, Held | None]:
+def turn(store: Store, k: str) -> tuple[Found | None, Held | None]:
     """As the compile hook: a lookup that misses, then the key's lease or a wait for it."""
     assert store.get(k, fp().digest) is None
     flight = store.flight
@@ -37,18 +37,18 @@ def waiting(store: Store, k: str) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=lambda: out.append(turn(store, k)))
     thread.start()
     deadline = time.monotonic() + 30
-    while store.counters.snapshot().get("lease_waits", 0) < 1:
+    while store.parts.counters.snapshot().get("lease_waits", 0) < 1:
         assert time.monotonic() < deadline and thread.is_alive(), "it never waited"
         time.sleep(0.05)
     return thread, out
 
 
-def loaded(thread: threading.Thread, out: list[Any]) -> Hit:
+def loaded(thread: threading.Thread, out: list[Any]) -> Found:
     """What a waiter of `waiting` got once the holder published: a load, not a compile."""
     thread.join(30)
     assert not thread.is_alive() and len(out) == 1
     hit, held = out[0]
-    assert held is None and isinstance(hit, Hit), out
+    assert held is None and isinstance(hit, Found), out
     return hit
 
 

@@ -315,7 +315,7 @@ def test_a_genuine_bundle_still_imports(
     assert run.proc.returncode == 0, run.proc.stderr
     assert "imported 3 entries" in run.proc.stdout
     assert run.rss < MAX_RSS
-    assert open_store(any_env).index.stats().entries == 3
+    assert open_store(any_env).parts.index.stats().entries == 3
 
 
 def test_the_limits_are_settings_and_options(tmp_path: Path, open_store: OpenStore) -> None:
@@ -339,4 +339,4 @@ def test_the_limits_are_settings_and_options(tmp_path: Path, open_store: OpenSto
     raised = dict(env, ARTSTORE_BUNDLE_MAX_ENTRIES="3", ARTSTORE_BUNDLE_MAX_SIZE="2MiB")
     run = _import(bundle, raised, tmp_path)
     assert run.proc.returncode == 0, run.proc.stderr
-    assert open_store(env).index.stats().entries == 3
+    assert open_store(env).parts.index.stats().entries == 3

@@ -144,7 +144,7 @@ def test_a_hostile_bundle_is_refused_whole_or_imports_only_genuine_entries(
         assert "\n" not in str(exc)  # one line
     else:
         assert report.imported + report.skipped == report.entries
-    for entry in store.index.iter_entries():
+    for entry in store.parts.index.iter_entries():
         hit = store.get(entry.key, FP.digest, callbacks=0)
         assert hit is not None and hit.payload == PAYLOADS.get(entry.key), entry.key
 

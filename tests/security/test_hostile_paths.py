@@ -54,28 +54,28 @@ class Planted:
         self.manifests: dict[str, bytes] = {}
         for key, payload in PAYLOADS.items():
             self.store.put(Put(key, payload, FP, "jit_f", 1.5, 0))
-            data = self.store.blobs.get_manifest(key)
+            data = self.store.parts.blobs.get_manifest(key)
             assert data is not None
             self.manifests[key] = data
             digest = Manifest.decode(data, key).digest
-            self.objects[digest] = self.store.blobs.get(digest) or b""
+            self.objects[digest] = self.store.parts.blobs.get(digest) or b""
 
     def restore(self) -> None:
         """Both entries as stored: objects, manifests and index rows (a refused object
         is quarantined and its row dropped)."""
         for digest, data in self.objects.items():
-            self.store.blobs.delete(digest)
-            self.store.blobs.put(digest, data)
+            self.store.parts.blobs.delete(digest)
+            self.store.parts.blobs.put(digest, data)
         for key, data in self.manifests.items():
-            if self.store.index.lookup(key) is None:
+            if self.store.parts.index.lookup(key) is None:
                 self._put(key)
-            self.store.blobs.put_manifest(key, data)
+            self.store.parts.blobs.put_manifest(key, data)
 
     def _put(self, key: str) -> None:
         self.store.put(Put(key, PAYLOADS[key], FP, "jit_f", 1.5, 0))
 
     def folder(self, kind_dir: str) -> Path:
-        path = Path(self.store.blobs.base) / kind_dir  # type: ignore[attr-defined]
+        path = Path(self.store.parts.blobs.base) / kind_dir  # type: ignore[attr-defined]
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -105,8 +105,8 @@ def test_a_hostile_manifest_is_a_miss_or_the_stored_payload(planted: Planted) ->
     @example(hostile.DEEP)
     def run(data: bytes) -> None:
         planted.restore()
-        planted.store.blobs.put_manifest(KEY, data)
-        before = planted.store.counters.snapshot().get("bad_manifest", 0)
+        planted.store.parts.blobs.put_manifest(KEY, data)
+        before = planted.store.parts.counters.snapshot().get("bad_manifest", 0)
         hit = planted.store.get(KEY, FP.digest, callbacks=0)
         assert hit is None or hit.payload == PAYLOADS[KEY]
         try:
@@ -114,7 +114,7 @@ def test_a_hostile_manifest_is_a_miss_or_the_stored_payload(planted: Planted) ->
             refused = False
         except CorruptObject:
             refused = True
-        after = planted.store.counters.snapshot().get("bad_manifest", 0)
+        after = planted.store.parts.counters.snapshot().get("bad_manifest", 0)
         assert after == before + refused  # the defence ran exactly when it had to
         planted.loads_only_what_was_stored()
 
@@ -146,14 +146,14 @@ def test_a_hostile_object_is_a_miss_never_another_payload(planted: Planted) -> N
     )
     def run(data: bytes) -> None:
         planted.restore()
-        path = Path(planted.store.blobs.base) / "objects" / good[:2] / good  # type: ignore[attr-defined]
+        path = Path(planted.store.parts.blobs.base) / "objects" / good[:2] / good  # type: ignore[attr-defined]
         path.write_bytes(data)
-        counts = planted.store.counters.snapshot()
+        counts = planted.store.parts.counters.snapshot()
         hit = planted.store.get(KEY, FP.digest, callbacks=0)
         assert hit is None or hit.payload == PAYLOADS[KEY]
         if data != planted.objects[good]:  # refused, and counted as a refusal
             assert hit is None
-            assert sum(planted.store.counters.snapshot().values()) > sum(counts.values())
+            assert sum(planted.store.parts.counters.snapshot().values()) > sum(counts.values())
 
     run()
 
@@ -174,7 +174,7 @@ def test_hostile_journals_fold_or_are_set_aside(planted: Planted) -> None:
         for name in names:
             (folder / name).write_bytes(b"{}")
         (folder / uuid.uuid4().hex).write_bytes(hostile.dump(good))
-        result = fold_journals(planted.store)
+        result = fold_journals(planted.store.parts)
         assert result.journals >= 1 and result.hits >= 3  # the genuine journal folded
         assert result.journals + result.refused == len(bodies) + 1
         left = {p.name for p in folder.iterdir()}
@@ -202,16 +202,18 @@ def test_a_hostile_identity_is_a_mismatch_never_replaced(
     env = clean_env(ARTSTORE_URL=str(root / "store"), **TRUST)
     store = Store.open(config.resolve({}, environ=env))
     try:
-        path = Path(store.blobs.base) / IDENTITY  # type: ignore[attr-defined]
+        path = Path(store.parts.blobs.base) / IDENTITY  # type: ignore[attr-defined]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        found = identity.check(store.blobs, store.engine, store.namespace, env["ARTSTORE_URL"])
+        found = identity.check(
+            store.parts.blobs, store.parts.engine, store.parts.namespace, env["ARTSTORE_URL"]
+        )
         try:
             decode_identity(data)
         except ValueError:
             assert found.state == identity.MISMATCH  # said, never an exception
             with pytest.raises(identity.StoreMismatch):
-                store.require_bound()
+                store.parts.writes.gate.require()
         assert path.read_bytes() == data  # never replaced
     finally:
         store.close()
@@ -233,8 +235,8 @@ def test_gc_over_hostile_records_in_every_folder(planted: Planted) -> None:
     )
     def run(working_set: bytes, lease: bytes, quick_names: list[str]) -> None:
         planted.restore()
-        planted.store.blobs.put_record(WORKING_SETS, "c" * 40, working_set)
-        planted.store.blobs.put_record(LEASES, KEY, lease)
+        planted.store.parts.blobs.put_record(WORKING_SETS, "c" * 40, working_set)
+        planted.store.parts.blobs.put_record(LEASES, KEY, lease)
         quick = planted.folder(QUICK.directory)
         for name in [*quick_names, f"{FP.digest}.{KEY}", f"{FP.digest}.{'q' * 64}"]:
             (quick / name).write_bytes(b'{"v":1,"c":0.01}')
@@ -264,8 +266,8 @@ def test_pull_keeps_only_what_verifies(
     @example(hostile.DEEP, planted.manifests[OTHER], ["../x", f"{FP.digest}..{KEY}"])
     def run(working_set: bytes, manifest: bytes, quick_names: list[str]) -> None:
         planted.restore()
-        planted.store.blobs.put_record(WORKING_SETS, "d" * 40, working_set)
-        planted.store.blobs.put_manifest(KEY, manifest)
+        planted.store.parts.blobs.put_record(WORKING_SETS, "d" * 40, working_set)
+        planted.store.parts.blobs.put_manifest(KEY, manifest)
         quick = planted.folder(QUICK.directory)
         for name in quick_names:
             (quick / name).write_bytes(b"{}")
@@ -315,18 +317,18 @@ def test_a_hostile_lease_record_costs_a_reader_at_most_its_own_short_wait(
     @example(hostile.dump(good))  # a live holder (this very process), never beating
     @example(hostile.DEEP)
     def run(data: bytes) -> None:
-        planted.store.blobs.put_record(LEASES, missing, data)
+        planted.store.parts.blobs.put_record(LEASES, missing, data)
         assert reader.get(missing, FP.digest) is None  # a miss: now it looks for a lease
         assert reader.flight is not None
-        before = reader.counters.snapshot().get("bad_lease_records", 0)
+        before = reader.parts.counters.snapshot().get("bad_lease_records", 0)
         assert reader.flight.turn(missing, lambda: None) == (None, None)
         try:
             LeaseRecord.decode(data)
         except CorruptObject:
-            assert reader.counters.snapshot().get("bad_lease_records", 0) == before + 1
+            assert reader.parts.counters.snapshot().get("bad_lease_records", 0) == before + 1
 
     try:
         run()
     finally:
         reader.close()
-        planted.store.blobs.delete_records(LEASES, [missing])
+        planted.store.parts.blobs.delete_records(LEASES, [missing])

@@ -95,17 +95,17 @@ def test_hostile_manifests_in_s3_never_make_a_wrong_load(
     @example(hostile.DEEP)
     def run(data: bytes) -> None:
         bucket.put(f"keys/{KEY}", data)
-        counts = reader.counters.snapshot()
+        counts = reader.parts.counters.snapshot()
         hit = reader.get(KEY, FP.digest, callbacks=0)
         assert hit is None or hit.payload == PAYLOADS[KEY]
         if data == forged:  # refused for its signature, and counted so
             assert hit is None
-            after = reader.counters.snapshot()
+            after = reader.parts.counters.snapshot()
             assert after.get("unsigned", 0) == counts.get("unsigned", 0) + 1
         try:
             Manifest.decode(data, KEY)
         except CorruptObject:
-            after = reader.counters.snapshot()
+            after = reader.parts.counters.snapshot()
             assert after.get("bad_manifest", 0) == counts.get("bad_manifest", 0) + 1
         untouched = reader.get(OTHER, FP.digest, callbacks=0)
         assert untouched is not None and untouched.payload == PAYLOADS[OTHER]
@@ -114,6 +114,15 @@ def test_hostile_manifests_in_s3_never_make_a_wrong_load(
     bucket.put(f"keys/{KEY}", genuine[KEY])  # the property can hold: the genuine one loads
     hit = reader.get(KEY, FP.digest, callbacks=0)
     assert hit is not None and hit.payload == PAYLOADS[KEY]
+
+
+def _plantable(name: str) -> bool:
+    """A record name the attacker can put in moto's bucket: S3 takes up to 1024 bytes (the
+    draw keeps under 300) and any character, but moto's server routes a key with a line
+    feed nowhere (its PutObject answers 404), so such a draw would fail the harness, not
+    the store, and leave its journals for the next example. Any name, line feeds too, is
+    split as a listing's is in test_hostile_records' test_quick_key_record."""
+    return 0 < len(name.encode()) < 300 and "\n" not in name
 
 
 @pytest.mark.hostile_record("hit journal", "quick-key record", "working set", "identity")
@@ -130,7 +139,7 @@ def test_fold_pull_and_the_identity_check_over_a_hostile_bucket(
     @given(
         hostile.records(journal, max_bytes=JOURNALS.max_bytes),
         hostile.records(ws, max_bytes=WORKING_SETS.max_bytes),
-        st.lists(hostile.names().filter(lambda n: 0 < len(n.encode()) < 300), max_size=3),
+        st.lists(hostile.names().filter(_plantable), max_size=3),
         hostile.records({"format": IDENTITY_FORMAT, "id": "0123456789abcdef"}, max_bytes=4096),
     )
     @example(hostile.DEEP, hostile.DEEP, ["../x", f"{FP.digest}.../x"], hostile.DEEP)
@@ -140,7 +149,7 @@ def test_fold_pull_and_the_identity_check_over_a_hostile_bucket(
         bucket.put(f"workingsets/{'e' * 40}", working_set)
         for name in quick_names:
             bucket.put(f"quick/{name}", b"{}")
-        fold = fold_journals(writer)
+        fold = fold_journals(writer.parts)
         assert fold.journals >= 1 and fold.hits >= 3 and fold.journals + fold.refused == 2
 
         tier = tmp_path / f"tier{next(tiers)}"
@@ -153,7 +162,9 @@ def test_fold_pull_and_the_identity_check_over_a_hostile_bucket(
             assert WorkingSet.decode(path.read_bytes(), path.name).fingerprint == FP.digest
 
         bucket.put("identity", ident)
-        found = identity.check(writer.blobs, writer.engine, "default", team_env["ARTSTORE_INDEX"])
+        found = identity.check(
+            writer.parts.blobs, writer.parts.engine, "default", team_env["ARTSTORE_INDEX"]
+        )
         if real_id is None or ident != real_id:
             assert found.state != identity.BOUND  # a forged identity binds nothing
         if real_id is not None:
@@ -188,8 +199,8 @@ def test_a_journal_claiming_future_times_is_clamped_to_its_own_time(
     head = bucket.client.head_object(Bucket=bucket.bucket, Key=f"{bucket.base}/journals/{name}")
     written = head["LastModified"].timestamp()
     time.sleep(2.5)  # gc folds later than the journal was put
-    assert fold_journals(writer).journals == 1
-    fold_accesses(writer.engine, "default")
-    entry = writer.index.lookup(KEY)
+    assert fold_journals(writer.parts).journals == 1
+    fold_accesses(writer.parts.engine, "default")
+    entry = writer.parts.index.lookup(KEY)
     assert entry is not None and entry.hits >= 1
     assert entry.last_access.timestamp() <= written + 1, (entry.last_access, written)

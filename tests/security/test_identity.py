@@ -40,7 +40,7 @@ def _fill(store: Store, n: int) -> None:
 
 
 def _entries(store: Store) -> int:
-    return store.index.stats().entries
+    return store.parts.index.stats().entries
 
 
 def _team(env: dict[str, str]) -> bool:
@@ -85,7 +85,7 @@ def _identity_object(env: dict[str, str], namespace: str = "default") -> bytes |
 def _delete_objects(store: Store, digests: list[str]) -> None:
     """Delete objects by hand, behind the store's back, as an operator might."""
     for digest in digests:
-        assert store.blobs.delete(digest)
+        assert store.parts.blobs.delete(digest)
 
 
 def _one_line_refusal(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -179,7 +179,7 @@ def _forget_identity(store: Store, env: dict[str, str]) -> None:
     """What a store written by the previous version looks like: no identity anywhere."""
     from sqlalchemy import text
 
-    with store.engine.begin() as conn:
+    with store.parts.engine.begin() as conn:
         conn.execute(text("DELETE FROM identities"))
     url = env["ARTSTORE_URL"]
     if url.startswith("s3://"):
@@ -187,7 +187,7 @@ def _forget_identity(store: Store, env: dict[str, str]) -> None:
         s3_client(env).delete_object(Bucket=bucket, Key=f"{prefix}/default/identity")
     else:
         (Path(url) / "default" / "identity").unlink()
-    assert _identity_object(env) is None and bound_id(store.engine, "default") is None
+    assert _identity_object(env) is None and bound_id(store.parts.engine, "default") is None
 
 
 def test_an_unbound_store_keeps_working_and_is_bound(
@@ -200,14 +200,14 @@ def test_an_unbound_store_keeps_working_and_is_bound(
     # A wrong bucket does not look like this index's: refused, not bound.
     wrong = _wrong_bucket(env, tmp_path)
     _one_line_refusal(artstore("gc", env=wrong), MISMATCH, "newest entries")
-    assert _identity_object(wrong) is None and bound_id(store.engine, "default") is None
+    assert _identity_object(wrong) is None and bound_id(store.parts.engine, "default") is None
     # The right one does: gc runs and binds them.
     gc = artstore("gc", env=env)
     assert gc.returncode == 0, gc.stderr
     assert _entries(store) == 3
     found = _identity_object(env)
     assert found is not None
-    assert bound_id(store.engine, "default") == json.loads(found)["id"]
+    assert bound_id(store.parts.engine, "default") == json.loads(found)["id"]
     # From now on the wrong bucket is a plain mismatch.
     _one_line_refusal(artstore("gc", env=wrong), MISMATCH, "has no identity")
 
@@ -218,7 +218,7 @@ def test_gc_refuses_to_drop_most_entries_without_allow_missing(
 ) -> None:
     store = open_store(any_env)
     _fill(store, 10)
-    gone = [e.digest for e in store.index.iter_entries()][:8]
+    gone = [e.digest for e in store.parts.index.iter_entries()][:8]
     _delete_objects(store, gone)
     for args in (["gc"], ["gc", "--dry-run"], ["gc", "--max-size", "500G"]):
         _one_line_refusal(artstore(*args, env=any_env), "--allow-missing", "8")
@@ -231,7 +231,7 @@ def test_gc_refuses_to_drop_most_entries_without_allow_missing(
 def test_gc_still_drops_a_few_lost_objects(any_env: dict[str, str], open_store: OpenStore) -> None:
     store = open_store(any_env)
     _fill(store, 10)
-    _delete_objects(store, [e.digest for e in store.index.iter_entries()][:1])
+    _delete_objects(store, [e.digest for e in store.parts.index.iter_entries()][:1])
     ok = artstore("gc", env=any_env)
     assert ok.returncode == 0, ok.stderr
     assert _entries(store) == 9

@@ -108,19 +108,19 @@ def assert_stopped(code: int, stderr: str, which: str, tmpdir: Path) -> None:
 
 def assert_whole(store: Store, *, every_manifest_has_a_row: bool = True) -> None:
     """Every entry's row, object and manifest agree; no manifest names a missing row."""
-    rows = {e.key: e for e in store.index.iter_entries()}
+    rows = {e.key: e for e in store.parts.index.iter_entries()}
     for key, entry in rows.items():
-        assert store.blobs.exists(entry.digest), f"entry {key[:12]} without its object"
-        data = store.blobs.get_manifest(key)
+        assert store.parts.blobs.exists(entry.digest), f"entry {key[:12]} without its object"
+        data = store.parts.blobs.get_manifest(key)
         assert data is not None, f"entry {key[:12]} without its manifest"
         assert json.loads(data)["d"] == entry.digest, f"entry {key[:12]}: manifest elsewhere"
     if every_manifest_has_a_row:
-        orphans = set(store.blobs.iter_manifest_keys()) - set(rows)
+        orphans = set(store.parts.blobs.iter_manifest_keys()) - set(rows)
         assert not orphans, f"manifests without entry: {sorted(k[:12] for k in orphans)}"
 
 
 def lease_rows(store: Store) -> list[tuple[str, str]]:
-    with store.engine.connect() as conn:
+    with store.parts.engine.connect() as conn:
         return [
             (str(r[0]), str(r[1])) for r in conn.execute(text("SELECT name, holder FROM leases"))
         ]
@@ -223,16 +223,16 @@ def test_import_leaves_whole_entries_and_no_spool(
         # at once would leave a row without its manifest.
         source, store = open_store(team.direct), open_store({**team.direct, **where})
         fill(store, 1, tag="b")  # a writer used it before: whatever a first writer sets up
-        for entry in source.index.iter_entries():
-            data = source.blobs.get(entry.digest)
+        for entry in source.parts.index.iter_entries():
+            data = source.parts.blobs.get(entry.digest)
             assert data is not None
-            store.blobs.put(entry.digest, data)
+            store.parts.blobs.put(entry.digest, data)
         team.proxy.set_mode("freeze-writes")
         running = Running(["import", str(bundle)], {**team.env, **where})
         signal_when(team, running, MANIFEST_PUT, which)
         assert_stopped(*running.finish(), which, team.tmpdir)
         assert_whole(store)
-        assert store.index.stats().entries < ENTRIES + 1, "the import was not interrupted"
+        assert store.parts.index.stats().entries < ENTRIES + 1, "the import was not interrupted"
         store.close()
     finally:
         devstack.drop_database(name)
@@ -259,13 +259,13 @@ def test_sign_moves_whole_entries(
     # entry's first upload is its manifest, after its row was repointed: held there, an
     # interrupt that landed at once would leave the manifest naming the old object.
     store = open_store({**team.direct, "ARTSTORE_SIGNING_KEY": str(secret)})
-    signing_key = store.settings.signing_key
+    signing_key = store.parts.settings.signing_key
     assert signing_key is not None
-    for entry in store.index.iter_entries():
-        data = store.blobs.get(entry.digest)
+    for entry in store.parts.index.iter_entries():
+        data = store.parts.blobs.get(entry.digest)
         assert data is not None
-        signed = codec.sign(data, signing_key, store.namespace)
-        store.blobs.put(signed.digest, signed.data)
+        signed = codec.sign(data, signing_key, store.parts.namespace)
+        store.parts.blobs.put(signed.digest, signed.data)
     team.proxy.set_mode("freeze-writes")
     running = Running(["sign"], env)
     signal_when(team, running, MANIFEST_PUT, which)
@@ -292,7 +292,7 @@ def test_gc_releases_its_lease_and_withdraws_what_it_removed(
 @pytest.mark.parametrize("which", SIGNALS)
 def test_db_rebuild(team: Team, which: str, open_store: OpenStore) -> None:
     store = open_store(team.direct)
-    with store.engine.begin() as conn:  # the index lost its entries: rebuild reads them back
+    with store.parts.engine.begin() as conn:  # the index lost its entries: rebuild reads them back
         conn.execute(text("DELETE FROM entries"))
     running = Running(["db", "rebuild"], team.env)
     signal_when(team, running, OBJECT_GET, which)
@@ -328,7 +328,7 @@ def test_warm_specs_stops_its_workers_and_their_leases(
     assert_stopped(code, stderr, which, tmpdir)
     store = open_store(env)
     assert lease_rows(store) == []
-    assert list(store.blobs.iter_records(LEASES)) == [], "compile lease records left"
+    assert list(store.parts.blobs.iter_records(LEASES)) == [], "compile lease records left"
     assert_whole(store)
 
 

@@ -54,7 +54,7 @@ def forge(store: Store, k: str, **fields: Any) -> None:
     """A lease record written with bucket write alone (as an attacker would)."""
     body = {"v": 1, "holder": "evil-host:4242", "beat": 0, "ttl": 1e9, "state": "compiling"}
     body.update({"hint": 1e9, "at": time.time() + 1e8, **fields})
-    store.blobs.put_record(LEASES, k, json.dumps(body).encode())
+    store.parts.blobs.put_record(LEASES, k, json.dumps(body).encode())
 
 
 def reader(open_store: OpenStore, env: dict[str, str], **extra: str) -> Store:
@@ -75,7 +75,7 @@ def turned(store: Store, k: str, timeout: float = 30) -> tuple[Any, Any]:
 
 
 def counts(store: Store) -> dict[str, int]:
-    return dict(store.counters.snapshot())
+    return dict(store.parts.counters.snapshot())
 
 
 def test_a_killed_holders_record_costs_a_reader_no_wait_and_gc_removes_it(
@@ -92,7 +92,7 @@ def test_a_killed_holders_record_costs_a_reader_no_wait_and_gc_removes_it(
         os.kill(holder.pid, signal.SIGKILL)  # as the torture run's kill -9
         holder.wait()
     writer = open_store(team_env)
-    data = writer.blobs.get_record(LEASES, k)
+    data = writer.parts.blobs.get_record(LEASES, k)
     assert data is not None and LeaseRecord.decode(data).state == "compiling"  # left behind
 
     store = reader(open_store, team_env, ARTSTORE_LEASE_READER_WAIT="60")
@@ -107,7 +107,7 @@ def test_a_killed_holders_record_costs_a_reader_no_wait_and_gc_removes_it(
     done = artstore("gc", env=team_env)
     assert done.returncode == 0, done.stderr
     assert "removed 1 stale lease record and 1 lease row of dead" in done.stdout
-    assert writer.blobs.get_record(LEASES, k) is None
+    assert writer.parts.blobs.get_record(LEASES, k) is None
 
 
 def test_an_expired_record_costs_a_reader_no_wait(
@@ -122,7 +122,7 @@ def test_an_expired_record_costs_a_reader_no_wait(
     assert counts(store).get("lease_waits", 0) == 0
     report = gc.collect(writer, gc.Policy())
     assert report.lease_records_removed == 1
-    assert writer.blobs.get_record(LEASES, k) is None
+    assert writer.parts.blobs.get_record(LEASES, k) is None
 
 
 def test_a_forged_far_future_record_holds_a_reader_only_its_own_bound(
@@ -142,9 +142,9 @@ def test_a_forged_far_future_record_holds_a_reader_only_its_own_bound(
 
     # The forged record has no lease in the index: gc removes it (a dry run only counts).
     dry = gc.collect(writer, gc.Policy(dry_run=True))
-    assert dry.lease_records_removed == 1 and writer.blobs.get_record(LEASES, k) is not None
+    assert dry.lease_records_removed == 1 and writer.parts.blobs.get_record(LEASES, k) is not None
     assert gc.collect(writer, gc.Policy()).lease_records_removed == 1
-    assert writer.blobs.get_record(LEASES, k) is None
+    assert writer.parts.blobs.get_record(LEASES, k) is None
 
 
 def test_a_malformed_holder_name_is_not_echoed_raw(
@@ -166,11 +166,11 @@ def test_gc_keeps_a_live_holders_lease(team_env: dict[str, str], open_store: Ope
     flight = writer.flight
     assert flight is not None
     flight.drain(10)
-    assert writer.blobs.get_record(LEASES, k) is not None
+    assert writer.parts.blobs.get_record(LEASES, k) is not None
     other = open_store(team_env)
     report = gc.collect(other, gc.Policy())
     assert report.lease_records_removed == 0 and report.lease_rows_removed == 0
-    assert writer.blobs.get_record(LEASES, k) is not None
+    assert writer.parts.blobs.get_record(LEASES, k) is not None
     held.release(stored=False)
     flight.drain(10)
 
@@ -184,11 +184,11 @@ def test_a_beating_forged_record_cannot_hide_an_expired_lease_from_a_writer(
     k = key(3807)
     writer = open_store({**team_env, "ARTSTORE_LEASE_TTL": "1", "ARTSTORE_LEASE_WAIT": "120"})
     row = {
-        "name": compile_lease_name(writer.namespace, k),
+        "name": compile_lease_name(writer.parts.namespace, k),
         "holder": "other-host:1",
         "token": "t" * 32,
     }
-    with writer.engine.begin() as conn:
+    with writer.parts.engine.begin() as conn:
         conn.execute(insert(LeaseRow).values(**row, expires_at=utcnow() + timedelta(seconds=2)))
     stop = threading.Event()
 
@@ -258,7 +258,7 @@ def test_a_program_killed_mid_compile_costs_a_reader_program_no_wait(
     finally:
         holder.kill()
         holder.wait()
-    assert open_store(team_env).blobs.get_record(LEASES, k) is not None  # left behind
+    assert open_store(team_env).parts.blobs.get_record(LEASES, k) is not None  # left behind
     patient = {"ARTSTORE_READ_ONLY": "1", "ARTSTORE_LEASE_READER_WAIT": "120"}
     out = run_program("job.py", env_for(team_env, tmp_path, 1, **patient))
     assert out["store"].get("lease_stale", 0) >= 1  # the defence ran: the dead holder seen
@@ -280,7 +280,7 @@ def test_a_process_that_trusts_no_key_never_waits_on_a_lease(
         {**keyless, "ARTSTORE_READ_ONLY": read_only, "ARTSTORE_LOCAL_TIER": "off"},
         lazy_index=True,
     )
-    assert store.settings.require_signatures and not store.settings.trusted_keys.names
+    assert store.parts.settings.require_signatures and not store.parts.settings.trusted_keys.names
     started = time.monotonic()
     assert turned(store, k) == (None, None)
     assert time.monotonic() - started < 2

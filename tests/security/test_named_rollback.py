@@ -257,11 +257,11 @@ def _refused(store: Store, data: bytes) -> bool:
     """Whether t/step@1 is refused with `data` as its removal record (each refusal or
     ignored record counted); the entry loads again once the record is gone."""
     record = named.removed_name("t/step", "1")
-    store.blobs.put_record(removed.REMOVED, record, data)
-    before = store.counters.snapshot()
+    store.parts.blobs.put_record(removed.REMOVED, record, data)
+    before = store.parts.counters.snapshot()
     hit = store.get(KEY, FP.digest, callbacks=0)
-    after = store.counters.snapshot()
-    store.blobs.delete_records(removed.REMOVED, [record])
+    after = store.parts.counters.snapshot()
+    store.parts.blobs.delete_records(removed.REMOVED, [record])
     back = store.get(KEY, FP.digest, callbacks=0)
     assert back is not None and back.payload == STORED
     counted = "named_removed" if hit is None else "named_removal_ignored"
@@ -280,7 +280,7 @@ def test_a_removal_record_refuses_where_it_is_obeyed_only(
     another version's record, a signed record altered or moved) are ignored and counted.
     Never an exception, never another entry's bytes."""
     open_store, signed_store = named_stores
-    signer = signed_store.settings.signing_key
+    signer = signed_store.parts.settings.signing_key
     good = named.encode_removed("t/step", "1", 1_700_000_000, signer, "default")
     other = named.encode_removed("t/step", "2", 1, signer, "default")
     elsewhere = named.encode_removed("t/step", "1", 1, signer, "another-team")
@@ -297,7 +297,7 @@ def test_a_removal_record_refuses_where_it_is_obeyed_only(
     def run(data: bytes) -> None:
         assert _refused(open_store, data)
         found = named.decode_removed(record, data)
-        obeyed = found.refusal(signed_store.settings.trusted_keys, "default") is None
+        obeyed = found.refusal(signed_store.parts.settings.trusted_keys, "default") is None
         assert _refused(signed_store, data) == obeyed
         if obeyed:  # a trusted key signed this version's removal, in this namespace
             assert (found.name, found.version, found.signature is not None) == ("t/step", "1", True)

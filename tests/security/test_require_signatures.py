@@ -176,12 +176,12 @@ def test_a_writer_without_a_key_stores_nothing_says_so_once_and_a_keyless_reader
         assert writer.put(put) is False
     warned = [r for r in caplog.records if "stores nothing" in r.getMessage()]
     assert len(warned) == 1 and "ARTSTORE_SIGNING_KEY" in warned[0].getMessage()
-    counts = writer.counters.snapshot()
+    counts = writer.parts.counters.snapshot()
     assert counts.get("skipped_unsigned") == 3 and counts.get("stored", 0) == 0
     assert writer.get("00" * 32, fp.digest) is None
     assert counts.get("bytes_downloaded", 0) == 0 and counts.get("bytes_uploaded", 0) == 0
     signer = open_store(team_env)
-    assert not signer.lookup("00" * 32)  # no row holds the key
+    assert not signer.parts.index.lookup("00" * 32)  # no row holds the key
     signer.put(Put("aa" * 32, b"y" * 100, fingerprint=fp, module_name="m", compile_secs=1.0))
     hit = signer.get("aa" * 32, fp.digest)
     assert hit is not None and hit.payload == b"y" * 100

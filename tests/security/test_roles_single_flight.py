@@ -75,7 +75,7 @@ def test_writer_takes_renews_and_releases_a_compile_lease_and_another_waits(
     ns, k = roles_db.ns_a, key(7001)
     first, second = open_as("writer", ns), open_as("writer", ns)
     got, held = turn(first, k)
-    assert first.counters.snapshot().get("lease_errors", 0) == 0  # 1 before the fix
+    assert first.parts.counters.snapshot().get("lease_errors", 0) == 0  # 1 before the fix
     assert got is None and held is not None  # this writer compiles
     name = compile_lease_name(ns, k)
     row = _lease_row(superuser, name)
@@ -89,10 +89,10 @@ def test_writer_takes_renews_and_releases_a_compile_lease_and_another_waits(
     assert thread.is_alive()
     publish(first, k, held)
     loaded(thread, out)  # not compiled
-    counts = second.counters.snapshot()
+    counts = second.parts.counters.snapshot()
     assert counts.get("lease_loaded") == 1 and counts.get("lease_errors", 0) == 0
     assert _lease_row(superuser, name) is None  # released through the writer's login
-    assert first.blobs.get_record(LEASES, k) is None
+    assert first.parts.blobs.get_record(LEASES, k) is None
 
     # The gc role still does gc's work beside the writers' compile leases.
     out_gc = gc.collect(open_as("gc", ns), gc.Policy(grace_secs=0))
@@ -110,13 +110,13 @@ def test_a_read_only_reader_waits_for_a_writers_compile(
     flight = writer.flight
     assert flight is not None
     flight.drain(10)  # the lease record is in the bucket
-    assert reader.blobs.get_record(LEASES, k) is not None  # readers read lease records
+    assert reader.parts.blobs.get_record(LEASES, k) is not None  # readers read lease records
     thread, out = waiting(reader, k)
     publish(writer, k, held)
     loaded(thread, out)
-    counts = reader.counters.snapshot()
+    counts = reader.parts.counters.snapshot()
     assert counts.get("lease_loaded") == 1 and counts.get("lease_errors", 0) == 0
-    assert not reader.index_opened  # a reader never connects to the index
+    assert not reader.parts.backends.index_opened  # a reader never connects to the index
 
 
 def test_writer_holds_compile_leases_only_in_its_namespaces(
@@ -153,7 +153,7 @@ def test_writer_holds_compile_leases_only_in_its_namespaces(
     with caplog.at_level(logging.WARNING, logger="artifactstore"):
         assert turn(intruder, key(7005)) == (None, None)
         assert turn(intruder, key(7006)) == (None, None)
-    assert intruder.counters.snapshot().get("lease_errors") == 2
+    assert intruder.parts.counters.snapshot().get("lease_errors") == 2
     said = [r.getMessage() for r in caplog.records if "compile leases refused" in r.getMessage()]
     assert len(said) == 1 and "grant-namespace.sql" in said[0]  # once, naming the fix
     held.release(stored=False)

@@ -217,7 +217,7 @@ def _mismatches(kind: str, needs: set[Need], bucket: str, prefix: str) -> list[s
 
 # -- the roles' code paths -----------------------------------------------------------
 def _s3(store: Store) -> S3BlobStore:
-    blobs: Any = store.blobs
+    blobs: Any = store.parts.blobs
     while not isinstance(blobs, S3BlobStore):
         blobs = blobs.inner
     return blobs
@@ -242,11 +242,11 @@ def _writer_path(writer: Store, second: Store, reader: Store, raw: Any, bucket: 
     held.release(stored=False)
     writer_flight.drain(10)
     for store in (writer, second, reader):
-        assert store.counters.snapshot().get("lease_errors", 0) == 0
+        assert store.parts.counters.snapshot().get("lease_errors", 0) == 0
     # A hit; a corrupt object quarantined on read; `artstore rm`.
     put(writer, key(4))
     assert writer.get(key(4), fp().digest) is not None
-    entry = writer.index.lookup(key(4))
+    entry = writer.parts.index.lookup(key(4))
     assert entry is not None
     raw.put_object(Bucket=bucket, Key=_s3(writer).key(entry.digest), Body=b"not an executable")
     assert writer.get(key(4), fp().digest) is None
@@ -260,7 +260,7 @@ def _writer_path(writer: Store, second: Store, reader: Store, raw: Any, bucket: 
         assert writer.get(quick, fp().digest) is None
         writer.compiled_below_threshold(quick, fp().digest, 0.01)
     assert writer.flush(30)
-    assert writer.counters.snapshot().get("quick_published") == 2
+    assert writer.parts.counters.snapshot().get("quick_published") == 2
     # A program's working set: read at start (absent, then present), written at exit.
     _working_set(writer, write=True)
 
@@ -268,12 +268,12 @@ def _writer_path(writer: Store, second: Store, reader: Store, raw: Any, bucket: 
 def _working_set(store: Store, *, write: bool) -> None:
     """What runtime.workingset does with the store: read the record, and (writers) put it."""
     name = program_id("/srv/train.py", fp().digest)
-    found = store.blobs.get_record(WORKING_SETS, name)
+    found = store.parts.blobs.get_record(WORKING_SETS, name)
     if write:
         assert found is None
         record = WorkingSet(name, fp().digest, (WorkingEntry(key(4), b"options", (0,)),))
-        store.blobs.put_record(WORKING_SETS, name, record.encode())
-        assert store.blobs.get_record(WORKING_SETS, name) is not None
+        store.parts.blobs.put_record(WORKING_SETS, name, record.encode())
+        assert store.parts.blobs.get_record(WORKING_SETS, name) is not None
     else:
         assert found is not None
 
@@ -316,7 +316,7 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     assert reader.get(key(2), fp().digest) is not None
     assert reader.get(key(10), fp().digest) is None
     reader.compiled_below_threshold(key(10), fp().digest, 0.01)  # read-only: not published
-    reader.flush_access()
+    reader.parts.accounts.flush()
     _working_set(reader, write=False)
     settings = config.resolve(
         {"read_only": True}, environ={**env, "ARTSTORE_LOCAL_TIER": str(tmp_path / "tier")}
@@ -326,7 +326,7 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
 
     # A killed writer's lease record, left behind: gc reads it and removes it.
     recorder.current = "writer"
-    writer.blobs.put_record(LEASES, key(9), b"left by a writer killed while compiling")
+    writer.parts.blobs.put_record(LEASES, key(9), b"left by a writer killed while compiling")
 
     # The operator: gc (folds the journal, evicts, removes stale leases), verify --repair,
     # db rebuild, sign.
@@ -334,17 +334,17 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     operator = open_store(env)
     put(writer, key(5))
     put(writer, key(8))  # stored since it was quick: gc deletes its record
-    identity.require_bound(operator)  # what every changing command checks first
+    identity.require_bound(operator.parts)  # what every changing command checks first
     out = gc.collect(operator, gc.Policy(max_bytes=1, grace_secs=0))
     assert out.journals_folded == 1 and out.entries_removed >= 1
     assert out.quick_records_removed == 1 and out.lease_records_removed == 1
     put(writer, key(6))
     put(writer, key(7))
-    entry = writer.index.lookup(key(6))
+    entry = writer.parts.index.lookup(key(6))
     assert entry is not None
     raw.put_object(Bucket=bucket, Key=_s3(writer).key(entry.digest), Body=b"corrupt")
     assert verify(operator, repair=True, grace_secs=0).corrupt
-    with writer.engine.begin() as conn:  # a lost index row, recovered from its manifest
+    with writer.parts.engine.begin() as conn:  # a lost index row, recovered from its manifest
         conn.exec_driver_sql("DELETE FROM entries WHERE key = %s", (key(7),))
     assert rebuild(operator).restored == [key(7)]
     secret, _ = generate("operator", tmp_path)
@@ -357,7 +357,7 @@ def test_each_s3_policy_allows_exactly_what_its_role_does(
     assert _s3(writer).put_identity(b"junk")  # create-only: allowed where none is
     assert not _s3(writer).put_identity(b"other junk")  # never replaced
     recorder.current = "gc"
-    pair = (operator.blobs, operator.engine, NS, env["ARTSTORE_INDEX"])
+    pair = (operator.parts.blobs, operator.parts.engine, NS, env["ARTSTORE_INDEX"])
     assert identity.bind(*pair, force=True, replace=True).ok
 
     problems = [
@@ -407,7 +407,7 @@ def test_a_writer_cannot_replace_a_removal_record(
     manifest = f"{prefix}/{NS}/keys/{key(1)}"
     assert not any(_matches(d.pattern, manifest)
                    for d in _denials("writer", bucket, prefix, conditional=True))  # fmt: skip
-    blobs = open_store(team_env).blobs
+    blobs = open_store(team_env).parts.blobs
     name = named_format.removed_name("t/step", "1")
     assert blobs.create_record(removed.REMOVED, name, b"first")
     assert not blobs.create_record(removed.REMOVED, name, b"second")

@@ -84,20 +84,20 @@ def _load(open_store: OpenStore, env: dict[str, str], trusted: Path, key: str) -
     hit = reader.get(key, FP.digest)
     if hit is not None:
         return "hit"
-    return reader.refused(key) or "miss"
+    return reader.parts.reads.refused.get(key) or "miss"
 
 
 def _row(open_store: OpenStore, env: dict[str, str], key: str) -> tuple[str, str | None]:
-    entry = open_store(_env(env)).index.lookup(key)
+    entry = open_store(_env(env)).parts.index.lookup(key)
     assert entry is not None
     return entry.digest, entry.signer
 
 
 def _signer_of_object(open_store: OpenStore, env: dict[str, str], key: str) -> str | None:
     store = open_store(_env(env))
-    entry = store.index.lookup(key)
+    entry = store.parts.index.lookup(key)
     assert entry is not None
-    data = store.blobs.get(entry.digest)
+    data = store.parts.blobs.get(entry.digest)
     assert data is not None
     sig = codec.read_signature(data)
     return None if sig is None else sig.signer
@@ -174,9 +174,9 @@ def test_object_signed_for_another_namespace_is_not_resigned(
                             ARTSTORE_NAMESPACE="other"))  # fmt: skip
     key = secrets.token_hex(32)
     assert other.put(Put(key, b"x" * 500, FP, "jit_f", 2.0))
-    entry = other.index.lookup(key)
+    entry = other.parts.index.lookup(key)
     assert entry is not None
-    data = other.blobs.get(entry.digest)
+    data = other.parts.blobs.get(entry.digest)
     assert data is not None
     moved = codec.Encoded(data, entry.digest, 500, signer="old", signature=entry.signature)
     default = open_store(_env(team_env))

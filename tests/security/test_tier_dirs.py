@@ -72,8 +72,8 @@ def _namespace(store: Path) -> Path:
 
 def _load(store: Store) -> bytes | None:
     """KEY's executable as the compile hook loads it (Session.tier_get, then the store)."""
-    assert store.tier is not None
-    hit = store.tier.get(KEY, _fp().digest) or store.get(KEY, _fp().digest)
+    assert store.parts.tier is not None
+    hit = store.parts.tier.get(KEY, _fp().digest) or store.get(KEY, _fp().digest)
     return None if hit is None else hit.payload
 
 
@@ -149,7 +149,9 @@ def reader(tmp_path: Path) -> Iterator[Store]:
                     ARTSTORE_LOCAL_TIER=str(tmp_path / "tiers"))  # fmt: skip
     store = Store.open(config.resolve(environ=env))
     assert _load(store) == b"genuine"
-    assert store.tier is not None and store.tier.get(KEY, _fp().digest) is not None  # a tier hit
+    assert (
+        store.parts.tier is not None and store.parts.tier.get(KEY, _fp().digest) is not None
+    )  # a tier hit
     yield store
     store.close()
 
@@ -158,8 +160,8 @@ def reader(tmp_path: Path) -> Iterator[Store]:
 def test_a_tier_swapped_under_a_running_reader_is_refused_at_the_next_open(
     tmp_path: Path, reader: Store, caplog: pytest.LogCaptureFixture, swap: str, as_root: None
 ) -> None:
-    assert reader.tier is not None
-    base = reader.tier.base
+    assert reader.parts.tier is not None
+    base = reader.parts.tier.base
     evil = _namespace(tmp_path / "evil")
     assert (evil / "keys" / KEY[:2] / KEY).is_file()
     base.rename(tmp_path / "moved-away")
@@ -185,8 +187,8 @@ def test_a_local_store_swapped_under_its_writer_loads_nothing_planted(tmp_path: 
     evil = Store.open(config.resolve(environ=clean_env(ARTSTORE_URL=str(tmp_path / "evil"))))
     evil.put(Put(KEY, b"planted", _fp(), "m", 1))
     evil.close()
-    assert store.tier is not None
-    base = store.tier.base
+    assert store.parts.tier is not None
+    base = store.parts.tier.base
     base.rename(tmp_path / "moved-away")
     base.symlink_to(_namespace(tmp_path / "evil"))
     refused = ""
@@ -196,7 +198,7 @@ def test_a_local_store_swapped_under_its_writer_loads_nothing_planted(tmp_path: 
         refused, loaded = str(exc), None
     assert loaded is None  # the genuine entry moved away; the planted one is never loaded
     # ... because the walk refused the link, not because nothing was there to load.
-    assert "is a symbolic link" in refused or store.tier._off, refused
+    assert "is a symbolic link" in refused or store.parts.tier._off, refused
     with pytest.raises(UnsafeDirectory, match="symbolic link"):
         store.put(Put("b" * 64, b"x", _fp(), "m", 1))
     assert not any((tmp_path / "evil").rglob("b" * 64))  # nothing written through it

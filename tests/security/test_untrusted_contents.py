@@ -156,7 +156,7 @@ def test_a_malformed_manifest_is_a_miss_for_its_key_only(
             hit = session.lookup(store, KEY_B, _fp().digest)
             assert hit is not None and hit.payload == b"b" * 64
         assert all(b.closed and not b.opened for b in session.breakers.values())
-        assert store.counters.snapshot().get("bad_manifest", 0) == 2
+        assert store.parts.counters.snapshot().get("bad_manifest", 0) == 2
     finally:
         session.close()
 
@@ -200,7 +200,7 @@ def test_a_forged_record_does_not_set_a_readers_wait(
     reader = _reader(team_env, open_store, ARTSTORE_LEASE_TTL="1")
     assert reader.flight is not None
     _turn(reader.flight, 30)
-    counts = reader.counters.snapshot()  # it waited once, ended by its own TTL, not a bound
+    counts = reader.parts.counters.snapshot()  # it waited once, ended by its own TTL, not a bound
     assert counts.get("lease_waits", 0) == 1 and counts.get("lease_timeouts", 0) == 0
 
 
@@ -225,7 +225,7 @@ def test_a_beating_forged_record_is_waited_for_at_most_the_readers_bound(
         reader = _reader(team_env, open_store, ARTSTORE_LEASE_MAX_HOLD="3")
         assert reader.flight is not None
         _turn(reader.flight, 40)  # the record's 3e300 s would outlast the guard
-        assert reader.counters.snapshot().get("lease_timeouts", 0) == 1  # its own maximum
+        assert reader.parts.counters.snapshot().get("lease_timeouts", 0) == 1  # its own maximum
     finally:
         stop.set()
         beater.join()
@@ -248,7 +248,7 @@ def test_a_malformed_lease_record_is_no_lease(
     reader = _reader(team_env, open_store)
     assert reader.flight is not None
     _turn(reader.flight, 30)
-    counts = reader.counters.snapshot()
+    counts = reader.parts.counters.snapshot()
     assert counts.get("lease_errors", 0) == 0 and counts.get("lease_waits", 0) == 0
     assert counts.get("bad_lease_records", 0) == 1  # read and refused, not never read
 
@@ -293,7 +293,9 @@ def test_a_compile_lease_held_until_year_9999_is_taken_over(
     writer = open_store(team_env, local_tier="off")
     assert writer.flight is not None
     _forge_row(
-        team_env, compile_lease_name(writer.namespace, KEY_A), datetime(9999, 12, 31, tzinfo=UTC)
+        team_env,
+        compile_lease_name(writer.parts.namespace, KEY_A),
+        datetime(9999, 12, 31, tzinfo=UTC),
     )
     held = writer.flight.try_hold(KEY_A)
     assert held is not None and held.lease.took_over
@@ -304,11 +306,11 @@ def test_a_holder_never_renews_past_the_maximum(
     team_env: dict[str, str], open_store: OpenStore
 ) -> None:
     store = open_store(team_env, local_tier="off")
-    lease = Lease(store.engine, "gc:somewhere", ttl_secs=3000.0, max_hold_secs=60.0)
+    lease = Lease(store.parts.engine, "gc:somewhere", ttl_secs=3000.0, max_hold_secs=60.0)
     assert lease.ttl_secs == 60.0
 
     def expiry() -> datetime:
-        with store.engine.connect() as conn:
+        with store.parts.engine.connect() as conn:
             value: datetime = conn.execute(
                 select(LeaseRow.expires_at).where(LeaseRow.name == "gc:somewhere")
             ).scalar_one()

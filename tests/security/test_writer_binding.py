@@ -252,7 +252,7 @@ def test_writer_on_another_directory_drops_and_stores_nothing(
         assert not wrong.put(
             Put("ee" * 32, b"x" * 700, fingerprint=FP, module_name="jit_new", compile_secs=1)
         )
-    counts = wrong.counters.snapshot()
+    counts = wrong.parts.counters.snapshot()
     assert counts["missing_object"] == 1 and counts["store_mismatch"] == 2, counts
     said = [r.getMessage() for r in caplog.records if MISMATCH in r.getMessage()]
     assert len(said) == 1 and str(tmp_path / "wrong") in said[0], said
@@ -340,7 +340,12 @@ def test_of_two_new_indexes_over_a_pristine_bucket_one_is_bound(
     stores = [open_store(env) for env in envs]
     with ThreadPoolExecutor(len(stores)) as pool:
         found = list(
-            pool.map(lambda s: bind(s.blobs, s.engine, s.namespace, s.settings.index_url), stores)
+            pool.map(
+                lambda s: bind(
+                    s.parts.blobs, s.parts.engine, s.parts.namespace, s.parts.settings.index_url
+                ),
+                stores,
+            )
         )
     assert {f.store_id for f in found if f.ok} == {_store_id(team_env)}, found
     assert found[0].ok == found[1].ok  # one index: both of its writers or neither

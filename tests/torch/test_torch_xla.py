@@ -137,7 +137,7 @@ def test_team_store_serves_torch_xla_files(
     store = open_store(team_env)
     first = sorted(entries, key=lambda e: e["key"])
     bad = first[0]
-    data = store.blobs.get(bad["digest"])
+    data = store.parts.blobs.get(bad["digest"])
     meta = codec.read_meta(data or b"")
     assert meta is not None and meta.fingerprint is not None
     ours = Fingerprint.from_dict(meta.fingerprint)
@@ -147,8 +147,8 @@ def test_team_store_serves_torch_xla_files(
 
     # A tampered object is never placed; the others are.
     assert data is not None
-    store.blobs.delete(bad["digest"])
-    store.blobs.put(bad["digest"], data[:-64] + bytes(64))
+    store.parts.blobs.delete(bad["digest"])
+    store.parts.blobs.put(bad["digest"], data[:-64] + bytes(64))
     names = {e["module_name"][len(torchxla.MODULE_PREFIX) :] for e in first}
     placed = _fill(team_env, fingerprint, tmp_path / "tampered")
     assert placed == names - {bad["module_name"][len(torchxla.MODULE_PREFIX) :]}
@@ -157,7 +157,9 @@ def test_team_store_serves_torch_xla_files(
     # the hits above are folded, the access times are set, oldest first).
     _gc(team_env)
     order = [e["key"] for e in first]
-    store.index.record_access({k: (0, T0 + timedelta(minutes=i)) for i, k in enumerate(order)})
+    store.parts.index.record_access(
+        {k: (0, T0 + timedelta(minutes=i)) for i, k in enumerate(order)}
+    )
     keep = next(e for e in entries if e["key"] == order[2])
     out = _gc(team_env, "--max-size", str(keep["size"]), "--grace", "0")
     removed = {r["key"] for r in out["removed"] if r["kind"] == "entry"}
