@@ -44,7 +44,7 @@ def entries() -> int:
     assert current is not None
     store = current.store()
     assert store is not None
-    return sum(1 for _ in store.iter_entries())
+    return sum(1 for _ in store.parts.index.iter_entries())
 
 
 def refused(**kwargs: object) -> str | None:
