@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 @click.command("ls")
 @json_option()
 @click.option(
-    "--platform", help="Only entries for this backend (cpu, gpu, tpu; torch-xla: its files)."
+    "--platform",
+    help="Only entries for this backend (cpu, gpu, tpu; torch-xla: its files; "
+    "iree-llvm-cpu: native modules).",
 )
 @click.option("--device-kind", help="Only entries for this device kind.")
 @click.option("--jaxlib", help="Only entries built by this jaxlib version.")

@@ -3,19 +3,22 @@
 `build` compiles a stored named executable's portable StableHLO for a target and CPU,
 checks the module against XLA and stores it (exit 1, naming the outputs, where they
 disagree); `get` writes a module this host may run and its calling convention into a
-directory, for `iree-run-module` or a C/C++ program; `fingerprint` prints the digest
-that `artstore pull --fingerprint` takes to fill a tier with a target's modules.
+directory, for `iree-run-module` or a C/C++ program; `pull` fills this host's tier with
+what `get` and `native.load` read here (a version's modules for the CPUs this host asks
+for, and the portable form they are looked up by); `fingerprint` prints the digest that
+`artstore pull --fingerprint` takes to fill a tier with all of a target's modules.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from artifactstore.cli.context import Ctx, fail
+from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
 from artifactstore.cli.render import json_option, print_json
 from artifactstore.formats.sizes import format_size
 
@@ -158,6 +161,83 @@ def get_cmd(
         f"{name}@{version} (cpu {chosen.describe()}, IREE {convention.compiler}): "
         f"{out / stem}.vmfb ({format_size(len(module))}) and {stem}.json"
     )
+
+
+@native_group.command("pull")
+@click.argument("ref", metavar="NAME[@VERSION]")
+@TARGET
+@click.option(
+    "--cpu",
+    help="Modules built for this CPU (generic, host, features) [default: what `get` asks "
+    "for here: this host's exact CPU, then generic].",
+)
+@click.option(
+    "--compiler",
+    metavar="VERSION",
+    help="IREE version that built them [default: the installed runtime's].",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=8,
+    show_default=True,
+    help="Objects fetched in parallel.",
+)
+@json_option("Print one pull's summary per fingerprint, as JSON.")
+@click.pass_obj
+def pull_cmd(
+    obj: Ctx,
+    ref: str,
+    target: str,
+    cpu: str | None,
+    compiler: str | None,
+    jobs: int,
+    as_json: bool,
+) -> None:
+    """Fill this host's local tier with NAME's (or NAME@VERSION's) native modules for the
+    CPUs this host asks for, and with the portable forms they are looked up by: `get`
+    and `native.load` then read them from the tier, without the object store or the
+    index. `artstore pull` once per fingerprint, each limited to NAME's entries (the
+    object store only: read-only credentials suffice). Exits 1 if a pull failed or the
+    namespace holds no module of NAME for these CPUs."""
+    from artifactstore.bundles import pull as _pull
+    from artifactstore.cli.pull_cmd import summary
+    from artifactstore.named import keys
+    from artifactstore.native import iree
+    from artifactstore.native.target import candidates, check_target
+
+    name, version = keys.parse_ref(ref)
+    keys.check_name(name)
+    module = keys.module_name(name, version) if version else f"{keys.MODULE_PREFIX}{name}@*"
+    target = check_target(target)
+    compiler = compiler or iree.runtime_version()
+    cpus = candidates(cpu)
+    if not cpus:
+        fail(f"this host cannot run modules built for CPU {cpu}: nothing to pull")
+    puller = _pull.open_puller(obj.settings(need_index=False))
+    asked = [("portable form", keys.PORTABLE.digest)] + [
+        (f"cpu {c.describe()}", c.fingerprint(target, compiler).digest) for c in cpus
+    ]
+    reports = [
+        (what, _pull.pull(puller, digest, module=module, jobs=jobs)) for what, digest in asked
+    ]
+    if as_json:
+        print_json([{"pulled": what, **report.to_json()} for what, report in reports])
+    else:
+        for what, report in reports:
+            click.echo(f"{what}: {summary(report)}")
+    for _, report in reports:
+        if report.never_held:
+            fail(report.never_held)
+    if not all(report.ok for _, report in reports):
+        sys.exit(EXIT_FAIL)
+    if not any(report.fetched + report.present for _, report in reports[1:]):
+        held = ", ".join(c.describe() for c in cpus)
+        fail(
+            f"no native module of {ref} for {target} (CPU: {held}; IREE {compiler}) in "
+            f"namespace {reports[0][1].namespace}: build one with `artstore native build`"
+        )
 
 
 @native_group.command("fingerprint")
