@@ -36,7 +36,7 @@ from artifactstore.named import container, keys
 from artifactstore.named.signature import Leaf, Signature
 from artifactstore.native import fetch
 from artifactstore.native.convention import Convention, encode
-from artifactstore.native.errors import NativeBuildError
+from artifactstore.native.errors import NativeBuildError, NativeNotFound
 from artifactstore.native.lower import refuse_unsupported
 from artifactstore.native.target import Cpu, candidates, parse_cpu
 from artifactstore.runtime.session import Session
@@ -264,6 +264,10 @@ def test_export_by_name_carries_native_modules_and_import_verifies_them(
     try:
         wanted = fetch.Wanted("mlp", "1", "llvm-cpu", COMPILER)
         convention, module, cpu = fetch.find(session, wanted, [parse_cpu("generic")])
+        with pytest.raises(NativeNotFound, match="no native module of mlp@1"):
+            fetch.find(session, wanted, [Cpu("features", cpu_arch(), (_lacking(),))])
+        counted = session.counters.snapshot()
+        assert (counted["native_loads"], counted["native_not_found"]) == (1, 1)
     finally:
         session.close()
     assert module == _module_body("mlp", "1", "generic") and cpu.kind == "generic"

@@ -190,6 +190,11 @@ NAMES: dict[str, Name] = {
     "torch_xla_cache_deserialize_failures": Name(
         "torch-xla's PersistentCacheDeserializeFailure: a file it could not load (misses, compiles)"
     ),
+    # -- native modules (artifactstore.native): each also a store's or tier's hit --------
+    "native_loads": Name(
+        "native modules served to `native get` / `native.load` (verified, the one asked for)"
+    ),
+    "native_not_found": Name("native module lookups that found none for this host's CPUs"),
     # -- circuit breakers ---------------------------------------------------------------
     "breaker_opened": Name(
         "times a backend's breaker opened",

@@ -105,12 +105,15 @@ def module(
 
 def find(where: Session, wanted: Wanted, cpus: list[Cpu]) -> tuple[Convention, bytes, Cpu]:
     """The first module of `wanted` for one of `cpus` (best first); NativeNotFound
-    naming what was asked when none is stored."""
+    naming what was asked when none is stored. Counted in the session's counters
+    (`native_loads`, `native_not_found`: process_stats())."""
     source = portable(where, wanted.name, wanted.version)
     for cpu in cpus:
         found = module(where, wanted, source.stablehlo, cpu)
         if found is not None:
+            where.counters.add("native_loads")
             return (*found, cpu)
+    where.counters.add("native_not_found")
     asked = ", ".join(cpu.describe() for cpu in cpus) or "none this host runs"
     raise NativeNotFound(
         f"no native module of {wanted.ref} for {wanted.target} (CPU: {asked}; IREE "
