@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
-from artifactstore.cli.render import json_option, print_json
+from artifactstore.cli.render import fetch_jobs_option, json_option, print_json
 from artifactstore.formats.sizes import format_size
 
 TARGET = click.option(
@@ -27,6 +27,12 @@ TARGET = click.option(
     default="llvm-cpu",
     show_default=True,
     help="IREE target backend (llvm-cpu: this architecture's CPUs).",
+)
+
+COMPILER = click.option(
+    "--compiler",
+    metavar="VERSION",
+    help="IREE version that built the module [default: the installed runtime's].",
 )
 
 
@@ -127,11 +133,7 @@ def build_cmd(
     help="The module built for this CPU (generic, host, features) [default: this host's "
     "exact CPU, else generic]; only one this host has.",
 )
-@click.option(
-    "--compiler",
-    metavar="VERSION",
-    help="IREE version that built it [default: the installed runtime's].",
-)
+@COMPILER
 @click.option(
     "-o",
     "--output",
@@ -171,19 +173,8 @@ def get_cmd(
     help="Modules built for this CPU (generic, host, features) [default: what `get` asks "
     "for here: this host's exact CPU, then generic].",
 )
-@click.option(
-    "--compiler",
-    metavar="VERSION",
-    help="IREE version that built them [default: the installed runtime's].",
-)
-@click.option(
-    "-j",
-    "--jobs",
-    type=click.IntRange(1, 64),
-    default=8,
-    show_default=True,
-    help="Objects fetched in parallel.",
-)
+@COMPILER
+@fetch_jobs_option()
 @json_option("Print one pull's summary per fingerprint, as JSON.")
 @click.pass_obj
 def pull_cmd(

@@ -10,7 +10,7 @@ import click
 
 from artifactstore.cli.context import EXIT_FAIL, Ctx, fail
 from artifactstore.cli.progress import Progress, progress_option
-from artifactstore.cli.render import json_option, print_json, safe
+from artifactstore.cli.render import fetch_jobs_option, json_option, print_json, safe
 from artifactstore.errors import one_line
 from artifactstore.formats.sizes import format_limit, format_size, plural
 
@@ -38,14 +38,7 @@ if TYPE_CHECKING:
     metavar="PATTERN",
     help="Only entries whose module name matches this shell pattern (jit_train*).",
 )
-@click.option(
-    "-j",
-    "--jobs",
-    type=click.IntRange(1, 64),
-    default=8,
-    show_default=True,
-    help="Objects fetched in parallel (and at most held in memory).",
-)
+@fetch_jobs_option("Objects fetched in parallel (and at most held in memory).")
 @click.option("--dry-run", is_flag=True, help="List what would be fetched; fetch nothing.")
 @json_option("Print the summary as JSON.")
 @progress_option

@@ -45,6 +45,13 @@ def json_option(help: str = "Print JSON.") -> Callable[[F], F]:
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
+def fetch_jobs_option(help: str = "Objects fetched in parallel.") -> Callable[[F], F]:
+    """The `-j/--jobs` of the commands that fetch objects (`pull`, `native pull`)."""
+    return click.option(
+        "-j", "--jobs", type=click.IntRange(1, 64), default=8, show_default=True, help=help
+    )
+
+
 def print_json(data: Any, *, sort_keys: bool = False) -> None:
     """What every `--json` prints: one indented document, its strings redacted."""
     click.echo(json.dumps(_redacted(data), indent=2, sort_keys=sort_keys))
