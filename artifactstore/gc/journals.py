@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from artifactstore.blobstores.base import JOURNALS
@@ -73,10 +73,7 @@ def fold_journals(
     them there): whatever one of them makes fail, it is set aside and counted and
     the others fold. Only the object store itself failing stops the fold."""
     result = JournalFold()
-    batch: list[str] = []
-    touches: dict[str, tuple[int, datetime]] = {}
-    counts: Counter[str] = Counter()
-    usage: _usage.Usage = {}
+    batch = _Batch()
     max_journals = FOLD_MAX_JOURNALS if max_journals is None else max_journals
     max_bytes = FOLD_MAX_BYTES if max_bytes is None else max_bytes
     read, gets = 0, 0  # bytes of the journals taken, journals asked for
@@ -107,7 +104,7 @@ def fold_journals(
             result.left = _count_left(name, names)
             break
         read += len(data)
-        batch.append(name)
+        batch.names.append(name)
         try:
             rows = _rows(data, info.mtime)
         except Exception as exc:
@@ -115,14 +112,10 @@ def fold_journals(
             log.warning("artifactstore: deleting hit journal %s: %s", name, _why(exc))
             continue
         result.journals += 1
-        for key, (n, when) in rows[0].items():
-            old_n, old_t = touches.get(key, (0, when))
-            touches[key] = (min(old_n + n, ROW_HITS_MAX), max(when, old_t))
-        counts.update(rows[1])
-        _usage.merge(usage, rows[2])
-        if len(batch) >= BATCH:
-            _commit(parts, batch, touches, counts, usage, result, progress)
-    _commit(parts, batch, touches, counts, usage, result, progress)
+        batch.add(rows)
+        if len(batch.names) >= BATCH:
+            batch.commit(parts, result, progress)
+    batch.commit(parts, result, progress)
     return result
 
 
@@ -162,30 +155,40 @@ def _warn(message: str) -> None:
     log.warning("artifactstore: %s", message)
 
 
-def _commit(
-    parts: StoreParts,
-    batch: list[str],
-    touches: dict[str, tuple[int, datetime]],
-    counts: Counter[str],
-    usage: _usage.Usage,
-    result: JournalFold,
-    progress: Callable[[int], None] | None,
-) -> None:
-    """Rows first, then the journals: a fold killed between the two counts them twice
-    (hit statistics), never loses them."""
-    if not batch:
-        return
-    append_accesses(parts.engine, parts.namespace, touches)
-    if counts or usage:
-        parts.index.add_counters(dict(counts), usage)
-    parts.blobs.delete_records(JOURNALS, batch)
-    result.hits += sum(n for n, _ in touches.values())
-    if progress is not None:
-        progress(len(batch))
-    batch.clear()
-    touches.clear()
-    counts.clear()
-    usage.clear()
+@dataclass
+class _Batch:
+    """The journals read since the last commit and what they hold, committed together."""
+
+    names: list[str] = field(default_factory=list)
+    touches: dict[str, tuple[int, datetime]] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+    usage: _usage.Usage = field(default_factory=dict)
+
+    def add(self, rows: _Rows) -> None:
+        for key, (n, when) in rows[0].items():
+            old_n, old_t = self.touches.get(key, (0, when))
+            self.touches[key] = (min(old_n + n, ROW_HITS_MAX), max(when, old_t))
+        self.counts.update(rows[1])
+        _usage.merge(self.usage, rows[2])
+
+    def commit(
+        self, parts: StoreParts, result: JournalFold, progress: Callable[[int], None] | None
+    ) -> None:
+        """Rows first, then the journals: a fold killed between the two counts them twice
+        (hit statistics), never loses them."""
+        if not self.names:
+            return
+        append_accesses(parts.engine, parts.namespace, self.touches)
+        if self.counts or self.usage:
+            parts.index.add_counters(dict(self.counts), self.usage)
+        parts.blobs.delete_records(JOURNALS, self.names)
+        result.hits += sum(n for n, _ in self.touches.values())
+        if progress is not None:
+            progress(len(self.names))
+        self.names.clear()
+        self.touches.clear()
+        self.counts.clear()
+        self.usage.clear()
 
 
 def fold_or_say_why(parts: StoreParts) -> tuple[JournalFold, str | None]:
