@@ -45,6 +45,7 @@ from artifactstore.blobstores.s3create import CreateOnce
 from artifactstore.blobstores.s3errors import (
     DENIED,
     NOT_FOUND,
+    Bucket,
     about_one_object,
     error_code,
     is_backend_error,
@@ -437,12 +438,5 @@ class S3BlobStore(BlobStore):
         raise StoreUnavailable(self._message(op, exc)) from None
 
     def _message(self, op: str, exc: BaseException) -> str:
-        return message(
-            op,
-            exc,
-            bucket=self.bucket,
-            base=self.base,
-            timeout_secs=self.timeout_secs,
-            endpoint=self._endpoint,
-            source=credential_source,
-        )
+        at = Bucket(self.bucket, self.base, self.timeout_secs, self._endpoint, credential_source)
+        return message(op, exc, at)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import botocore.exceptions as bce
 from boto3.exceptions import Boto3Error
@@ -81,20 +82,22 @@ def object_message(op: str, key: str, exc: BaseException, *, bucket: str) -> str
     )
 
 
-def message(
-    op: str,
-    exc: BaseException,
-    *,
-    bucket: str,
-    base: str,
-    timeout_secs: float,
-    endpoint: Callable[[], str],
-    source: Callable[[], Source] = lambda: ("", None),
-) -> str:
-    """The line for `exc` during `op` on `bucket` (under `base/`); `endpoint()` (redacted)
-    and `source()` (where boto3 found the credentials) are asked only where the line
-    shows them."""
-    where = f"'{bucket}'"
+@dataclass(frozen=True)
+class Bucket:
+    """What a line about an S3 failure names: the bucket, the store's folder in it (`base`)
+    and the bound on a call; `endpoint()` (redacted) and `source()` (where boto3 found the
+    credentials) are asked only where the line shows them."""
+
+    name: str
+    base: str
+    timeout_secs: float
+    endpoint: Callable[[], str]
+    source: Callable[[], Source] = lambda: ("", None)
+
+
+def message(op: str, exc: BaseException, at: Bucket) -> str:
+    """The line for `exc` during `op` on the bucket `at`."""
+    where, base, endpoint = f"'{at.name}'", at.base, at.endpoint
     kind = type(exc).__name__
     if isinstance(exc, (bce.EndpointConnectionError, bce.ProxyConnectionError)):
         return (
@@ -104,7 +107,7 @@ def message(
     if isinstance(exc, (bce.ConnectTimeoutError, bce.ReadTimeoutError)):
         return (
             f"S3 bucket {where} at {endpoint()} did not answer within "
-            f"{timeout_secs:g} s during {op} ({kind}): check the network "
+            f"{at.timeout_secs:g} s during {op} ({kind}): check the network "
             "or raise ARTSTORE_TIMEOUT"
         )
     if isinstance(exc, (bce.NoCredentialsError, bce.PartialCredentialsError)):
@@ -116,7 +119,7 @@ def message(
         return f"no AWS region configured for bucket {where} ({kind}): set AWS_DEFAULT_REGION"
     code = error_code(exc)
     if code in BAD_CREDENTIALS:
-        fix = _credentials_fix(code, source)
+        fix = _credentials_fix(code, at.source)
         return f"S3 credentials rejected for bucket {where} ({code}): {fix}"
     if code in NO_BUCKET:
         return (
