@@ -205,20 +205,14 @@ class EntryIndex:
             return result.first() is not None
 
     def repoint(
-        self,
-        key: str,
-        *,
-        old_digest: str,
-        new_digest: str,
-        size: int,
-        signer: str | None,
-        signature: str | None,
-        entry: NewEntry | None = None,
+        self, key: str, *, old_digest: str, new: Encoded, entry: NewEntry | None = None
     ) -> bool:
-        """Point `key` at `new_digest` (a re-signed copy of its object) in one transaction,
-        only while it still points at `old_digest`; False if it no longer does.
-        `entry`: replace every column with its values too (another object for the key)."""
+        """Point `key` at the object `new` (a re-signed copy of its object) in one
+        transaction, only while it still points at `old_digest`; False if it no longer
+        does. `entry`: replace every column with its values too (another object for the key)."""
         now = utcnow()
+        new_digest, size = new.digest, len(new.data)
+        signer, signature = new.signer, new.signature
         values: dict[str, Any] = {}
         if entry is not None:
             values = {name: getattr(entry, name) for name in entry.__dataclass_fields__}

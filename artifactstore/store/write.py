@@ -131,15 +131,7 @@ class WritePath:
             # This process refused the entry's object for its signature (unsigned, an
             # untrusted key, a bad signature) and just compiled the key itself: replace
             # it with its own, signed object, so readers that trust this key load it.
-            created = index.repoint(
-                key,
-                old_digest=existing.digest,
-                new_digest=encoded.digest,
-                size=len(encoded.data),
-                signer=encoded.signer,
-                signature=encoded.signature,
-                entry=entry,
-            )
+            created = index.repoint(key, old_digest=existing.digest, new=encoded, entry=entry)
             if created:
                 index.add_entry(entry, fingerprint.to_json())  # its fingerprint row
                 self.refused.pop(key, None)
@@ -252,14 +244,7 @@ class WritePath:
         object went); not moved: replaced or removed meanwhile, left to its owners."""
         blobs, index = self.backends.blobs, self.backends.index
         blobs.put(encoded.digest, encoded.data)
-        moved = index.repoint(
-            entry.key,
-            old_digest=entry.digest,
-            new_digest=encoded.digest,
-            size=len(encoded.data),
-            signer=encoded.signer,
-            signature=encoded.signature,
-        )
+        moved = index.repoint(entry.key, old_digest=entry.digest, new=encoded)
         if not moved:
             return False, False
         moved_entry = index.lookup(entry.key)
