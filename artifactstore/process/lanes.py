@@ -23,6 +23,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from artifactstore.process.background import Executor, Task, Timer, executor
@@ -33,14 +34,21 @@ T = TypeVar("T")
 Item = tuple[str, Callable[[], object], bool]  # label, work, counted (a tick is not)
 
 
+@dataclass(frozen=True)
+class Tick:
+    """Work a lane queues every `every_secs` while it has been used (a periodic flush)."""
+
+    every_secs: float
+    fn: Callable[[], None]
+
+
 class Lane:
     def __init__(
         self,
         name: str,
         threads: int = 1,
         *,
-        tick_secs: float = 5.0,
-        on_tick: Callable[[], None] | None = None,
+        tick: Tick | None = None,
         joined: bool = False,
         keep_refused: bool = True,
         pool: Executor | None = None,
@@ -50,8 +58,7 @@ class Lane:
         drops it and says so."""
         self.name = name
         self.threads = threads
-        self._tick_secs = tick_secs
-        self._on_tick = on_tick
+        self._ticks = tick
         self._joined = joined
         self._keep_refused = keep_refused
         self._pool = pool or executor()
@@ -70,8 +77,8 @@ class Lane:
         it (more). A failure is a debug line, never raised into the program. False: no
         thread takes it now (the interpreter is exiting)."""
         taken = self._enqueue((label, fn, True))
-        if self._on_tick is not None and self._ticking is None:
-            self._ticking = self._pool.every(self._tick_secs, _weak_tick(self))
+        if self._ticks is not None and self._ticking is None:
+            self._ticking = self._pool.every(self._ticks.every_secs, _weak_tick(self))
         return taken
 
     def pending(self) -> int:
@@ -158,10 +165,10 @@ class Lane:
     def _tick(self) -> None:
         """Queue the periodic work, unless the last tick is still queued."""
         with self._lock:
-            if self._tick_queued or self._on_tick is None:
+            if self._tick_queued or self._ticks is None:
                 return
             self._tick_queued = True
-        self._enqueue((f"{self.name} tick", self._on_tick, False))
+        self._enqueue((f"{self.name} tick", self._ticks.fn, False))
 
 
 def run_all(name: str, calls: Sequence[Callable[[], T]], threads: int) -> list[T]:

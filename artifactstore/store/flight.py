@@ -53,7 +53,7 @@ from artifactstore.index.leases import Lease, compile_hint, compile_lease_name, 
 from artifactstore.process.background import call_with_timeout
 from artifactstore.process.breaker import describe
 from artifactstore.process.counters import Counters
-from artifactstore.process.lanes import Lane
+from artifactstore.process.lanes import Lane, Tick
 from artifactstore.store.backends import Backends, refused_topic
 from artifactstore.store.lease import expired, reader_wait, trusts_no_key, wait_bound
 
@@ -114,7 +114,7 @@ class SingleFlight:
         self._held: dict[str, Held] = {}
         self._lock = threading.Lock()
         # Record writes and releases, in order, off the hot path; a beat every TTL/3.
-        self._lane = Lane("leases", tick_secs=self.ttl / 3, on_tick=self._beat)
+        self._lane = Lane("leases", tick=Tick(self.ttl / 3, self._beat))
         self._abandoned: list[str] = []  # records marked abandoned: deleted at exit
         # Leases being taken on the executor now: at exit `drain` waits for them, so that
         # one its caller gave up on (Ctrl-C, SIGTERM) is let go before the process ends.

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from artifactstore.process.counters import Counters
-from artifactstore.process.lanes import Lane
+from artifactstore.process.lanes import Lane, Tick
 from artifactstore.redact import redact
 from artifactstore.store.account import Accounts
 from artifactstore.store.backends import Backends
@@ -82,7 +82,7 @@ class Parts:
         refused: dict[str, str] = {}  # keys whose entry this process refused: see `reads`
         self.writes = WritePath(self.backends, self.counters, refused)
         self.reads = ReadPath(self.backends, self.accounts, self.writes, refused)
-        self.worker = worker or Lane("writer", on_tick=self._tick)
+        self.worker = worker or Lane("writer", tick=Tick(5.0, self._tick))
         self.uploads = Uploads(self.backends, self.writes, self.worker)
         # Called (on the writing thread) after each entry this process creates;
         # layers above subscribe here (the opt-in quota pass).
