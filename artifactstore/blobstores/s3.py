@@ -261,12 +261,9 @@ class S3BlobStore(BlobStore):
 
     def put_record(self, kind: RecordKind, name: str, data: bytes) -> None:
         try:
-            self._put_record(kind, name, data)
+            self._put_json(self.record_key(kind, name), data)
         except Exception as exc:
             self._fail(f"put {kind.name}", exc)
-
-    def _put_record(self, kind: RecordKind, name: str, data: bytes, **condition: str) -> None:
-        self._put_json(self.record_key(kind, name), data, **condition)
 
     def _put_json(self, key: str, data: bytes, **condition: str) -> None:
         body = {"Bucket": self.bucket, "Key": key, "Body": data, "ContentType": "application/json"}

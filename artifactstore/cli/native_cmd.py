@@ -234,7 +234,7 @@ def pull_cmd(
 @native_group.command("fingerprint")
 @TARGET
 @click.option("--cpu", default="generic", show_default=True, help="generic, host or features.")
-@click.option("--compiler", metavar="VERSION", help="IREE version [default: the installed one].")
+@COMPILER
 def fingerprint_cmd(target: str, cpu: str, compiler: str | None) -> None:
     """The fingerprint digest of modules for TARGET and CPU (for `artstore pull
     --fingerprint`, which fills this host's tier with them)."""
