@@ -14,15 +14,14 @@ import hashlib
 import io
 import json
 import os
-import subprocess
 import tarfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import zstandard
 from conftest import TEAM_PUB, TEAM_SIGNING, OpenStore, artstore, clean_env
+from test_bundles import _json, _ok, _refused
 
 from artifactstore import config
 from artifactstore.config.host import compute, cpu_arch, host_cpu_features
@@ -92,22 +91,6 @@ def _named(
             store, wanted, parse_cpu(spec), _module_body(name, version, spec), stablehlo
         )
     return out
-
-
-def _ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
-def _json(proc: subprocess.CompletedProcess[str]) -> Any:
-    return json.loads(_ok(proc).stdout)
-
-
-def _refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert proc.returncode != 0, proc.stdout
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("artstore: error:"), proc.stderr
-    for word in words:
-        assert word in proc.stderr, proc.stderr
 
 
 def _lacking() -> str:

@@ -27,6 +27,7 @@ from typing import Any
 import botocore.exceptions as bce
 import pytest
 from s3servers import S3Server
+from test_s3_blobstore import blob, count_calls
 
 from artifactstore.blobstores.s3 import MiB, S3BlobStore
 from artifactstore.errors import ObjectUnreadable, OverLimit, StoreUnavailable
@@ -63,10 +64,6 @@ def store(server: S3Server, bucket: str) -> S3BlobStore:
     return make_store(server, bucket)
 
 
-def blob(data: bytes) -> tuple[str, bytes]:
-    return hashlib.sha256(data).hexdigest(), data
-
-
 def settled(store: S3BlobStore) -> S3BlobStore:
     """`store` after one upload: its client is the one it keeps (a server refusing streamed
     checksums has it rebuilt at the first), so hooks a test registers stay on it."""
@@ -74,18 +71,10 @@ def settled(store: S3BlobStore) -> S3BlobStore:
     return store
 
 
-def calls(store: S3BlobStore, operation: str) -> list[str]:
-    seen: list[str] = []
-    store.client.meta.events.register(
-        f"before-call.s3.{operation}", lambda **_: seen.append(operation)
-    )
-    return seen
-
-
 # -- objects ------------------------------------------------------------------------------
 def test_put_get_head_delete(store: S3BlobStore) -> None:
     digest, data = blob(os.urandom(3000))
-    puts = calls(store, "PutObject")
+    puts = count_calls(store, "PutObject")
     assert store.put(digest, data) is True
     assert store.put(digest, data) is False  # content addressing: HEAD, no second upload
     assert puts == ["PutObject"]
@@ -114,7 +103,7 @@ def test_delete_many_batches_and_tolerates_missing(store: S3BlobStore) -> None:
     for digest, body in doomed.items():
         store.put(digest, body)
     missing = [hashlib.sha256(f"never stored {i}".encode()).hexdigest() for i in range(1500)]
-    requests = calls(store, "DeleteObjects")
+    requests = count_calls(store, "DeleteObjects")
     store.delete_many([*doomed, *missing])
     assert len(requests) == 2  # 1000 keys a request; missing keys are no error
     assert [b.digest for b in store.iter_blobs()] == [kept]
@@ -124,7 +113,7 @@ def test_listing_pages_in_key_order(store: S3BlobStore) -> None:
     blobs = dict(blob(f"object {i}".encode()) for i in range(25))
     for digest, data in blobs.items():
         store.put(digest, data)
-    pages = calls(store, "ListObjectsV2")
+    pages = count_calls(store, "ListObjectsV2")
     store.client.meta.events.register(
         "before-parameter-build.s3.ListObjectsV2",
         lambda params, **_: params.__setitem__("MaxKeys", 10),
@@ -143,7 +132,7 @@ def test_large_objects_go_multipart_and_quarantine_by_server_side_copy(
     store = settled(make_store(server, bucket, multipart_threshold=5 * MiB,
                                multipart_chunksize=5 * MiB, timeout_secs=30))  # fmt: skip
     digest, data = blob(os.urandom(12 * MiB + 123))
-    parts, copies = calls(store, "UploadPart"), calls(store, "UploadPartCopy")
+    parts, copies = count_calls(store, "UploadPart"), count_calls(store, "UploadPartCopy")
     assert store.put(digest, data) is True
     assert len(parts) == 3
     head = store.client.head_object(Bucket=bucket, Key=store.key(digest))
