@@ -201,10 +201,10 @@ def open_reader(path: str, bench: Bench) -> Lookup:
                 return None
             return codec.decode(
                 data,
-                expected_digest=info.digest,
-                fingerprint_digest=fp,
+                digest=info.digest,
+                fingerprint=fp,
                 key=key,
-                expected_raw_size=info.raw_size,
+                raw_size=info.raw_size,
                 max_raw_size=settings.max_executable_bytes,
                 trusted=settings.trusted_keys,
                 namespace=settings.namespace,

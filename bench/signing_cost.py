@@ -66,8 +66,8 @@ def main() -> None:
                 enc = put.encoded(signer=signer, namespace=NAMESPACE)
                 s["encode_secs"].append(time.perf_counter() - start)
                 start = time.perf_counter()
-                codec.decode(enc.data, expected_digest=enc.digest, fingerprint_digest=fp.digest,
-                             key=KEY, expected_raw_size=size, trusted=readers_keys,
+                codec.decode(enc.data, digest=enc.digest, fingerprint=fp.digest,
+                             key=KEY, raw_size=size, trusted=readers_keys,
                              namespace=NAMESPACE)  # fmt: skip
                 s["decode_secs"].append(time.perf_counter() - start)
     res = {name: {m: _results.summary(v) for m, v in s.items()} for name, s in samples.items()}

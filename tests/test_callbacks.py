@@ -115,7 +115,7 @@ def test_stored_callback_count_is_checked_before_loading(store_env: dict[str, st
     assert data is not None
     meta = codec.read_meta(data)
     assert meta is not None
-    payload = codec.decode(data, expected_digest=two.digest, fingerprint_digest=two.fingerprint)
+    payload = codec.decode(data, digest=two.digest, fingerprint=two.fingerprint)
     forged = codec.encode(payload, two.fingerprint, dataclasses.replace(meta, key=one.key))
     store.parts.blobs.put(forged.digest, forged.data)
     tamper.point(store, one.key, forged.digest, size=len(forged.data), raw_size=forged.raw_size)
@@ -148,7 +148,7 @@ def test_callback_count_in_object_metadata() -> None:
     def load(data: bytes, callbacks: int | None) -> bytes:
         digest = codec.digest_of(data)
         return codec.decode(
-            data, expected_digest=digest, fingerprint_digest=fp.digest, key=key, callbacks=callbacks
+            data, digest=digest, fingerprint=fp.digest, key=key, callbacks=callbacks
         )
 
     _, body = frames.split(obj(None))

@@ -124,7 +124,7 @@ def test_bad_limits_are_one_line_config_errors(name: str, value: str) -> None:
 # -- the codec ------------------------------------------------------------------
 def _decode(data: bytes, **kw: object) -> bytes:
     digest, fp = codec.digest_of(data), _fp().digest
-    return codec.decode(data, expected_digest=digest, fingerprint_digest=fp, key=KEY, **kw)  # type: ignore[arg-type]
+    return codec.decode(data, digest=digest, fingerprint=fp, key=KEY, **kw)  # type: ignore[arg-type]
 
 
 def test_codec_checks_declared_size_before_inflating() -> None:
@@ -133,11 +133,11 @@ def test_codec_checks_declared_size_before_inflating() -> None:
     meta = codec.ObjectMeta(key=KEY, module_name="m", compile_secs=1.0, raw_size=3000,
                             producer_host="h", fingerprint=fp.to_dict())  # fmt: skip
     good = codec.encode(payload, fp.digest, meta).data
-    assert _decode(good, expected_raw_size=3000, max_raw_size=3000) == payload
+    assert _decode(good, raw_size=3000, max_raw_size=3000) == payload
     with pytest.raises(OverLimit, match="ARTSTORE_MAX_EXECUTABLE_SIZE"):
         _decode(good, max_raw_size=2999)
     with pytest.raises(CorruptObject, match="its entry says 2000") as err:
-        _decode(good, expected_raw_size=2000)  # the index row disagrees
+        _decode(good, raw_size=2000)  # the index row disagrees
     assert not isinstance(err.value, OverLimit)
     lying_meta = codec.encode(payload, fp.digest, dataclasses.replace(meta, raw_size=7))
     with pytest.raises(CorruptObject, match="its metadata says 7"):

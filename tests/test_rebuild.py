@@ -52,10 +52,10 @@ def test_metadata_frame_is_invisible_to_readers_that_predate_it() -> None:
     assert codec.read_meta(enc.data) == meta
     old = codec.encode(b"old object", FP)  # as 0.1 wrote them
     assert codec.read_meta(old.data) is None
-    assert codec.decode(old.data, expected_digest=old.digest, fingerprint_digest=FP, key="x")
-    assert codec.decode(enc.data, expected_digest=enc.digest, fingerprint_digest=FP, key="k" * 64)
+    assert codec.decode(old.data, digest=old.digest, fingerprint=FP, key="x")
+    assert codec.decode(enc.data, digest=enc.digest, fingerprint=FP, key="k" * 64)
     try:
-        codec.decode(enc.data, expected_digest=enc.digest, fingerprint_digest=FP, key="j" * 64)
+        codec.decode(enc.data, digest=enc.digest, fingerprint=FP, key="j" * 64)
         raise AssertionError("an object stored for another key was decoded")
     except codec.WrongEntry:
         pass

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from artifactstore.blobstores.base import BlobStore
-from artifactstore.blobstores.s3 import MiB, S3BlobStore
+from artifactstore.blobstores.s3 import MiB, Multipart, S3BlobStore
 from artifactstore.errors import StoreUnavailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "infra"))
@@ -123,9 +123,7 @@ def test_put_existing_digest_does_not_reupload(store: S3BlobStore) -> None:
 
 
 def test_large_object_goes_multipart(moto: str, bucket: str) -> None:
-    store = make_store(
-        moto, bucket, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, timeout_secs=30
-    )
+    store = make_store(moto, bucket, multipart=Multipart(5 * MiB, 5 * MiB), timeout_secs=30)
     digest, data = blob(os.urandom(12 * MiB + 123))
     parts = count_calls(store, "UploadPart")
     singles = count_calls(store, "PutObject")

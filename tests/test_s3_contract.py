@@ -29,7 +29,7 @@ import pytest
 from s3servers import S3Server
 from test_s3_blobstore import blob, count_calls
 
-from artifactstore.blobstores.s3 import MiB, S3BlobStore
+from artifactstore.blobstores.s3 import MiB, Multipart, S3BlobStore
 from artifactstore.errors import ObjectUnreadable, OverLimit, StoreUnavailable
 from artifactstore.formats.named import removed_name
 from artifactstore.store.removed import REMOVED
@@ -129,8 +129,8 @@ def test_listing_pages_in_key_order(store: S3BlobStore) -> None:
 def test_large_objects_go_multipart_and_quarantine_by_server_side_copy(
     server: S3Server, bucket: str
 ) -> None:
-    store = settled(make_store(server, bucket, multipart_threshold=5 * MiB,
-                               multipart_chunksize=5 * MiB, timeout_secs=30))  # fmt: skip
+    store = settled(make_store(server, bucket, multipart=Multipart(5 * MiB, 5 * MiB),
+                               timeout_secs=30))  # fmt: skip
     digest, data = blob(os.urandom(12 * MiB + 123))
     parts, copies = count_calls(store, "UploadPart"), count_calls(store, "UploadPartCopy")
     assert store.put(digest, data) is True
@@ -315,7 +315,7 @@ def test_uploads_where_streamed_checksums_are_refused(
     """boto3 1.36+ streams a CRC32 trailer with uploads over HTTPS; RGW 16.2 refuses every
     such PutObject and UploadPart (MissingContentLength): the store says so once and
     uploads without (objects, multipart parts, records and the identity alike)."""
-    store = make_store(server, bucket, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB,
+    store = make_store(server, bucket, multipart=Multipart(5 * MiB, 5 * MiB),
                        timeout_secs=30)  # fmt: skip
     small, large = blob(os.urandom(3000)), blob(os.urandom(11 * MiB))
     with caplog.at_level(logging.WARNING, logger="artifactstore"):

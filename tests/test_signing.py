@@ -248,8 +248,8 @@ def test_codec_verifies_before_inflating_and_binds_namespace_and_key(
                                 callbacks=0)  # fmt: skip
 
     def decode(data: bytes, key: str = key_a, namespace: str = "ns") -> bytes:
-        return codec.decode(data, expected_digest=codec.digest_of(data),
-                            fingerprint_digest=fp.digest, key=key, callbacks=0,
+        return codec.decode(data, digest=codec.digest_of(data),
+                            fingerprint=fp.digest, key=key, callbacks=0,
                             trusted=trusted, namespace=namespace)  # fmt: skip
 
     signed = codec.encode(b"payload", fp.digest, meta(key_a, 7), signer=signer, namespace="ns")
@@ -257,8 +257,8 @@ def test_codec_verifies_before_inflating_and_binds_namespace_and_key(
     assert codec.read_meta(signed.data) == meta(key_a, 7)  # metadata still found
     # A reader without trusted keys ignores the signature; one from 0.1 decompresses the
     # first frame and ignores every skippable frame after it.
-    assert codec.decode(signed.data, expected_digest=signed.digest,
-                        fingerprint_digest=fp.digest) == b"payload"  # fmt: skip
+    assert codec.decode(signed.data, digest=signed.digest,
+                        fingerprint=fp.digest) == b"payload"  # fmt: skip
     with pytest.raises(codec.BadSignature):
         decode(signed.data, namespace="other")  # signed for another namespace
     # An unsigned object with a payload that would not even decompress: refused for its
@@ -333,8 +333,8 @@ def test_forged_object_signed_by_an_untrusted_key_is_not_loaded(
     source = _read_object(tampered, other["digest"])
     meta = codec.read_meta(source)
     assert meta is not None
-    payload = codec.decode(source, expected_digest=other["digest"],
-                           fingerprint_digest=other["fingerprint"])  # fmt: skip
+    payload = codec.decode(source, digest=other["digest"],
+                           fingerprint=other["fingerprint"])  # fmt: skip
     forged_meta = codec.ObjectMeta(**{**meta.__dict__, "key": victim["key"]})
     forged = codec.encode(payload, other["fingerprint"], forged_meta,
                           signer=keyfiles.load_signing_key(keys["evil"][0]),

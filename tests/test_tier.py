@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import artstore, clean_env, run_program
 
+from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.config import resolve
 from artifactstore.formats import codec
 from artifactstore.store.tier import LocalTier, TierEntry
@@ -187,7 +188,7 @@ def _any_tier_for(env: dict[str, str]) -> bool:
 
 # -- the tier on its own -------------------------------------------------------
 def _tier(tmp_path: Path, max_bytes: int | None = None) -> LocalTier:
-    return LocalTier(tmp_path, "ns", owns_objects=True, max_bytes=max_bytes)
+    return LocalTier(LocalBlobStore(tmp_path, "ns"), owns_objects=True, max_bytes=max_bytes)
 
 
 def _remember(tier: LocalTier, key: str, payload: bytes, fp: str = FP_A) -> str:

@@ -63,8 +63,13 @@ def _fp() -> Fingerprint:
                    device_count=1, jax_version="1", jaxlib_version="1")  # fmt: skip
 
 
+def _blobs(root: Path, top: Path) -> LocalBlobStore:
+    """A tier's directory as open_tier makes a private one."""
+    return LocalBlobStore(root, "t", top=top, setting="ARTSTORE_LOCAL_TIER")
+
+
 def _tier(root: Path) -> LocalTier:
-    return LocalTier(root, "t", owns_objects=True, top=root)
+    return LocalTier(_blobs(root, root), owns_objects=True)
 
 
 def _remember(t: LocalTier, key: str, data: bytes) -> TierEntry:
@@ -178,9 +183,9 @@ def test_a_tier_writable_by_others_is_not_used(
     parent.mkdir(mode=0o777)
     parent.chmod(0o777)
     with pytest.raises(UnsafeDirectory, match="not sticky"):
-        LocalTier(parent / "tiers", "t", owns_objects=True, top=parent / "tiers").check()
+        LocalTier(_blobs(parent / "tiers", parent / "tiers"), owns_objects=True).check()
     parent.chmod(0o1777)  # as /tmp: fine, others cannot rename what is ours
-    _remember(LocalTier(parent / "tiers", "t", owns_objects=True, top=parent / "tiers"), KEY, b"o")
+    _remember(LocalTier(_blobs(parent / "tiers", parent / "tiers"), owns_objects=True), KEY, b"o")
 
 
 def test_the_other_user_cannot_write_into_a_tier(tmp_path: Path, shared: Path) -> None:

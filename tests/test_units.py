@@ -122,17 +122,15 @@ FP = "ab" * 32
 
 def test_codec_roundtrip_and_rejections() -> None:
     enc = codec.encode(b"executable bytes" * 100, FP)
-    assert codec.decode(enc.data, expected_digest=enc.digest, fingerprint_digest=FP) == (
-        b"executable bytes" * 100
-    )
+    assert codec.decode(enc.data, digest=enc.digest, fingerprint=FP) == (b"executable bytes" * 100)
     flipped = bytearray(enc.data)
     flipped[-3] ^= 1
     with pytest.raises(CorruptObject):
-        codec.decode(bytes(flipped), expected_digest=enc.digest, fingerprint_digest=FP)
+        codec.decode(bytes(flipped), digest=enc.digest, fingerprint=FP)
     with pytest.raises(CorruptObject):
-        codec.decode(enc.data[:20], expected_digest=enc.digest, fingerprint_digest=FP)
+        codec.decode(enc.data[:20], digest=enc.digest, fingerprint=FP)
     with pytest.raises(codec.FingerprintMismatch):
-        codec.decode(enc.data, expected_digest=enc.digest, fingerprint_digest="cd" * 32)
+        codec.decode(enc.data, digest=enc.digest, fingerprint="cd" * 32)
 
 
 def test_local_blobstore(tmp_path: Path) -> None:

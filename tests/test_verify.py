@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from artifactstore import config
+from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.config import host
 from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.formats import codec, frames, torchxla
@@ -228,7 +229,7 @@ def test_the_store_read_path_peek_writes_nothing(tmp_path: Path) -> None:
 def test_a_hit_is_remembered_in_the_tier_only_when_settled(tmp_path: Path) -> None:
     store = _store(tmp_path)
     store.put(Put(KEY, b"payload", FP, "m", 1.0, callbacks=0))
-    tier = LocalTier(tmp_path / "tier", "default", owns_objects=True)
+    tier = LocalTier(LocalBlobStore(tmp_path / "tier", "default"), owns_objects=True)
     store.parts.tier = tier
     looked = store.parts.reads.peek(KEY, FP.digest, callbacks=0)
     assert isinstance(looked, Looked) and looked.payload == b"payload"
@@ -240,7 +241,7 @@ def test_a_hit_is_remembered_in_the_tier_only_when_settled(tmp_path: Path) -> No
 
 
 def test_the_tier_peek_writes_nothing(tmp_path: Path) -> None:
-    tier = LocalTier(tmp_path / "tier", "default", owns_objects=True)
+    tier = LocalTier(LocalBlobStore(tmp_path / "tier", "default"), owns_objects=True)
     obj = _object()
     tier.remember(KEY, Manifest.of(_Row(obj)), obj.data)
     (copy,) = sorted(p for p in (tmp_path / "tier").rglob("objects/*/*") if p.is_file())
@@ -254,7 +255,7 @@ def test_the_tier_peek_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_a_tier_hit_touches_its_copy_only_when_settled(tmp_path: Path) -> None:
-    tier = LocalTier(tmp_path / "tier", "default", owns_objects=True)
+    tier = LocalTier(LocalBlobStore(tmp_path / "tier", "default"), owns_objects=True)
     obj = _object()
     tier.remember(KEY, Manifest.of(_Row(obj)), obj.data)
     (copy,) = sorted(p for p in (tmp_path / "tier").rglob("objects/*/*") if p.is_file())

@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, NoReturn
 
@@ -59,11 +60,17 @@ from artifactstore.formats.identity import MAX_IDENTITY_BYTES
 from artifactstore.redact import redact
 
 MiB = 1024 * 1024
-# Below this a single PUT is cheapest; above it multipart uploads parts in
-# parallel and retries a failed part instead of the whole executable.
-DEFAULT_MULTIPART_THRESHOLD = 64 * MiB
-DEFAULT_MULTIPART_CHUNKSIZE = 16 * MiB
 DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
+
+
+@dataclass(frozen=True)
+class Multipart:
+    """When an upload goes in parts: below `threshold` one PUT is cheapest; above it the
+    parts (`chunksize` each) upload in parallel and a failed part is retried alone,
+    not the whole executable."""
+
+    threshold: int = 64 * MiB
+    chunksize: int = 16 * MiB
 
 
 class S3BlobStore(BlobStore):
@@ -77,8 +84,7 @@ class S3BlobStore(BlobStore):
         endpoint_url: str | None,
         timeout_secs: float,
         *,
-        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
-        multipart_chunksize: int = DEFAULT_MULTIPART_CHUNKSIZE,
+        multipart: Multipart = Multipart(),
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -89,15 +95,15 @@ class S3BlobStore(BlobStore):
         self.objects_prefix = f"{self.base}/objects/"
         self.quarantine_prefix = f"{self.base}/quarantine/"
         self.transfer_config = TransferConfig(
-            multipart_threshold=multipart_threshold,
-            multipart_chunksize=multipart_chunksize,
+            multipart_threshold=multipart.threshold,
+            multipart_chunksize=multipart.chunksize,
             max_concurrency=4,
         )
         # The same transfer on the calling thread: from Python 3.12 on, an exit
         # flush may not start the threads s3transfer's pool needs.
         self.serial_config = TransferConfig(
-            multipart_threshold=multipart_threshold,
-            multipart_chunksize=multipart_chunksize,
+            multipart_threshold=multipart.threshold,
+            multipart_chunksize=multipart.chunksize,
             use_threads=False,
         )
         self._client: Any = None

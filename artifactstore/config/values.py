@@ -16,6 +16,7 @@ from artifactstore.config.defaults import (
     SINGLE_FLIGHT_MODES,
 )
 from artifactstore.errors import ConfigError
+from artifactstore.formats.names import check_name
 
 if TYPE_CHECKING:
     from artifactstore.formats.signing import SigningKey, TrustedKeys
@@ -27,7 +28,6 @@ D = TypeVar("D")
 # given (a string from the environment, or what configure() was passed), its default.
 Parse = Callable[[str, Any, Any], T]
 
-_NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -144,12 +144,7 @@ def trusted_keys(name: str, value: Any, default: Any) -> TrustedKeys | None:
 
 
 def check_namespace(namespace: str) -> str:
-    if not _NAMESPACE_RE.fullmatch(namespace):
-        raise ConfigError(
-            f"invalid namespace {namespace!r}: use 1-63 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return namespace
+    return check_name(namespace, "namespace")
 
 
 def parse_metrics(values: dict[str, Any]) -> dict[str, Any]:

@@ -286,64 +286,61 @@ def read_meta(data: bytes) -> ObjectMeta | None:
     return None if body is None else ObjectMeta.from_bytes(body)
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What an object's bytes must be: the object `digest` of entry `key`, for `fingerprint`;
+    signed by one of `trusted` for `namespace` and key (None: unchecked); for `callbacks`
+    host callbacks; inflating to `raw_size` (the record's), at most `max_raw_size` (this
+    reader's bound); `with_metadata`: naming an entry (store.verify checks that one)."""
+
+    digest: str
+    fingerprint: str
+    namespace: str | None = None
+    key: str | None = None
+    trusted: TrustedKeys | None = None
+    callbacks: int | None = None
+    raw_size: int | None = None
+    max_raw_size: int | None = None
+    with_metadata: bool = False
+
+
 def decode(data: bytes, **checks: Any) -> bytes:
-    """The payload alone: `decode_entry` with the same keywords (for tests and benches;
-    the package decodes through its one verifier, store.verify)."""
-    payload, _ = decode_entry(data, **checks)
+    """The payload alone, `Expected`'s fields as keywords (for tests and benches; the
+    package decodes through its one verifier, store.verify)."""
+    payload, _ = decode_entry(data, Expected(**checks))
     return payload
 
 
-def decode_entry(
-    data: bytes,
-    *,
-    expected_digest: str,
-    fingerprint_digest: str,
-    key: str | None = None,
-    callbacks: int | None = None,
-    expected_raw_size: int | None = None,
-    max_raw_size: int | None = None,
-    trusted: TrustedKeys | None = None,
-    namespace: str | None = None,
-) -> tuple[bytes, ObjectMeta | None]:
-    """Verify digest, envelope, fingerprint and (given `key`) the entry, then decompress:
-    (the payload, the object's metadata; None for objects that predate it).
+def decode_entry(data: bytes, expected: Expected) -> tuple[bytes, ObjectMeta | None]:
+    """Verify digest, envelope, fingerprint, signature and entry, then decompress: (the
+    payload, the object's metadata; None for objects that predate it). The payload frame
+    must declare its size, agreeing with the metadata and `expected.raw_size` before
+    anything is inflated; decompression never produces more than it declares.
 
-    `callbacks`: how many host callbacks the loading trace provides; an object that
-    records another count is refused. `expected_raw_size`: the executable's size as
-    the entry that led here recorded it. `max_raw_size`: this reader's bound on the
-    executable's size. The payload frame must declare its size, and that size must
-    agree with the object's metadata and with `expected_raw_size` before anything is
-    inflated; decompression can never produce more than the declared size.
-
-    Raises `CorruptObject` for bytes that are damaged (or whose sizes disagree),
-    `FingerprintMismatch` for intact bytes built for another platform, `WrongEntry`
-    for intact bytes stored for another key, `CallbackMismatch` for an executable
-    expecting another number of host callbacks and `OverLimit` for an executable
-    bigger than `max_raw_size`.
-
-    `trusted` (with the `namespace` the entry was looked up in): only an object signed
-    by one of these keys for this namespace and key is inflated; otherwise `Unsigned`,
-    `UntrustedKey` or `BadSignature` (all `SignatureRefused`: never quarantined, since
-    another reader may trust that key). Checked before anything is decompressed.
+    Raises `CorruptObject` for damaged bytes (or sizes that disagree), or one of its kinds:
+    `FingerprintMismatch` (another platform), `WrongEntry` (another key), `CallbackMismatch`,
+    `OverLimit`, and `SignatureRefused` (never quarantined: another reader may trust that
+    key; checked before anything is decompressed).
     """
-    short = expected_digest[:12]
+    short, key, trusted = expected.digest[:12], expected.key, expected.trusted
     frame_end, body, digests = _check_envelope(
-        data, expected_digest, fingerprint_digest, signed=trusted is not None
+        data, expected.digest, expected.fingerprint, signed=trusted is not None
     )
     meta = None if body is None else ObjectMeta.from_bytes(body)
     if key is not None and meta is not None and meta.key != key:
         raise WrongEntry(f"object {short} was stored for key {meta.key[:12]}, not {key[:12]}")
     if trusted is not None:
-        if namespace is None:
+        if expected.namespace is None:
             raise ValueError("checking signatures needs the namespace the entry came from")
-        check_signature(data, trusted, namespace, key=key, digests=digests)
+        check_signature(data, trusted, expected.namespace, key=key, digests=digests)
+    callbacks = expected.callbacks
     if callbacks is not None and meta is not None and meta.callbacks not in (None, callbacks):
         raise CallbackMismatch(
             f"object {short} expects {meta.callbacks} host callback(s), "
             f"this program provides {callbacks}"
         )
     frame = memoryview(data)[HEADER_LEN:frame_end]
-    declared = _checked_size(frame, short, meta, expected_raw_size, max_raw_size)
+    declared = _checked_size(frame, short, meta, expected.raw_size, expected.max_raw_size)
     try:
         # The output buffer is the declared size: a frame holding more fails here.
         payload = decompressor().decompress(frame, max_output_size=declared)

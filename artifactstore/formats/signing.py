@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from artifactstore.errors import ConfigError
+from artifactstore.formats.names import NAME_RE, check_name
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -56,19 +57,13 @@ __all__ = [
 ]
 
 DOMAIN = b"artifactstore-entry-signature-v1\x00"
-KEY_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 SEED_LEN = 32
 PUBLIC_LEN = 32
 SIGNATURE_LEN = 64
 
 
 def check_key_name(name: str) -> str:
-    if not KEY_NAME_RE.fullmatch(name):
-        raise ConfigError(
-            f"invalid key name {name[:64]!r}: use 1-63 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
+    return check_name(name, "key name")
 
 
 def message(
@@ -136,7 +131,7 @@ def record_signature(raw: dict[str, object]) -> RecordSignature | None:
         or not isinstance(s.get("sig"), str)
     ):
         raise ValueError("the signature field is not {k, sig}")
-    if not KEY_NAME_RE.fullmatch(s["k"]) or len(s["sig"]) > 128:
+    if not NAME_RE.fullmatch(s["k"]) or len(s["sig"]) > 128:
         raise ValueError("the signature field names no key")
     try:
         signature = base64.b64decode(s["sig"], validate=True)
@@ -243,7 +238,7 @@ def _key_line(text: str | None, bad: ConfigError) -> tuple[str, str]:
     if text is None or text.count(":") != 1:
         raise bad
     name, b64 = text.split(":", 1)
-    if not KEY_NAME_RE.fullmatch(name):
+    if not NAME_RE.fullmatch(name):
         raise bad
     return name, b64
 

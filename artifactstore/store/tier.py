@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from artifactstore.blobstores import safedir
 from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.errors import CorruptObject, OverLimit, UnsafeDirectory
 from artifactstore.formats.codec import check_digest
@@ -100,40 +99,43 @@ def _entry(record: Manifest | TierEntry) -> TierEntry:
     return record
 
 
+@dataclass(frozen=True)
+class Reads:
+    """What a tier of this process loads: only objects signed by one of `trusted` for
+    `namespace` (ARTSTORE_TRUSTED_KEYS; None: signatures unchecked; the namespace defaults
+    to the tier's directory name), none over `max_object_bytes` stored or
+    `max_executable_bytes` inflated (ARTSTORE_MAX_OBJECT_SIZE, _EXECUTABLE_SIZE). A copy in
+    the tier is checked as the store's would be."""
+
+    trusted: TrustedKeys | None = None
+    namespace: str | None = None
+    max_object_bytes: int | None = None
+    max_executable_bytes: int | None = None
+
+
 class LocalTier:
     def __init__(
         self,
-        root: Path,
-        name: str,
+        blobs: LocalBlobStore,
         *,
         owns_objects: bool,
         max_bytes: int | None = None,
-        max_object_bytes: int | None = None,
-        max_executable_bytes: int | None = None,
-        trusted: TrustedKeys | None = None,
-        namespace: str | None = None,
-        top: Path | None = None,
-        modes: safedir.Modes = safedir.PRIVATE,
-        trust: safedir.Trust = "mine",
-        setting: str = "ARTSTORE_LOCAL_TIER",
+        reads: Reads = Reads(),
         counters: Counters | None = None,
         quiet: bool = False,
     ) -> None:
-        """`top`, `modes`, `trust`, `setting`: see `safedir.Tree` (whose directories, the
-        option a refusal names); `counters`: where refusals count (a session's: the process's);
-        `quiet`: a copy refused for its signature is a debug line, not counted (this host's
-        own quick compiles: the next compile replaces it)."""
-        self.blobs = LocalBlobStore(root, name, modes=modes, top=top, trust=trust, setting=setting)
+        """`blobs`: the directory (whose `safedir.Tree` checks every open, and names the
+        option that chose it in refusals); `owns_objects`: its objects are this tier's
+        copies (False: a writable local store's own); `max_bytes`: what it is pruned to;
+        `counters`: where refusals count (a session's: the process's); `quiet`: a copy
+        refused for its signature is a debug line, not counted (this host's own quick
+        compiles: the next compile replaces it)."""
+        self.blobs = blobs
         self.tree = self.blobs.tree  # every file below is opened through it
         self._off = False  # a directory was refused: not used again by this process
-        # Only objects signed by one of these keys for `namespace` are loaded
-        # (ARTSTORE_TRUSTED_KEYS): a tier copy or key file is verified as the store's are.
-        self.trusted = trusted
-        self.namespace = namespace if namespace is not None else name
+        self.reads = reads
+        self.namespace = reads.namespace if reads.namespace is not None else blobs.base.name
         self.counters = counters if counters is not None else Counters()
-        # What this reader loads at most (ARTSTORE_MAX_OBJECT_SIZE, _EXECUTABLE_SIZE).
-        self.max_object_bytes = max_object_bytes
-        self.max_executable_bytes = max_executable_bytes
         self.base = self.blobs.base
         self.keys = self.base / "keys"
         self.journal = self.base / "access"
@@ -260,7 +262,7 @@ class LocalTier:
             return TierMiss()
         try:
             data = self._do(
-                lambda: self.blobs.get(entry.digest, max_bytes=self.max_object_bytes), None
+                lambda: self.blobs.get(entry.digest, max_bytes=self.reads.max_object_bytes), None
             )
         except OverLimit as exc:
             return TierMiss(refusal=refusal(exc))
@@ -271,10 +273,10 @@ class LocalTier:
             fingerprint=fingerprint_digest,
             namespace=self.namespace,
             key=key,
-            trusted=self.trusted,
+            trusted=self.reads.trusted,
             callbacks=callbacks,
             raw_size=entry.raw_size,
-            max_raw_size=self.max_executable_bytes,
+            max_raw_size=self.reads.max_executable_bytes,
         )
         checked = verify(data, expected)
         if isinstance(checked, Refusal):

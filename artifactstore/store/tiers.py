@@ -14,16 +14,16 @@ import os
 from dataclasses import replace
 from pathlib import Path
 from socket import gethostname
-from typing import Any
 
 from artifactstore.blobstores import safedir
+from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.config import Settings, default_cache_dir
 from artifactstore.errors import one_line
 from artifactstore.formats import codec
 from artifactstore.formats.put import Put
 from artifactstore.process.counters import Counters
 from artifactstore.process.notices import warn_once
-from artifactstore.store.tier import LocalTier
+from artifactstore.store.tier import LocalTier, Reads
 
 
 def open_tier(settings: Settings, counters: Counters | None = None) -> LocalTier | None:
@@ -35,21 +35,21 @@ def open_tier(settings: Settings, counters: Counters | None = None) -> LocalTier
     """
     if settings.local_tier == "off":
         return None
-    limits = _limits(settings, counters)
+    reads = _reads(settings)
     if settings.blobs.scheme == "file" and not settings.read_only:
         # Also read when the store is root's (published), as Store.open decides.
-        return LocalTier(
-            Path(settings.blobs.path),
-            settings.namespace,
-            owns_objects=False,
-            modes=safedir.store_modes(settings.group_readable),
-            trust="mine_or_root",
-            setting="ARTSTORE_URL",
-            **limits,
+        modes = safedir.store_modes(settings.group_readable)
+        own = LocalBlobStore(
+            settings.blobs.path, settings.namespace, modes=modes, trust="mine_or_root"
         )
+        return LocalTier(own, owns_objects=False, reads=reads, counters=counters)
     root, top, name = _private_place(settings)
     return LocalTier(
-        root, name, owns_objects=True, max_bytes=settings.local_tier_bytes, top=top, **limits
+        LocalBlobStore(root, name, top=top, setting="ARTSTORE_LOCAL_TIER"),
+        owns_objects=True,
+        max_bytes=settings.local_tier_bytes,
+        reads=reads,
+        counters=counters,
     )
 
 
@@ -63,25 +63,23 @@ def open_quick_tier(settings: Settings, counters: Counters | None = None) -> Loc
         return None
     root, top, name = _private_place(settings)
     return LocalTier(
-        root / name,
-        "below-threshold",
+        LocalBlobStore(root / name, "below-threshold", top=top, setting="ARTSTORE_LOCAL_TIER"),
         owns_objects=True,
         quiet=True,
         max_bytes=settings.local_tier_bytes,
-        top=top,
-        **_limits(settings, counters),
+        reads=_reads(settings),
+        counters=counters,
     )
 
 
-def _limits(settings: Settings, counters: Counters | None) -> dict[str, Any]:
-    """What a tier of this process checks before it loads (see LocalTier)."""
-    return {
-        "max_object_bytes": settings.max_object_bytes,
-        "max_executable_bytes": settings.max_executable_bytes,
-        "trusted": settings.trusted_keys,
-        "namespace": settings.namespace,
-        "counters": counters,
-    }
+def _reads(settings: Settings) -> Reads:
+    """What a tier of this process checks before it loads."""
+    return Reads(
+        trusted=settings.trusted_keys,
+        namespace=settings.namespace,
+        max_object_bytes=settings.max_object_bytes,
+        max_executable_bytes=settings.max_executable_bytes,
+    )
 
 
 def _private_place(settings: Settings) -> tuple[Path, Path, str]:

@@ -21,15 +21,12 @@ that no payload that does not parse reaches IREE on any path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from artifactstore.errors import CorruptObject, OverLimit
 from artifactstore.formats import codec, torchxla
 from artifactstore.formats import named as named_format
 from artifactstore.formats import native as native_format
-
-if TYPE_CHECKING:
-    from artifactstore.formats.signing import TrustedKeys
+from artifactstore.formats.codec import Expected as Expected  # what verify() takes
 
 EXECUTABLE, TORCH_XLA, NAMED, NATIVE = "executable", "torch-xla", "named", "native"
 
@@ -45,27 +42,6 @@ REASONS = (
     "malformed",  # intact, but not a payload of the kind its metadata names
     *SIGNATURE_REASONS,
 )
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What the bytes must be: the object `digest` of entry `key`, built for `fingerprint`.
-
-    `trusted` (with `namespace`): only an object signed by one of these keys for this
-    namespace and key passes; None: signatures are not checked. `callbacks`: the host
-    callbacks the loading trace binds; `raw_size`: the executable's size as the record
-    that led here says; `max_raw_size`: this reader's bound. `with_metadata`: refuse
-    objects that name no entry (`artstore sign` signs only what does)."""
-
-    digest: str
-    fingerprint: str
-    namespace: str
-    key: str | None = None
-    trusted: TrustedKeys | None = None
-    callbacks: int | None = None
-    raw_size: int | None = None
-    max_raw_size: int | None = None
-    with_metadata: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,17 +88,7 @@ def verify(data: bytes, expected: Expected) -> Verified | Refusal:
     if expected.with_metadata and meta is None and _intact(data, expected):
         return _refuse("without_metadata", f"object {expected.digest[:12]} names no entry")
     try:
-        payload, meta = codec.decode_entry(
-            data,
-            expected_digest=expected.digest,
-            fingerprint_digest=expected.fingerprint,
-            key=expected.key,
-            callbacks=expected.callbacks,
-            expected_raw_size=expected.raw_size,
-            max_raw_size=expected.max_raw_size,
-            trusted=expected.trusted,
-            namespace=expected.namespace,
-        )
+        payload, meta = codec.decode_entry(data, expected)
     except CorruptObject as exc:  # OverLimit and the signature refusals are kinds of it
         return refusal(exc)
     return _of_kind(payload, meta, expected)

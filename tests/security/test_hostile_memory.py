@@ -76,8 +76,8 @@ def test_an_object_declaring_a_huge_executable_is_refused_uninflated() -> None:
     peak = _peak(
         lambda: codec.decode(
             data,
-            expected_digest=codec.digest_of(data),
-            fingerprint_digest=FP.digest,
+            digest=codec.digest_of(data),
+            fingerprint=FP.digest,
             max_raw_size=1024,
         )
     )
@@ -85,8 +85,8 @@ def test_an_object_declaring_a_huge_executable_is_refused_uninflated() -> None:
     with pytest.raises(CorruptObject):  # signatures required: refused before the frame
         codec.decode(
             data,
-            expected_digest=codec.digest_of(data),
-            fingerprint_digest=FP.digest,
+            digest=codec.digest_of(data),
+            fingerprint=FP.digest,
             key=KEY,
             trusted=TRUSTED,
             namespace="default",

@@ -370,11 +370,11 @@ def test_object(data: bytes) -> None:
     try:
         payload = codec.decode(
             data,
-            expected_digest=codec.digest_of(data),
-            fingerprint_digest=FP.digest,
+            digest=codec.digest_of(data),
+            fingerprint=FP.digest,
             key=KEY,
             callbacks=0,
-            expected_raw_size=len(PAYLOAD),
+            raw_size=len(PAYLOAD),
             max_raw_size=1 << 20,
             trusted=TRUSTED,
             namespace="default",
@@ -389,8 +389,8 @@ def test_the_properties_can_fail() -> None:
     signed working set is followed."""
     got = codec.decode(
         GOOD_OBJECT,
-        expected_digest=codec.digest_of(GOOD_OBJECT),
-        fingerprint_digest=FP.digest,
+        digest=codec.digest_of(GOOD_OBJECT),
+        fingerprint=FP.digest,
         key=KEY,
         trusted=TRUSTED,
         namespace="default",

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.store.quick import QuickKeys
-from artifactstore.store.tier import LocalTier
+from artifactstore.store.tier import LocalTier, Reads
 from security import hostile
 from security.hostile import FP, KEY, OTHER, PAYLOADS
 
@@ -49,7 +50,9 @@ def tier(tmp_path_factory: pytest.TempPathFactory) -> LocalTier:
     root = tmp_path_factory.mktemp("tier")
     os.chmod(root, 0o700)
     found = LocalTier(
-        root, "default", owns_objects=True, top=root, trusted=hostile.TRUSTED, namespace="default"
+        LocalBlobStore(root, "default", top=root),
+        owns_objects=True,
+        reads=Reads(trusted=hostile.TRUSTED, namespace="default"),
     )
     found.prepare()
     return found

@@ -64,8 +64,8 @@ def _forge(env: dict[str, str], victim: Manifest, source: Manifest) -> str:
     data = s3.get_object(Bucket=bucket, Key=obj)["Body"].read()
     meta = codec.read_meta(data)
     assert meta is not None
-    payload = codec.decode(data, expected_digest=source.digest,
-                           fingerprint_digest=source.fingerprint)  # fmt: skip
+    payload = codec.decode(data, digest=source.digest,
+                           fingerprint=source.fingerprint)  # fmt: skip
     forged = codec.encode(payload, source.fingerprint,
                           codec.ObjectMeta(**{**meta.__dict__, "key": victim.key}))  # fmt: skip
     digest = forged.digest

@@ -29,6 +29,7 @@ from conftest import clean_env, run_program
 from otheruser import OTHER_UID
 
 from artifactstore import config
+from artifactstore.blobstores.local import LocalBlobStore
 from artifactstore.config.host import compute
 from artifactstore.errors import UnsafeDirectory
 from artifactstore.formats.fingerprint import Fingerprint
@@ -57,7 +58,9 @@ def _fp() -> Fingerprint:
 
 
 def _tier(root: Path) -> LocalTier:
-    return LocalTier(root, "t", owns_objects=True, top=root)
+    return LocalTier(
+        LocalBlobStore(root, "t", top=root, setting="ARTSTORE_LOCAL_TIER"), owns_objects=True
+    )
 
 
 def _remember(t: LocalTier, data: bytes) -> None:
