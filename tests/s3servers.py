@@ -48,7 +48,8 @@ class S3Server:
     # An object of storage class GLACIER is refused (InvalidObjectState) until restored;
     # RGW 16.2 has storage classes as placement targets only: it serves them.
     archives: bool
-    # A request signed with a wrong secret is refused (moto accepts any credentials).
+    # A request signed with a wrong secret is refused (moto accepts any credentials);
+    # so is one signed 20 minutes off the server's clock (AWS and RGW allow 15).
     checks_credentials: bool
     # A PutObject whose Content-MD5 is wrong is refused (BadDigest; moto stores it).
     verifies_md5: bool

@@ -15,6 +15,7 @@ ignore it: the store must say so once and never let two identities be created.
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import json
 import logging
@@ -24,6 +25,7 @@ import time
 import uuid
 from typing import Any
 
+import botocore.auth
 import botocore.exceptions as bce
 import pytest
 from s3servers import S3Server
@@ -279,6 +281,30 @@ def test_a_wrong_secret_is_one_line_naming_it(
     assert "credentials rejected" in message and "SignatureDoesNotMatch" in message
     assert "check AWS_SECRET_ACCESS_KEY" in message and "\n" not in message
     assert server.secret_key not in message
+
+
+def test_a_clock_off_by_20_minutes_is_one_line_naming_it(
+    server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host whose clock runs 20 minutes ahead signs every request with that time: AWS
+    and RGW refuse them all (RequestTimeTooSkewed), so the store is down for this host,
+    which compiles (the breaker's case), and the line names the clock, not the service."""
+    store = make_store(server, bucket)
+    digest, data = blob(b"put before the clock went wrong")
+    assert store.put(digest, data) is True
+    real = botocore.auth.get_current_datetime
+    ahead = datetime.timedelta(minutes=20)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda **kw: real(**kw) + ahead)
+    if not server.checks_credentials:
+        assert store.get(digest) == data  # moto checks no signature, nor its time
+        return
+    with pytest.raises(StoreUnavailable) as info:
+        store.get(digest)
+    message = str(info.value)
+    assert "refused this host's clock (RequestTimeTooSkewed)" in message, message
+    assert "NTP" in message and "\n" not in message and server.secret_key not in message
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", real)
+    assert store.get(digest) == data
 
 
 def test_missing_bucket_is_one_line_naming_it(server: S3Server) -> None:

@@ -30,6 +30,8 @@ BAD_CREDENTIALS = {
 }
 DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 NO_BUCKET = {"NoSuchBucket"}
+# The request's signing time is too far from the server's clock (AWS and RGW: 15 minutes).
+SKEWED = {"RequestTimeTooSkewed"}
 # S3 answers about one object (the bucket and the credentials are fine).
 ONE_OBJECT = {"InvalidObjectState", "NoSuchVersion", "InvalidRange", "PreconditionFailed"}
 ONE_OBJECT_STATUS = {404, 409, 412, 416}
@@ -125,6 +127,12 @@ def message(op: str, exc: BaseException, at: Bucket) -> str:
         return (
             f"S3 bucket {where} does not exist at {endpoint()} ({code}): "
             "create it or fix ARTSTORE_URL"
+        )
+    if code in SKEWED:
+        return (
+            f"S3 bucket {where} at {endpoint()} refused this host's clock ({code}): the "
+            "server takes requests signed within minutes of its own time (AWS: 15); "
+            "set this host's clock right (NTP, chrony)"
         )
     if code in DENIED:
         return (
