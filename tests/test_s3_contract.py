@@ -267,6 +267,38 @@ def test_an_object_the_policy_refuses_is_a_miss_for_it_alone(store: S3BlobStore)
     assert store.get("0" * 64) is None  # a miss, on a policy that denies a key or not
 
 
+@pytest.mark.rgw
+def test_what_the_create_once_policy_condition_does_on_rgw(rgw_server: S3Server) -> None:
+    """infra/policies/s3-writer.json denies a PutObject of a removal record that lacks
+    If-None-Match (created once, never replaced by a bucket writer). AWS enforces that: a
+    create passes, a replacement is refused. RGW 16.2 does not know the condition key, so
+    the Deny matches every put, creates too, and a writer could remove no version at all:
+    docs/operations.md says to leave the statement out there. (moto's answer depends on
+    the client's checksum settings: not a server to measure this on.)"""
+    client = rgw_server.client(plain=True)  # RGW refuses boto3's streamed checksums
+    bucket = rgw_server.new_bucket()
+    arn, removed = f"arn:aws:s3:::{bucket}", f"cache/default/keys/{uuid.uuid4().hex}.removed"
+    statement = {"Effect": "Deny", "Principal": "*", "Action": ["s3:PutObject"],
+                 "Resource": [f"{arn}/cache/default/keys/*.removed"],
+                 "Condition": {"Null": {"s3:if-none-match": "true"}}}  # fmt: skip
+    everything = {"Effect": "Allow", "Principal": "*", "Action": ["s3:*"],
+                  "Resource": [arn, f"{arn}/*"]}  # fmt: skip
+    policy = {"Version": "2012-10-17", "Statement": [everything, statement]}
+    client.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+
+    def put(**condition: str) -> str:
+        try:
+            client.put_object(Bucket=bucket, Key=removed, Body=b"r", **condition)
+        except bce.ClientError as exc:
+            return str(exc.response["Error"]["Code"])
+        return "taken"
+
+    create, replace = put(IfNoneMatch="*"), put()
+    assert (create, replace) == ("AccessDenied", "AccessDenied")  # AWS: taken, AccessDenied
+    client.delete_bucket_policy(Bucket=bucket)
+    assert put(IfNoneMatch="*") == "taken"  # the policy refused it, nothing else
+
+
 def test_a_wrong_secret_is_one_line_naming_it(
     server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
