@@ -12,12 +12,25 @@ from __future__ import annotations
 
 import collections
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TEAM_PUB, JobResults, artstore, bucket_of, clean_env, run_program, s3_client
+import rgw
+from conftest import (
+    TEAM_PUB,
+    JobResults,
+    artstore,
+    artstore_warm,
+    bucket_of,
+    clean_env,
+    run_program,
+    s3_client,
+)
+from s3servers import S3Server
 from test_single_flight import compiles, env_for, finish, start, total
+from test_warm_counts import WARM_SCRIPT
 
 pytestmark = [pytest.mark.rgw, pytest.mark.slow]
 
@@ -97,3 +110,32 @@ def test_several_writers_compile_each_key_once_on_rgw(
     assert all(r["results"] == reference["results"] for r in results)
     assert total(results, "lease_waits") >= 1 and total(results, "lease_timeouts") == 0
     assert total(results, "stored") == sum(one_run.values())
+
+
+def test_warm_on_a_bucket_at_its_quota_says_quota_on_rgw(
+    rgw_team_env: dict[str, str], rgw_tls_server: S3Server, tmp_path: Path
+) -> None:
+    """Slow: two warms of a JAX program. A Ceph bucket quota (`radosgw-admin quota`) the
+    store has filled: RGW refuses every new object (403 QuotaExceeded), so what the second
+    warm compiled is not stored, for `quota`; the S3 line names the quota and the fix, and
+    the job fails (exit 1), nothing counted added."""
+    env = {**rgw_team_env, "ARTSTORE_LOCAL_TIER": "off"}
+    code, first, output = artstore_warm(
+        "--", sys.executable, WARM_SCRIPT, env=env, tmp_path=tmp_path
+    )
+    assert code == 0 and first["added"] > 0, output
+    bucket, _ = bucket_of(env)
+    admin = (Path(rgw_tls_server.extra["conf"]), "radosgw-admin")
+    rgw.run_tool(*admin, "quota", "set", "--quota-scope=bucket", f"--bucket={bucket}",
+                 f"--max-objects={len(_keys(env))}")  # fmt: skip
+    rgw.run_tool(*admin, "quota", "enable", "--quota-scope=bucket", f"--bucket={bucket}")
+
+    command = ("--", sys.executable, WARM_SCRIPT, "--variant", "2")  # new keys
+    code, report, output = artstore_warm(*command, env=env, tmp_path=tmp_path)
+    assert code == 1, output
+    compiled = len(json.loads(output.splitlines()[0])["xla_compiles"])
+    assert compiled >= 1 and report["not_stored"] == {"quota": compiled}, report
+    assert report["added"] == 0, report  # (a key both variants share is present: loaded)
+    [line] = [p for p in report["problems"] if "compiled but not stored" in p]
+    assert "a quota of the object store or database refused them" in line, line
+    assert "is over its quota (QuotaExceeded)" in output and "artstore gc --max-size" in output

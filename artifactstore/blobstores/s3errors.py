@@ -32,6 +32,8 @@ DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 NO_BUCKET = {"NoSuchBucket"}
 # The request's signing time is too far from the server's clock (AWS and RGW: 15 minutes).
 SKEWED = {"RequestTimeTooSkewed"}
+# The bucket or its owner is at its quota (Ceph RGW): no write is taken until room is made.
+OVER_QUOTA = {"QuotaExceeded"}
 # S3 answers about one object (the bucket and the credentials are fine).
 ONE_OBJECT = {"InvalidObjectState", "NoSuchVersion", "InvalidRange", "PreconditionFailed"}
 ONE_OBJECT_STATUS = {404, 409, 412, 416}
@@ -127,6 +129,12 @@ def message(op: str, exc: BaseException, at: Bucket) -> str:
         return (
             f"S3 bucket {where} does not exist at {endpoint()} ({code}): "
             "create it or fix ARTSTORE_URL"
+        )
+    if code in OVER_QUOTA:
+        return (
+            f"S3 bucket {where} at {endpoint()} is over its quota ({code}) during {op}: "
+            "nothing more is stored there until there is room; run `artstore gc --max-size "
+            "SIZE` below the quota, or raise the bucket's quota"
         )
     if code in SKEWED:
         return (
