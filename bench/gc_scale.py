@@ -55,8 +55,15 @@ def digest(i: int) -> str:
     return f"{i % 256:02x}{i // 256:062x}"
 
 
+def key(i: int) -> str:
+    """Entry i's key, spread over the prefixes as sha256 keys are (gc walks one prefix of
+    keys at a time: keys all under one prefix would make that walk hold them all)."""
+    return f"{(i + 1) % 256:02x}{i // 256:062x}"
+
+
 class CountingBlobs(LocalBlobStore):
-    """Objects 0..n-1 named by digest(i), listed in digest order; counts what gc deletes.
+    """Objects 0..n-1 named by digest(i), listed in digest order, with every entry's
+    manifest listed; counts what gc deletes.
     Records and the identity are a real local store's in `root` (inherited, so the bench
     keeps up with the BlobStore interface): only the objects are counted, not written."""
 
@@ -100,6 +107,13 @@ class CountingBlobs(LocalBlobStore):
     def iter_quarantined(self) -> Iterator[BlobInfo]:
         return iter(())
 
+    def iter_manifest_keys(self) -> Iterator[str]:
+        """Every entry's manifest, as a store whose writers finished holds them (listed
+        in key order): gc publishes none, as on a real store."""
+        for prefix in range(256):
+            for i in range((prefix - 1) % 256, self.n, 256):
+                yield key(i)
+
     def describe(self) -> str:
         return f"counting blob store ({self.n} objects)"
 
@@ -117,7 +131,7 @@ def build(url: str, n: int, batch: int = 20000) -> float:
                 insert(Entry),
                 [
                     {
-                        "namespace": "default", "key": f"{i:064x}", "digest": digest(i),
+                        "namespace": "default", "key": key(i), "digest": digest(i),
                         "size": MiB, "raw_size": 2 * MiB, "module_name": f"jit_f{i}",
                         "platform": "cpu", "platform_version": "v", "device_kind": "cpu",
                         "device_count": 1, "jax_version": "0.6.0", "jaxlib_version": "0.6.0",
@@ -189,6 +203,7 @@ def run_case(url: str, n: int, keep_fraction: float) -> dict[str, Any]:
         rss_peak = _peak_rss()
         store.close()
     assert report.bytes_after == limit
+    assert report.manifests_published == 0, "gc published manifests: not a finished store"
     assert blobs.deletes == report.objects_removed == report.entries_removed
     return {
         "secs": secs,
